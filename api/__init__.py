@@ -1,0 +1,1 @@
+"""gpugraph's GraphQL server: the HTTP app, Kubernetes cache and agent wiring."""

@@ -1,0 +1,1 @@
+"""gpugraph's GraphQL schema: types, resolvers and dataloaders."""

@@ -1,0 +1,1 @@
+"""gpugraph's node agent: NVML GPUs and host processes mapped to containers and pods."""

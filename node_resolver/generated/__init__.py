@@ -1,0 +1,1 @@
+"""Protobuf and gRPC modules generated from proto/ by ``make proto``."""

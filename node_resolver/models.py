@@ -1,0 +1,98 @@
+"""The agent's domain model: what one node's GPUs and their processes look like.
+
+These plain records flow through the whole data path: the GPU source fills
+them, the PID resolver annotates the processes, the gRPC codec carries them to
+the server, and the GraphQL resolvers read them. ``None`` always means "not
+available" (NVML did not report it), never zero.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ProcessType(enum.Enum):
+    """Which NVML process list a PID was found in."""
+
+    COMPUTE = "COMPUTE"
+    GRAPHICS = "GRAPHICS"
+    BOTH = "BOTH"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """Where a host PID lives: its container and, under Kubernetes, its pod."""
+
+    container_id: str
+    runtime: str = ""  # "containerd", "cri-o", "docker", "podman" or "" if unknown
+    pod_uid: str | None = None
+
+
+@dataclass(slots=True)
+class MigDevice:
+    """One MIG device (GPU instance + compute instance) of a GPU in MIG mode."""
+
+    index: int
+    uuid: str
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(slots=True)
+class GpuProcess:
+    """One host process using one GPU, merged across NVML's compute and graphics lists."""
+
+    pid: int
+    type: ProcessType = ProcessType.COMPUTE
+    used_memory_bytes: int | None = None
+    sm_utilization: int | None = None
+    mig_device_uuid: str | None = None
+    # Filled by PID resolution on the agent.
+    name: str | None = None
+    cmdline: str | None = None
+    container: ContainerRef | None = None
+
+
+@dataclass(slots=True)
+class GpuSample:
+    """One GPU's metrics and processes; ``error`` set means the GPU itself failed."""
+
+    index: int
+    uuid: str
+    name: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    utilization_gpu: int | None = None
+    utilization_memory: int | None = None
+    temperature_c: int | None = None
+    power_usage_watts: float | None = None
+    power_limit_watts: float | None = None
+    mig_enabled: bool | None = None
+    mig_devices: list[MigDevice] = field(default_factory=list)
+    processes: list[GpuProcess] = field(default_factory=list)
+    error: str | None = None
+    # Field name (as in this class) -> NVML error name, e.g. "NOT_SUPPORTED".
+    field_errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class NodeSample:
+    """What a GPU source reports for the whole node in one scan."""
+
+    driver_version: str | None = None
+    cuda_driver_version: int | None = None
+    gpus: list[GpuSample] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class NodeSnapshot:
+    """A node's sample after PID resolution, stamped with its node name and time."""
+
+    node_name: str
+    sample: NodeSample
+    sampled_at: float
+    age_seconds: float = 0.0

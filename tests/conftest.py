@@ -1,0 +1,1 @@
+"""Pytest configuration shared by every test module."""
