@@ -1,37 +1,87 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
+# Both start from nothing but Python >= 3.11; npm is used when it is installed.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-dev
+RUN_STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+NPM := $(shell command -v npm 2>/dev/null)
+NPM_CI := npm ci --no-audit --no-fund --loglevel=error
+WEB_STAMP := api/static/graphiql/manifest.json
+FEDERATION_STAMP := tests/federation/node_modules/.package-lock.json
+DEMO_ARGS ?=
 
-.PHONY: demo test install lint typecheck proto web bench clean
+.PHONY: demo test install install-dev lint typecheck proto proto-check web web-if-npm \
+	npm-if-npm bench-small clean
 
-$(VENV)/bin/python:
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "gpugraph needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(VENV)/bin/python pyproject.toml constraints.txt
-	$(PY) -m pip install -q --upgrade pip
+# Runtime only: what `make demo` needs.
+$(RUN_STAMP): $(PY) pyproject.toml constraints.txt
+	$(PY) -m pip install -q -c constraints.txt -e .
+	touch $@
+
+# Runtime plus the dev extras (tests, lint, type checking).
+$(DEV_STAMP): $(PY) pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
-	touch $(STAMP)
+	touch $@ $(RUN_STAMP)
 
-install: $(STAMP)
+install: $(RUN_STAMP)
 
-demo: install
-	$(VENV)/bin/gpugraph demo
+install-dev: $(DEV_STAMP)
 
-lint: install
+# GraphiQL's browser bundles, copied from npm packages into api/static/graphiql/.
+web: $(WEB_STAMP)
+
+$(WEB_STAMP): web/package.json web/package-lock.json web/build.mjs
+	cd web && $(NPM_CI) && npm run build
+
+$(FEDERATION_STAMP): tests/federation/package.json tests/federation/package-lock.json
+	cd tests/federation && $(NPM_CI)
+
+# Without npm the server still runs; GraphiQL then says how to build its assets.
+web-if-npm:
+ifeq ($(NPM),)
+	@echo "npm not found: skipping the GraphiQL build (the page will explain how to build it)"
+else
+	@$(MAKE) --no-print-directory $(WEB_STAMP)
+endif
+
+# Everything npm the tests use: the web build and the federation gateway.
+npm-if-npm:
+ifeq ($(NPM),)
+	@echo "npm not found: the browser and federation tests will be skipped"
+else
+	@$(MAKE) --no-print-directory $(WEB_STAMP) $(FEDERATION_STAMP)
+endif
+
+demo: install web-if-npm
+	$(VENV)/bin/gpugraph demo $(DEMO_ARGS)
+
+lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: install
+typecheck: install-dev
 	$(VENV)/bin/mypy
 
-proto: install
+proto: install-dev
 	$(PY) tools/gen_proto.py
 
-test: install lint typecheck
+proto-check: install-dev
 	$(PY) tools/gen_proto.py --check
+
+test: install-dev npm-if-npm lint typecheck proto-check
 	$(PY) -m pytest
 
+# Every benchmark at a size that finishes in CI; the full sizes are their defaults.
+bench-small: install-dev
+	$(PY) bench/agent_bench.py --sizes 3
+	$(PY) bench/cache_bench.py --pods 2000
+	$(PY) bench/cluster_bench.py --small
+
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \
+		web/node_modules tests/federation/node_modules

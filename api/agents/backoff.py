@@ -1,0 +1,62 @@
+"""Exponential backoff for agents that keep failing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["Backoff"]
+
+
+@dataclass(slots=True)
+class _State:
+    failures: int = 0
+    retry_at: float = 0.0
+    last_error: str = ""
+
+
+@dataclass
+class Backoff:
+    """Per-key failure tracking: after a failure, skip the key for a doubling delay.
+
+    The first failure skips ``initial`` seconds, each further one doubles that
+    up to ``maximum``; a success forgets the key.
+    """
+
+    initial: float = 1.0
+    maximum: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    _states: dict[str, _State] = field(default_factory=dict, init=False, repr=False)
+
+    def failed(self, key: str, error: str) -> float:
+        """Record a failure of ``key``; return how long it is now skipped for."""
+        state = self._states.setdefault(key, _State())
+        delay = min(self.maximum, self.initial * 2.0**state.failures)
+        state.failures += 1
+        state.retry_at = self.clock() + delay
+        state.last_error = error
+        return delay
+
+    def succeeded(self, key: str) -> None:
+        """Forget ``key``'s failures."""
+        self._states.pop(key, None)
+
+    def blocked(self, key: str) -> tuple[str, float] | None:
+        """While ``key`` is skipped, its last error and the seconds left; else None."""
+        state = self._states.get(key)
+        if state is None:
+            return None
+        left = state.retry_at - self.clock()
+        if left <= 0:
+            return None
+        return state.last_error, left
+
+    def backing_off(self) -> int:
+        """How many keys are skipped right now."""
+        now = self.clock()
+        return sum(1 for s in self._states.values() if s.retry_at > now)
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` entirely, e.g. when its node leaves the cluster."""
+        self._states.pop(key, None)

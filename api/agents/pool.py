@@ -1,0 +1,254 @@
+"""The agent pool: one reused gRPC channel per node, shared calls, backoff.
+
+The GraphQL dataloaders ask the pool for node snapshots. The pool makes sure
+that however many queries ask, each node's agent sees at most one call per
+``ttl`` seconds: concurrent askers join the call in flight, later ones within
+the TTL get its result. An agent that fails is skipped with exponential
+backoff, so a dead node costs each query nothing rather than a full timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import grpc
+
+from graph_schema.context import AgentUnavailableError
+from node_resolver.models import NodeSnapshot
+
+from ..metrics import Metrics
+from .backoff import Backoff
+from .discovery import AddressUnknownError, Discovery
+
+__all__ = ["CHANNEL_OPTIONS", "AgentClientLike", "AgentPool", "ClientFactory"]
+
+log = logging.getLogger(__name__)
+
+
+class AgentClientLike(Protocol):
+    """What the pool needs from an agent client (node_resolver.client.AgentClient)."""
+
+    async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
+        """One GetSnapshot call with a deadline."""
+        ...
+
+    def close(self) -> Awaitable[None] | None:
+        """Close the channel."""
+        ...
+
+
+ClientFactory = Callable[[str, "str | None"], AgentClientLike]
+
+
+# gRPC shares subchannels (connections) between channels to the same address
+# by default, so a rebuilt channel would inherit a dead connection's reconnect
+# backoff; a channel of its own makes "rebuilt" mean a fresh connection.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (("grpc.use_local_subchannel_pool", 1),)
+
+
+def _default_client_factory(target: str, token: str | None) -> AgentClientLike:
+    from node_resolver.client import AgentClient
+
+    client: AgentClientLike = AgentClient(target, token=token, options=CHANNEL_OPTIONS)
+    return client
+
+
+@dataclasses.dataclass(slots=True)
+class _Cached:
+    snapshot: NodeSnapshot
+    received_at: float
+
+
+class AgentPool:
+    """Fetches node snapshots from agents; implements graph_schema's SnapshotSource."""
+
+    def __init__(
+        self,
+        discovery: Discovery,
+        *,
+        timeout: float = 2.0,
+        token: str | None = None,
+        ttl: float = 1.0,
+        backoff: Backoff | None = None,
+        metrics: Metrics | None = None,
+        client_factory: ClientFactory | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"agent timeout must be positive, got {timeout}")
+        if ttl < 0:
+            raise ValueError(f"snapshot TTL must not be negative, got {ttl}")
+        self.discovery = discovery
+        self.timeout = timeout
+        self.ttl = ttl
+        self._token = token
+        self._clock = clock
+        self._backoff = backoff if backoff is not None else Backoff(clock=clock)
+        self._metrics = metrics
+        self._client_factory = client_factory or _default_client_factory
+        self._clients: dict[str, tuple[str, AgentClientLike]] = {}
+        self._cache: dict[str, _Cached] = {}
+        self._inflight: dict[str, asyncio.Task[NodeSnapshot]] = {}
+        self._closed = False
+        if metrics is not None:
+            metrics.agents_backing_off.set_function(lambda: float(self._backoff.backing_off()))
+
+    def agent_address(self, node_name: str) -> str | None:
+        """Where the node's agent is expected (host:port), or None if unknown."""
+        try:
+            return self.discovery.address(node_name)
+        except AddressUnknownError:
+            return None
+
+    async def fetch(self, node_name: str) -> NodeSnapshot:
+        """The node's snapshot, shared within the TTL, or AgentUnavailableError."""
+        if self._closed:
+            raise AgentUnavailableError(node_name, "the agent pool is shut down")
+        now = self._clock()
+        cached = self._cache.get(node_name)
+        if cached is not None and now - cached.received_at < self.ttl:
+            self._count("cached")
+            return _aged(cached, now)
+        task = self._inflight.get(node_name)
+        if task is not None:
+            self._count("shared")
+        else:
+            blocked = self._backoff.blocked(node_name)
+            if blocked is not None:
+                self._count("backoff")
+                error, left = blocked
+                raise AgentUnavailableError(node_name, f"{error} (next retry in {left:.1f} s)")
+            self._count("called")
+            task = asyncio.get_running_loop().create_task(
+                self._call(node_name), name=f"agent-call-{node_name}"
+            )
+            self._inflight[node_name] = task
+            task.add_done_callback(lambda t: self._call_done(node_name, t))
+        # Shielded: a waiter whose own request is cancelled (client gone, time
+        # limit hit) must not cancel the call the other waiters share.
+        return await asyncio.shield(task)
+
+    def _call_done(self, node_name: str, task: asyncio.Task[NodeSnapshot]) -> None:
+        if self._inflight.get(node_name) is task:
+            del self._inflight[node_name]
+        if not task.cancelled():
+            # Mark the exception retrieved even when every waiter went away.
+            task.exception()
+
+    async def _call(self, node_name: str) -> NodeSnapshot:
+        try:
+            address = self.discovery.address(node_name)
+        except AddressUnknownError as exc:
+            await self._drop_client(node_name)
+            raise AgentUnavailableError(node_name, str(exc)) from None
+        client = await self._client_for(node_name, address)
+        started = self._clock()
+        outcome = "error"
+        try:
+            snapshot = await client.get_snapshot(timeout=self.timeout)
+            if snapshot.node_name and snapshot.node_name != node_name:
+                raise _WrongNodeError(f"the agent at {address} reports node {snapshot.node_name!r}")
+            outcome = "ok"
+        except Exception as exc:
+            if _is_deadline(exc):
+                outcome = "timeout"
+            reason = f"{_describe(exc, self.timeout)} (agent at {address})"
+            # A failed channel may be stuck (e.g. on a dead TCP connection);
+            # the next call after the backoff builds a fresh one.
+            await self._drop_client(node_name)
+            self._cache.pop(node_name, None)
+            delay = self._backoff.failed(node_name, reason)
+            log.warning(
+                "agent on node %s failed, skipping it for %.1f s: %s", node_name, delay, reason
+            )
+            raise AgentUnavailableError(node_name, reason) from None
+        finally:
+            if self._metrics is not None:
+                self._metrics.agent_calls.labels(node=node_name, outcome=outcome).inc()
+                self._metrics.agent_call_seconds.observe(self._clock() - started)
+        self._backoff.succeeded(node_name)
+        self._cache[node_name] = _Cached(snapshot, self._clock())
+        return snapshot
+
+    async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
+        current = self._clients.get(node_name)
+        if current is not None:
+            if current[0] == address:
+                return current[1]
+            # The agent moved (a new pod IP): the old channel points nowhere.
+            log.info("agent on node %s moved from %s to %s", node_name, current[0], address)
+            await self._drop_client(node_name)
+        client = self._client_factory(address, self._token)
+        self._clients[node_name] = (address, client)
+        return client
+
+    async def _drop_client(self, node_name: str) -> None:
+        entry = self._clients.pop(node_name, None)
+        if entry is not None:
+            await _close_quietly(entry[1])
+
+    def channel_count(self) -> int:
+        """How many agent channels are open."""
+        return len(self._clients)
+
+    async def close(self) -> None:
+        """Cancel calls in flight and close every channel."""
+        self._closed = True
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for node_name in list(self._clients):
+            await self._drop_client(node_name)
+        self._cache.clear()
+
+    def _count(self, source: str) -> None:
+        if self._metrics is not None:
+            self._metrics.snapshot_requests.labels(source=source).inc()
+
+
+class _WrongNodeError(Exception):
+    """The agent answered for another node (an address reused by another agent)."""
+
+
+def _aged(cached: _Cached, now: float) -> NodeSnapshot:
+    waited = now - cached.received_at
+    if waited <= 0:
+        return cached.snapshot
+    return dataclasses.replace(cached.snapshot, age_seconds=cached.snapshot.age_seconds + waited)
+
+
+def _is_deadline(exc: BaseException) -> bool:
+    if isinstance(exc, TimeoutError):
+        return True
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            return bool(code() == grpc.StatusCode.DEADLINE_EXCEEDED)
+        except Exception:
+            return False
+    return False
+
+
+def _describe(exc: BaseException, timeout: float) -> str:
+    if _is_deadline(exc):
+        return f"no answer within the {timeout:g} s deadline"
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+async def _close_quietly(client: AgentClientLike) -> None:
+    try:
+        result = client.close()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.debug("closing an agent channel failed", exc_info=True)

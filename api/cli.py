@@ -1,0 +1,329 @@
+"""The ``gpugraph`` command: ``agent``, ``serve`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .settings import Settings, parse_listen
+
+__all__ = ["add_serve_arguments", "build_parser", "main", "settings_from_args"]
+
+_DEFAULTS = Settings()
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be a port between 1 and 65535, got {text}")
+    return value
+
+
+def _listen(text: str) -> tuple[str, int]:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every ``gpugraph serve`` flag to ``parser``."""
+    d = _DEFAULTS
+    parser.add_argument(
+        "--listen",
+        type=_listen,
+        default=(d.listen_host, d.listen_port),
+        metavar="HOST:PORT",
+        help=f"where to serve HTTP (default {d.listen})",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+    )
+    agents = parser.add_argument_group("agents")
+    agents.add_argument(
+        "--agent-discovery",
+        choices=("node-ip", "pod-ip"),
+        default=d.agent_discovery,
+        help="find each node's agent at the node's InternalIP, or as the agent pod's IP "
+        f"(default {d.agent_discovery})",
+    )
+    agents.add_argument(
+        "--agent-port",
+        type=_port,
+        default=d.agent_port,
+        metavar="N",
+        help=f"the agents' gRPC port (default {d.agent_port})",
+    )
+    agents.add_argument(
+        "--agent-namespace",
+        default=d.agent_namespace,
+        metavar="NS",
+        help=f"namespace of the agent pods, for pod-ip (default {d.agent_namespace})",
+    )
+    agents.add_argument(
+        "--agent-selector",
+        default=d.agent_selector,
+        metavar="LABELS",
+        help=f"label selector of the agent pods, for pod-ip (default {d.agent_selector})",
+    )
+    agents.add_argument(
+        "--agent-timeout",
+        type=_positive_float,
+        default=d.agent_timeout,
+        metavar="S",
+        help=f"deadline of every agent call in seconds (default {d.agent_timeout:g})",
+    )
+    agents.add_argument(
+        "--agent-token-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="send the token in this file with every agent call",
+    )
+    agents.add_argument(
+        "--snapshot-ttl",
+        type=_non_negative_float,
+        default=d.snapshot_ttl,
+        metavar="S",
+        help="queries within this many seconds share one call per node "
+        f"(default {d.snapshot_ttl:g})",
+    )
+    limits = parser.add_argument_group("limits")
+    limits.add_argument(
+        "--max-depth",
+        metavar="N",
+        type=_positive_int,
+        default=d.max_depth,
+        help=f"deepest query nesting allowed (default {d.max_depth})",
+    )
+    limits.add_argument(
+        "--max-aliases",
+        metavar="N",
+        type=_positive_int,
+        default=d.max_aliases,
+        help=f"most aliases per query (default {d.max_aliases})",
+    )
+    limits.add_argument(
+        "--max-tokens",
+        metavar="N",
+        type=_positive_int,
+        default=d.max_tokens,
+        help=f"most tokens per query document (default {d.max_tokens})",
+    )
+    limits.add_argument(
+        "--max-body-bytes",
+        metavar="N",
+        type=_positive_int,
+        default=d.max_body_bytes,
+        help=f"largest request body, and WebSocket message (default {d.max_body_bytes})",
+    )
+    limits.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=d.request_timeout,
+        metavar="S",
+        help=f"time limit of one GraphQL request (default {d.request_timeout:g})",
+    )
+    limits.add_argument(
+        "--max-subscriptions",
+        metavar="N",
+        type=_non_negative_int,
+        default=d.max_subscriptions,
+        help=f"concurrent subscriptions per server (default {d.max_subscriptions})",
+    )
+    http = parser.add_argument_group("http")
+    http.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        dest="cors_origins",
+        help="allow browser apps on this origin (e.g. https://dash.example.com); repeatable; "
+        "default none",
+    )
+    http.add_argument(
+        "--graphiql",
+        action=argparse.BooleanOptionalAction,
+        default=d.graphiql,
+        help="serve the GraphiQL IDE on GET /graphql (default on)",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=d.log_level)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from parsed ``serve`` arguments; ValueError on inconsistent values."""
+    host, port = args.listen
+    return Settings(
+        listen_host=host,
+        listen_port=port,
+        kubeconfig=args.kubeconfig,
+        agent_discovery=args.agent_discovery,
+        agent_port=args.agent_port,
+        agent_namespace=args.agent_namespace,
+        agent_selector=args.agent_selector,
+        agent_timeout=args.agent_timeout,
+        agent_token_file=args.agent_token_file,
+        snapshot_ttl=args.snapshot_ttl,
+        max_depth=args.max_depth,
+        max_aliases=args.max_aliases,
+        max_tokens=args.max_tokens,
+        max_body_bytes=args.max_body_bytes,
+        request_timeout=args.request_timeout,
+        max_subscriptions=args.max_subscriptions,
+        cors_origins=tuple(args.cors_origins),
+        graphiql=args.graphiql,
+        log_level=args.log_level,
+    )
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from .kube.config import KubeConfigError
+    from .serve import check_settings, serve
+
+    try:
+        settings = settings_from_args(args)
+        check_settings(settings)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # uvicorn turns SIGINT/SIGTERM into a graceful shutdown; a second ^C lands here.
+    with contextlib.suppress(KeyboardInterrupt):
+        try:
+            asyncio.run(serve(settings))
+        except KubeConfigError as exc:
+            print(f"gpugraph serve: error: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _load_optional(module: str, names: Sequence[str]) -> tuple[Callable[..., Any], ...] | str:
+    """The named functions of ``module``, or why they cannot be loaded."""
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return f"{module} is not installed"
+        raise
+    missing = [name for name in names if not hasattr(loaded, name)]
+    if missing:
+        return f"{module} lacks {', '.join(missing)}"
+    return tuple(getattr(loaded, name) for name in names)
+
+
+def _add_delegated(
+    subparsers: Any, name: str, help_text: str, module: str, add: str, run: str
+) -> None:
+    sub = subparsers.add_parser(name, help=help_text, description=help_text)
+    loaded = _load_optional(module, (add, run))
+    if isinstance(loaded, str):
+        reason = loaded
+
+        def unavailable(args: argparse.Namespace) -> int:
+            print(f"gpugraph {name}: unavailable: {reason}", file=sys.stderr)
+            return 2
+
+        sub.set_defaults(handler=unavailable)
+        return
+    add_arguments, run_command = loaded
+    add_arguments(sub)
+
+    def delegated(args: argparse.Namespace) -> int:
+        result = run_command(args)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
+        return int(result or 0)
+
+    sub.set_defaults(handler=delegated)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``gpugraph`` argument parser with its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="gpugraph",
+        description="Which pod, and which process inside it, is using this GPU.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_delegated(
+        subparsers,
+        "agent",
+        "run the node agent (NVML sampler and gRPC service)",
+        "node_resolver.cli",
+        "add_agent_arguments",
+        "run_agent",
+    )
+    serve = subparsers.add_parser(
+        "serve",
+        help="run the GraphQL server",
+        description="Run the GraphQL server: Kubernetes cache, agent fan-out, HTTP.",
+    )
+    add_serve_arguments(serve)
+    serve.set_defaults(handler=_run_serve, parser=serve)
+    _add_delegated(
+        subparsers,
+        "demo",
+        "run a self-contained demo cluster with fake GPUs",
+        "api.demo",
+        "add_demo_arguments",
+        "run_demo",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpugraph`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""``gpugraph demo``: a simulated GPU cluster served by the real server, in one process.
+
+From the Kubernetes cache upward everything is the production code path: the
+stub API server speaks the real list/watch wire format to the real cache, and
+the real server (``api.serve.serve``) finds one real agent per node on the
+node's InternalIP (127.0.0.2, 127.0.0.3, ...). Each agent reads a fake-NVML
+file the demo rewrites every interval and resolves PIDs with the real cgroup
+resolver on a fixture /proc tree. Only the GPUs and the API server are fake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
+
+from ..kube.stub_server import StubApiServer, write_kubeconfig
+from ..settings import Settings, parse_listen
+from .gpus import fake_nvml_document
+from .proc_tree import write_proc_tree
+from .queries import example_queries
+from .scenario import MIN_GPUS, MIN_NODES, DemoCluster, DemoNode, build_cluster
+
+__all__ = ["DemoConfig", "DemoError", "add_demo_arguments", "run_demo", "run_demo_async"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = "127.0.0.1:8000"
+# How long the server may take to list the cluster and answer /readyz.
+READY_TIMEOUT = 60.0
+# After a stop request, how long the server gets to shut down by itself.
+STOP_GRACE = 10.0
+
+
+class DemoError(Exception):
+    """The demo cannot start; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What ``gpugraph demo`` was asked for."""
+
+    nodes: int = 4
+    gpus_per_node: int = 8
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8000
+    interval: float = 1.0
+    log_level: str = "warning"
+    graphiql: bool = True
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _listen(text: str) -> tuple[str, int]:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0.1 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"must be between 0.1 and 60 seconds, got {text}")
+    return value
+
+
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``gpugraph demo`` flags to ``parser``."""
+    parser.add_argument(
+        "--nodes",
+        type=_at_least(MIN_NODES),
+        default=4,
+        metavar="N",
+        help=f"GPU nodes in the simulated cluster; the last one's agent is down (default 4, "
+        f"at least {MIN_NODES})",
+    )
+    parser.add_argument(
+        "--gpus-per-node",
+        type=_at_least(MIN_GPUS),
+        default=8,
+        metavar="G",
+        help=f"GPUs on each node (default 8, at least {MIN_GPUS})",
+    )
+    parser.add_argument(
+        "--listen",
+        type=_listen,
+        default=parse_listen(DEFAULT_LISTEN),
+        metavar="HOST:PORT",
+        help=f"where to serve HTTP; port 0 picks a free one (default {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often the fake GPUs change and the agents scan them (default 1)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        default="warning",
+        help="log verbosity of the server and agents (default warning)",
+    )
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run the demo until Ctrl-C or SIGTERM; returns the exit status."""
+    host, port = args.listen
+    config = DemoConfig(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        listen_host=host,
+        listen_port=port,
+        interval=args.interval,
+        log_level=args.log_level,
+    )
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return asyncio.run(run_demo_async(config))
+    except DemoError as exc:
+        print(f"gpugraph demo: {exc}", file=sys.stderr)
+        return 1
+
+
+async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> int:
+    """Start the cluster, serve until SIGINT/SIGTERM, then remove every trace of it."""
+    stream = out if out is not None else sys.stdout
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    # While it serves, uvicorn installs its own handlers for these and restores
+    # ours afterwards (re-raising the signal it caught); outside that window
+    # ours ask the demo to stop.
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    demo = Demo(config)
+    serving: asyncio.Task[None] | None = None
+    try:
+        await demo.start()
+        if stop.is_set():
+            return 0
+        serving = asyncio.create_task(demo.serve(), name="gpugraph-server")
+        url = await demo.wait_ready(serving, stop)
+        if url is not None:
+            print(demo.banner(url), file=stream, flush=True)
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not serving.done():
+            # Our handler ran: either uvicorn already shut down and is closing the
+            # cache and agent channels, or the signal came before uvicorn took
+            # over signals. Give it time to finish by itself, then insist.
+            await asyncio.wait({serving}, timeout=STOP_GRACE)
+        return 0
+    finally:
+        if serving is not None:
+            if not serving.done():
+                serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+        await demo.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("gpugraph demo stopped; temporary files removed", file=stream, flush=True)
+
+
+@dataclass
+class _Agent:
+    node: DemoNode
+    workdir: Path
+    sampler: Sampler
+    server: AgentServer
+
+
+@dataclass
+class Demo:
+    """The running pieces of one demo: temp dir, stub API server, agents and the server."""
+
+    config: DemoConfig
+    cluster: DemoCluster = field(init=False)
+    tmp: Path | None = None
+    api: StubApiServer | None = None
+    agents: list[_Agent] = field(default_factory=list)
+    agent_port: int = 0
+    listen_port: int = 0
+    _ticker: asyncio.Task[None] | None = None
+    _started_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        try:
+            self.cluster = build_cluster(self.config.nodes, self.config.gpus_per_node)
+        except ValueError as exc:
+            raise DemoError(str(exc)) from None
+
+    @property
+    def token_file(self) -> Path:
+        assert self.tmp is not None
+        return self.tmp / "agent-token"
+
+    async def start(self) -> None:
+        """Write the fixtures and start the API server and the agents."""
+        self.listen_port = _check_listen(self.config.listen_host, self.config.listen_port)
+        self.tmp = Path(tempfile.mkdtemp(prefix="gpugraph-demo-"))
+        self._started_at = time.monotonic()
+        # The agents require a token and the server sends it, as in the Helm chart.
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+        self.api = StubApiServer()
+        self.api.load(pods=self.cluster.pods, nodes=self.cluster.node_objects)
+        self.api.start()
+        write_kubeconfig(str(self.tmp / "kubeconfig"), self.api.url)
+        await self._start_agents()
+        self._ticker = asyncio.create_task(self._tick(), name="gpugraph-demo-gpus")
+
+    async def _start_agents(self) -> None:
+        up = [n for n in self.cluster.nodes if n.agent_up]
+        token = self.token_file.read_text()
+        last_error: OSError | None = None
+        # Every agent listens on its node's own loopback address, all on one
+        # port (the server's --agent-port). A port taken on one address is retried.
+        for _ in range(5):
+            self.agent_port = _free_port(up[0].ip)
+            try:
+                for node in up:
+                    self.agents.append(await self._start_agent(node, token))
+                return
+            except OSError as exc:
+                last_error = exc
+                await self._stop_agents()
+        raise DemoError(f"cannot start the node agents: {last_error}")
+
+    async def _start_agent(self, node: DemoNode, token: str) -> _Agent:
+        assert self.tmp is not None
+        workdir = self.tmp / "nodes" / node.name
+        proc_root = workdir / "proc"
+        write_proc_tree(proc_root, node.processes)
+        nvml = workdir / "nvml.json"
+        write_fake_nvml(nvml, fake_nvml_document(node, 0.0))
+        sampler = Sampler(
+            FakeGpuSource(nvml),
+            build_resolver("cgroup", proc_root=str(proc_root)),
+            node_name=node.name,
+            interval=self.config.interval,
+        )
+        server = AgentServer(sampler, token=token)
+        try:
+            await server.start(f"{node.ip}:{self.agent_port}")
+        except OSError:
+            await server.stop(0)
+            raise
+        sampler.start()
+        return _Agent(node, workdir, sampler, server)
+
+    async def _tick(self) -> None:
+        """Rewrite every node's fake-NVML file each interval, so the numbers move."""
+        while True:
+            await asyncio.sleep(self.config.interval)
+            t = time.monotonic() - self._started_at
+            for agent in self.agents:
+                try:
+                    write_fake_nvml(agent.workdir / "nvml.json", fake_nvml_document(agent.node, t))
+                except OSError as exc:
+                    log.warning("cannot update the fake GPUs of %s: %s", agent.node.name, exc)
+
+    def settings(self) -> Settings:
+        """The server's settings: node-ip discovery of the agents, the token, the stub cluster."""
+        assert self.tmp is not None
+        return Settings(
+            listen_host=self.config.listen_host,
+            listen_port=self.listen_port,
+            kubeconfig=self.tmp / "kubeconfig",
+            agent_discovery="node-ip",
+            agent_port=self.agent_port,
+            agent_token_file=self.token_file,
+            graphiql=self.config.graphiql,
+            log_level=self.config.log_level,
+        )
+
+    async def serve(self) -> None:
+        """Run the real server until it is told to stop."""
+        from ..serve import serve
+
+        await serve(self.settings())
+
+    @property
+    def base_url(self) -> str:
+        host = self.config.listen_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.listen_port}"
+
+    async def wait_ready(self, serving: asyncio.Task[None], stop: asyncio.Event) -> str | None:
+        """Wait until /readyz answers 200; the GraphiQL URL, or None if stopped first."""
+        url = f"{self.base_url}/readyz"
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if stop.is_set():
+                return None
+            if serving.done():
+                error = serving.exception() if not serving.cancelled() else None
+                raise DemoError(f"the server stopped while starting: {error!r}")
+            if await asyncio.to_thread(_http_ok, url):
+                return f"{self.base_url}/graphql"
+            await asyncio.sleep(0.1)
+        raise DemoError(f"the server did not become ready within {READY_TIMEOUT:g}s")
+
+    def banner(self, graphiql_url: str) -> str:
+        """What the demo prints once it is up."""
+        from ..graphiql import assets_present
+
+        c = self.config
+        lines = [
+            "",
+            f"gpugraph demo: {c.nodes} nodes x {c.gpus_per_node} fake H200 GPUs, "
+            f"changing every {c.interval:g}s",
+        ]
+        for node in self.cluster.nodes:
+            where = f"{node.ip}:{self.agent_port}"
+            state = "agent up" if node.agent_up else "agent DOWN (on purpose)"
+            lines.append(f"  {node.name:<14} {where:<22} {state}")
+        lines += [
+            "",
+            f"  GraphiQL   {graphiql_url}",
+            f"  GraphQL    POST {graphiql_url}",
+            f"  gpu-pods   {self.base_url}/gpu-pods?worker_id={self.cluster.worker[1]}",
+            f"  metrics    {self.base_url}/metrics",
+        ]
+        if not assets_present():
+            lines.append("  (GraphiQL's assets are not built: run `make web`; the page explains)")
+        lines += ["", "Paste one of these into GraphiQL:", ""]
+        for n, query in enumerate(example_queries(self.cluster), 1):
+            lines += [f"--- example {n} ---", query, ""]
+        lines.append("Press Ctrl-C to stop.")
+        return "\n".join(lines)
+
+    async def _stop_agents(self) -> None:
+        agents, self.agents = self.agents, []
+        for agent in agents:
+            with contextlib.suppress(Exception):
+                await agent.server.stop(0.5)
+            await asyncio.to_thread(agent.sampler.stop, 5.0)
+            agent.sampler.source.close()
+
+    async def stop(self) -> None:
+        """Stop everything started and delete the temp dir; safe to call more than once."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        await self._stop_agents()
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _free_port(host: str) -> int:
+    """A port free on ``host`` now; DemoError when ``host`` is not a local address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise DemoError(
+                    f"cannot bind {host}: the demo gives every node its own loopback address "
+                    "(127.0.0.2, 127.0.0.3, ...), which Linux provides; elsewhere add them, "
+                    "e.g. `sudo ifconfig lo0 alias 127.0.0.2 up` on macOS"
+                ) from None
+            raise
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _check_listen(host: str, port: int) -> int:
+    """The port to serve on (a free one for 0); DemoError if the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise DemoError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        bound: int = sock.getsockname()[1]
+        return bound

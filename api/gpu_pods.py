@@ -1,0 +1,128 @@
+"""``GET /gpu-pods``: the original design's GetGpuPods call, kept for its users.
+
+Given a worker pod's name, it answers for the node that pod runs on, in the
+original ``GetGpuPodsResponse`` shape::
+
+    {"GpuPods":  {uuid: {"pidPods": [{"pid", "processName", "UsedGpuMemory", "pod"}]}},
+     "GpuInfos": {uuid: {"uuid", "gpuName", "usageGpu"}}}
+
+As in the original, ``GpuPods`` lists only processes that belong to a pod in
+the cache (host processes and processes of vanished pods are left out; the
+GraphQL API shows those), ``pod`` is the pod's name, and ``UsedGpuMemory`` is
+in MiB, rounded down, as an integer. ``GpuInfos`` has every GPU of the node.
+Values the GPU could not report are ``null`` rather than a misleading zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from graph_schema.context import AgentUnavailableError, Cluster, SnapshotSource
+from graph_schema.records import PodRecord
+from node_resolver.models import GpuProcess, NodeSnapshot
+
+__all__ = ["gpu_pods_endpoint", "gpu_pods_response"]
+
+MIB = 1024 * 1024
+
+
+def _json(status: int, body: object) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, **details: object) -> Response:
+    return _json(status, {"error": message, **details})
+
+
+def _owning_pod(cluster: Cluster, process: GpuProcess) -> PodRecord | None:
+    ref = process.container
+    if ref is None:
+        return None
+    if ref.pod_uid:
+        pod = cluster.pod_by_uid(ref.pod_uid)
+        if pod is not None:
+            return pod
+    if ref.container_id:
+        return cluster.pod_by_container_id(ref.container_id)
+    return None
+
+
+def gpu_pods_response(cluster: Cluster, snapshot: NodeSnapshot) -> dict[str, object]:
+    """The original ``GetGpuPodsResponse`` JSON for one node's snapshot."""
+    gpu_pods: dict[str, dict[str, list[dict[str, object]]]] = {}
+    gpu_infos: dict[str, dict[str, object]] = {}
+    for gpu in snapshot.sample.gpus:
+        gpu_infos[gpu.uuid] = {
+            "uuid": gpu.uuid,
+            "gpuName": gpu.name,
+            "usageGpu": gpu.utilization_gpu,
+        }
+        for process in gpu.processes:
+            pod = _owning_pod(cluster, process)
+            if pod is None:
+                continue
+            used = process.used_memory_bytes
+            entry: dict[str, object] = {
+                "pid": process.pid,
+                "processName": process.name,
+                "UsedGpuMemory": None if used is None else used // MIB,
+                "pod": pod.name,
+            }
+            gpu_pods.setdefault(gpu.uuid, {"pidPods": []})["pidPods"].append(entry)
+    return {"GpuPods": gpu_pods, "GpuInfos": gpu_infos}
+
+
+def gpu_pods_endpoint(
+    cluster: Cluster, snapshots: SnapshotSource, *, timeout: float = 10.0
+) -> Callable[[Request], Awaitable[Response]]:
+    """The ``/gpu-pods`` endpoint over a cluster cache and a snapshot source."""
+
+    async def gpu_pods(request: Request) -> Response:
+        worker_id = request.query_params.get("worker_id", "").strip()
+        if not worker_id:
+            return _error(400, "missing query parameter worker_id (the worker pod's name)")
+        namespace = request.query_params.get("namespace", "").strip() or None
+        if namespace is not None:
+            pod = cluster.pod(namespace, worker_id)
+            if pod is None:
+                return _error(404, f"pod {namespace}/{worker_id} not found")
+        else:
+            matches = cluster.pods_named(worker_id)
+            if not matches:
+                return _error(404, f"no pod named {worker_id!r} in any namespace")
+            if len(matches) > 1:
+                namespaces = sorted(p.namespace for p in matches)
+                return _error(
+                    400,
+                    f"pod name {worker_id!r} exists in several namespaces "
+                    f"({', '.join(namespaces)}); add &namespace=NS",
+                    namespaces=namespaces,
+                )
+            pod = matches[0]
+        if not pod.node_name:
+            return _error(404, f"pod {pod.namespace}/{pod.name} is not scheduled to a node yet")
+        try:
+            snapshot = await asyncio.wait_for(snapshots.fetch(pod.node_name), timeout)
+        except AgentUnavailableError as exc:
+            return _error(502, str(exc), node=pod.node_name)
+        except TimeoutError:
+            return _error(
+                504,
+                f"the agent on node {pod.node_name!r} did not answer in time",
+                node=pod.node_name,
+            )
+        if snapshot.sample.error and not snapshot.sample.gpus:
+            return _error(
+                502,
+                f"the agent on node {pod.node_name!r} cannot read its GPUs: "
+                f"{snapshot.sample.error}",
+                node=pod.node_name,
+            )
+        return _json(200, gpu_pods_response(cluster, snapshot))
+
+    return gpu_pods

@@ -1,0 +1,73 @@
+"""Where the Kubernetes API is: ``--kubeconfig``, else in-cluster, else ``~/.kube/config``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from kubernetes import config as kube_config
+from kubernetes.client import Configuration
+from kubernetes.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
+    SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
+)
+
+
+class KubeConfigError(RuntimeError):
+    """No way to reach the Kubernetes API could be configured."""
+
+
+def default_kubeconfig_path(environ: Mapping[str, str] | None = None) -> str:
+    """``$KUBECONFIG`` (its first entry) or ``~/.kube/config``."""
+    env = os.environ if environ is None else environ
+    paths = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return os.path.expanduser(paths[0] if paths else "~/.kube/config")
+
+
+def load_kube_config(
+    kubeconfig: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    token_file: str = SERVICE_TOKEN_FILENAME,
+    cert_file: str = SERVICE_CERT_FILENAME,
+) -> Configuration:
+    """A client Configuration from ``kubeconfig`` if given, else in-cluster, else the default file.
+
+    ``environ``, ``token_file`` and ``cert_file`` locate the in-cluster
+    service account; they default to the real ones.
+    """
+    configuration = Configuration()
+    if kubeconfig:
+        if not os.path.isfile(kubeconfig):
+            raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
+        try:
+            kube_config.load_kube_config(
+                config_file=kubeconfig, client_configuration=configuration, persist_config=False
+            )
+        except Exception as exc:
+            raise KubeConfigError(f"--kubeconfig {kubeconfig}: {exc}") from exc
+        return configuration
+
+    env = os.environ if environ is None else environ
+    try:
+        InClusterConfigLoader(
+            token_filename=token_file, cert_filename=cert_file, environ=env
+        ).load_and_set(configuration)
+        return configuration
+    except kube_config.ConfigException as exc:
+        in_cluster_error = str(exc)
+
+    default = default_kubeconfig_path(env)
+    if not os.path.isfile(default):
+        raise KubeConfigError(
+            "cannot reach the Kubernetes API: no --kubeconfig given, not running in a cluster "
+            f"({in_cluster_error}), and no kubeconfig at {default}"
+        )
+    try:
+        kube_config.load_kube_config(
+            config_file=default, client_configuration=configuration, persist_config=False
+        )
+    except Exception as exc:
+        raise KubeConfigError(f"kubeconfig {default}: {exc}") from exc
+    return configuration

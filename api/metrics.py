@@ -1,0 +1,95 @@
+"""Prometheus metrics for the server, kept in a registry of their own.
+
+A private registry (rather than prometheus_client's global one) lets several
+servers live in one process, as they do in tests, without clashing names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sized
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from graph_schema.context import Cluster
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """Every metric the server exports, registered in one private registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.agent_calls = Counter(
+            "gpugraph_agent_calls",
+            "gRPC calls made to node agents, by node and outcome (ok, error, timeout).",
+            ["node", "outcome"],
+            registry=r,
+        )
+        self.agent_call_seconds = Histogram(
+            "gpugraph_agent_call_seconds",
+            "Latency of gRPC calls to node agents.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.snapshot_requests = Counter(
+            "gpugraph_snapshot_requests",
+            "Snapshot requests by how they were served: called (a new agent call), "
+            "shared (joined an in-flight call), cached (within the TTL), "
+            "backoff (refused while the agent is backing off), no_address.",
+            ["source"],
+            registry=r,
+        )
+        self.agents_backing_off = Gauge(
+            "gpugraph_agents_backing_off",
+            "Nodes whose agent is currently skipped after repeated failures.",
+            registry=r,
+        )
+        self.query_seconds = Histogram(
+            "gpugraph_query_seconds",
+            "Latency of GraphQL operations over HTTP.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.query_errors = Counter(
+            "gpugraph_query_errors",
+            "GraphQL operations that returned errors, by kind "
+            "(invalid: no data at all, partial: data plus errors, timeout).",
+            ["kind"],
+            registry=r,
+        )
+        self.gpu_pods_requests = Counter(
+            "gpugraph_gpu_pods_requests",
+            "Requests to /gpu-pods by HTTP status.",
+            ["status"],
+            registry=r,
+        )
+        self.cache_pods = Gauge("gpugraph_cache_pods", "Pods in the Kubernetes cache.", registry=r)
+        self.cache_nodes = Gauge(
+            "gpugraph_cache_nodes", "Nodes in the Kubernetes cache.", registry=r
+        )
+        self.cache_ready = Gauge(
+            "gpugraph_cache_ready",
+            "1 once the first full list of pods and nodes has landed, else 0.",
+            registry=r,
+        )
+
+    def watch_cluster(self, cluster: Cluster) -> None:
+        """Read the cache gauges from ``cluster`` at every scrape."""
+        self.cache_pods.set_function(lambda: float(_count(cluster, "pod_count", cluster.pods)))
+        self.cache_nodes.set_function(lambda: float(_count(cluster, "node_count", cluster.nodes)))
+        self.cache_ready.set_function(lambda: 1.0 if cluster.ready else 0.0)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text exposition format."""
+        return generate_latest(self.registry)
+
+
+def _count(cluster: Cluster, attribute: str, listing: Callable[[], Sized]) -> int:
+    # The real cache counts in O(1); any other Cluster is counted by listing.
+    value = getattr(cluster, attribute, None)
+    return value if isinstance(value, int) else len(listing())

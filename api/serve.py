@@ -1,0 +1,144 @@
+"""``gpugraph serve``: the Kubernetes cache, the agent pool and the app under uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import uvicorn
+from starlette.applications import Starlette
+
+from graph_schema.context import Cluster
+
+from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
+from .app import create_app
+from .kube.cache import ClusterCache
+from .kube.config import load_kube_config
+from .kube.watcher import ClusterWatcher
+from .metrics import Metrics
+from .settings import Settings
+
+__all__ = [
+    "Services",
+    "build_discovery",
+    "build_pool",
+    "check_settings",
+    "running",
+    "serve",
+    "uvicorn_config",
+]
+
+log = logging.getLogger(__name__)
+
+
+def check_settings(settings: Settings) -> None:
+    """Fail early, with a clear message, on settings that cannot work."""
+    settings.read_agent_token()
+    if settings.agent_discovery == "pod-ip":
+        # Parses the selector: a malformed one fails here, before anything starts.
+        PodIpDiscovery(ClusterCache(), settings.agent_namespace, settings.agent_selector)
+
+
+def build_discovery(settings: Settings, cluster: Cluster) -> Discovery:
+    """The agent discovery strategy ``settings`` ask for."""
+    if settings.agent_discovery == "pod-ip":
+        return PodIpDiscovery(
+            cluster, settings.agent_namespace, settings.agent_selector, settings.agent_port
+        )
+    return NodeIpDiscovery(cluster, settings.agent_port)
+
+
+def build_pool(settings: Settings, cluster: Cluster, metrics: Metrics | None = None) -> AgentPool:
+    """An agent pool configured from ``settings``."""
+    return AgentPool(
+        build_discovery(settings, cluster),
+        timeout=settings.agent_timeout,
+        token=settings.read_agent_token(),
+        ttl=settings.snapshot_ttl,
+        metrics=metrics,
+    )
+
+
+def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
+    """uvicorn's configuration for the app, with the body cap applied to WebSocket messages."""
+    return uvicorn.Config(
+        app,
+        host=settings.listen_host,
+        port=settings.listen_port,
+        log_level=settings.log_level,
+        ws_max_size=settings.max_body_bytes,
+        # Subscriptions are long-lived; give them a moment to finish, not forever.
+        timeout_graceful_shutdown=5,
+        lifespan="off",
+        proxy_headers=False,
+    )
+
+
+@dataclass(frozen=True)
+class Services:
+    """The running parts of a server, before (or without) its HTTP listener."""
+
+    cache: ClusterCache
+    watcher: ClusterWatcher
+    pool: AgentPool
+    metrics: Metrics
+    app: Starlette
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Services]:
+    """Start the Kubernetes watch and the agent pool; stop both on exit.
+
+    The cache fills in the background, and ``/readyz`` answers 503 until it has.
+    """
+    check_settings(settings)
+    configuration = load_kube_config(str(settings.kubeconfig) if settings.kubeconfig else None)
+    cache = ClusterCache()
+    watcher = ClusterWatcher(cache, configuration)
+    metrics = Metrics()
+    pool = build_pool(settings, cache, metrics)
+    app = create_app(settings, cache, pool, metrics=metrics)
+    watcher.start()
+    try:
+        yield Services(cache, watcher, pool, metrics, app)
+    finally:
+        log.info("shutting down: closing agent channels and the Kubernetes watch")
+        await pool.close()
+        await asyncio.to_thread(watcher.stop)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, but a signal only starts the shutdown; it is not re-raised afterwards.
+
+    uvicorn re-raises the signal once it has stopped serving, which would kill
+    the process before the agent channels and the watch are closed.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+
+        def handle(sig: signal.Signals) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second ^C: stop waiting for connections
+            self.should_exit = True
+
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            loop.add_signal_handler(sig, handle, sig)
+        try:
+            yield
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+
+async def serve(settings: Settings) -> None:
+    """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+    async with running(settings) as services:
+        server = _Server(uvicorn_config(services.app, settings))
+        await server.serve()

@@ -1,0 +1,98 @@
+"""Every ``gpugraph serve`` setting, as one dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from strawberry.http.websocket_origin import normalize_allowed_origins
+
+from node_resolver.auth import read_token_file
+
+__all__ = ["Discovery", "Settings", "parse_listen"]
+
+Discovery = Literal["node-ip", "pod-ip"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Server configuration; the defaults are the command line's."""
+
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 8000
+    kubeconfig: Path | None = None
+    # Agents.
+    agent_discovery: Discovery = "node-ip"
+    agent_port: int = 50051
+    agent_namespace: str = "gpugraph"
+    agent_selector: str = "app.kubernetes.io/name=gpugraph,app.kubernetes.io/component=agent"
+    agent_timeout: float = 2.0
+    agent_token_file: Path | None = None
+    snapshot_ttl: float = 1.0
+    # Query limits.
+    max_depth: int = 12
+    max_aliases: int = 30
+    max_tokens: int = 5000
+    # HTTP limits.
+    max_body_bytes: int = 1_048_576
+    request_timeout: float = 10.0
+    max_subscriptions: int = 200
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    graphiql: bool = True
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("max_depth", "max_aliases", "max_tokens", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name.replace('_', '-')} must be at least 1")
+        for name in ("agent_timeout", "request_timeout"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name.replace('_', '-')} must be positive")
+        if self.snapshot_ttl < 0:
+            problems.append("snapshot-ttl must not be negative")
+        if self.max_subscriptions < 0:
+            problems.append("max-subscriptions must not be negative")
+        if not 0 < self.agent_port < 65536:
+            problems.append("agent-port must be between 1 and 65535")
+        if not 0 <= self.listen_port < 65536:
+            problems.append("the listen port must be between 0 and 65535")
+        if self.agent_discovery not in ("node-ip", "pod-ip"):
+            problems.append("agent-discovery must be node-ip or pod-ip")
+        try:
+            normalize_allowed_origins(self.cors_origins)
+        except ValueError as exc:
+            problems.append(f"cors-origin: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def listen(self) -> str:
+        """``HOST:PORT`` as given to ``--listen``."""
+        host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
+        return f"{host}:{self.listen_port}"
+
+    def read_agent_token(self) -> str | None:
+        """The agent token from ``agent_token_file``; ValueError if unreadable or empty."""
+        if self.agent_token_file is None:
+            return None
+        try:
+            return read_token_file(self.agent_token_file)
+        except ValueError as exc:
+            raise ValueError(f"--agent-token-file: {exc}") from None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (IPv6 hosts in brackets); ValueError on anything else."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host:
+        host = "0.0.0.0"
+    number = int(port)
+    if number > 65535:
+        raise ValueError(f"port out of range in {value!r}")
+    return host, number

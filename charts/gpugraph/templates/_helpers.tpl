@@ -1,0 +1,73 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "gpugraph.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: release-chart unless the release already carries the chart name. */}}
+{{- define "gpugraph.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpugraph.agentName" -}}
+{{- printf "%s-agent" (include "gpugraph.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpugraph.serverName" -}}
+{{- printf "%s-server" (include "gpugraph.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpugraph.tokenSecretName" -}}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else }}
+{{- printf "%s-agent-token" (include "gpugraph.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "gpugraph.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "gpugraph.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "gpugraph.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of the agent pods; the server discovers agents by exactly these. */}}
+{{- define "gpugraph.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpugraph.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{/* The agent selector labels as a label-selector string for --agent-selector. */}}
+{{- define "gpugraph.agentSelector" -}}
+{{- printf "app.kubernetes.io/name=%s,app.kubernetes.io/instance=%s,app.kubernetes.io/component=agent" (include "gpugraph.name" .) .Release.Name }}
+{{- end }}
+
+{{- define "gpugraph.serverSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpugraph.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{/* Where the token Secret is mounted in both roles. */}}
+{{- define "gpugraph.tokenDir" -}}
+/var/run/secrets/gpugraph
+{{- end }}

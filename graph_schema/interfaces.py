@@ -1,0 +1,74 @@
+"""What the resolvers need from the outside world, as interfaces.
+
+The server wires in the real Kubernetes cache and agent pool; tests and
+benchmarks can plug in anything with the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from node_resolver.models import NodeSnapshot
+
+from .records import NodeRecord, PodRecord
+
+
+class Cluster(Protocol):
+    """Read-only view of the Kubernetes cache."""
+
+    @property
+    def ready(self) -> bool:
+        """True once the first full list of pods and nodes has landed."""
+        ...
+
+    def node(self, name: str) -> NodeRecord | None:
+        """The node called ``name``, if cached."""
+        ...
+
+    def nodes(self) -> Sequence[NodeRecord]:
+        """Every cached node, sorted by name."""
+        ...
+
+    def pod(self, namespace: str, name: str) -> PodRecord | None:
+        """The pod ``namespace/name``, if cached."""
+        ...
+
+    def pod_by_uid(self, uid: str) -> PodRecord | None:
+        """The pod with this UID, if cached."""
+        ...
+
+    def pod_by_container_id(self, container_id: str) -> PodRecord | None:
+        """The pod owning this (prefix-stripped) container ID, if cached."""
+        ...
+
+    def pods(
+        self, namespace: str | None = None, node_name: str | None = None
+    ) -> Sequence[PodRecord]:
+        """Cached pods, optionally filtered by namespace and node, sorted by namespace/name."""
+        ...
+
+    def pods_named(self, name: str) -> Sequence[PodRecord]:
+        """Every cached pod called ``name``, across namespaces."""
+        ...
+
+
+class AgentUnavailableError(Exception):
+    """A node's agent could not answer; the message names the node and why."""
+
+    def __init__(self, node_name: str, reason: str) -> None:
+        super().__init__(f"agent on node {node_name!r} unavailable: {reason}")
+        self.node_name = node_name
+        self.reason = reason
+
+
+class SnapshotSource(Protocol):
+    """Fetches a node's latest agent snapshot."""
+
+    async def fetch(self, node_name: str) -> NodeSnapshot:
+        """The node's snapshot, or AgentUnavailableError."""
+        ...
+
+    def agent_address(self, node_name: str) -> str | None:
+        """Where the node's agent is expected (host:port), if discoverable."""
+        ...

@@ -1,0 +1,65 @@
+"""Limits on what one query, and the server as a whole, may ask for."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import GraphUserError
+
+# Shortest and longest subscription tick.
+MIN_INTERVAL_SECONDS = 0.5
+MAX_INTERVAL_SECONDS = 3600.0
+DEFAULT_MAX_SUBSCRIPTIONS = 200
+DEFAULT_INTERVAL_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaLimits:
+    """Per-query limits enforced at validation time, and the server-wide subscription cap."""
+
+    max_depth: int = 12
+    max_aliases: int = 30
+    max_tokens: int = 5000
+    max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+
+
+class SubscriptionLimitError(GraphUserError):
+    """The server already serves as many subscriptions as it allows."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"too many concurrent subscriptions: this server allows {limit}; try again later"
+        )
+
+
+class SubscriptionLimiter:
+    """Counts live subscriptions and refuses new ones above the cap."""
+
+    def __init__(self, limit: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
+        self.limit = limit
+        self.active = 0
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """One slot for the duration of the block; SubscriptionLimitError when full."""
+        # Check and increment with no await in between, so this is race-free
+        # on one event loop.
+        if self.active >= self.limit:
+            raise SubscriptionLimitError(self.limit)
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+def clamp_interval(seconds: float | None) -> float:
+    """A subscription tick length within [MIN_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS]."""
+    if seconds is None:
+        return DEFAULT_INTERVAL_SECONDS
+    if math.isnan(seconds):
+        raise GraphUserError("intervalSeconds must be a number")
+    return min(max(seconds, MIN_INTERVAL_SECONDS), MAX_INTERVAL_SECONDS)

@@ -1,0 +1,115 @@
+"""Per-request dataloaders: one agent call per node, and GPUs found by UUID."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from aiodataloader import DataLoader
+
+from node_resolver.models import NodeSnapshot
+
+from .errors import GraphUserError
+from .interfaces import AgentUnavailableError, SnapshotSource
+
+if TYPE_CHECKING:
+    from .context import GraphContext
+    from .types import Gpu
+
+logger = logging.getLogger(__name__)
+
+
+class SnapshotLoader(DataLoader[str, NodeSnapshot]):
+    """Batches snapshot reads into one concurrent ``fetch`` per distinct node."""
+
+    def __init__(self, source: SnapshotSource, gpu_nodes: dict[str, str]) -> None:
+        super().__init__()
+        self.source = source
+        self.gpu_nodes = gpu_nodes
+
+    async def batch_load_fn(  # type: ignore[override]
+        self, node_names: Sequence[str]
+    ) -> list[NodeSnapshot | Exception]:
+        """Fetch every requested node at once; one node's failure fails only that node."""
+        return list(await asyncio.gather(*(self._fetch(n) for n in node_names)))
+
+    async def _fetch(self, node_name: str) -> NodeSnapshot | Exception:
+        try:
+            snapshot = await self.source.fetch(node_name)
+        except AgentUnavailableError as exc:
+            return exc
+        except Exception as exc:
+            # The client learns which node failed; the details stay in the log.
+            logger.exception("fetching the snapshot of node %r failed", node_name)
+            return AgentUnavailableError(node_name, f"internal error ({type(exc).__name__})")
+        for gpu in snapshot.sample.gpus:
+            self.gpu_nodes[gpu.uuid] = node_name
+        return snapshot
+
+    async def load_all(self, node_names: Sequence[str]) -> list[NodeSnapshot | BaseException]:
+        """Several nodes in one batch; failures are returned, not raised."""
+        return list(
+            await asyncio.gather(*(self.load(n) for n in node_names), return_exceptions=True)
+        )
+
+
+class GpuNotFoundError(GraphUserError):
+    """A GPU UUID that no reachable agent reports, while some agents were unreachable."""
+
+    def __init__(self, uuid: str, unreachable: Sequence[str]) -> None:
+        names = ", ".join(sorted(unreachable))
+        super().__init__(
+            f"GPU {uuid!r} is not on any reachable node; agents unavailable on: {names}"
+        )
+
+
+class GpuLoader(DataLoader[str, "Gpu | None"]):
+    """Finds GPUs by UUID: asks the hinted nodes first, then every node in one batch."""
+
+    def __init__(self, context: GraphContext) -> None:
+        super().__init__()
+        self.context = context
+
+    async def batch_load_fn(  # type: ignore[override]
+        self, uuids: Sequence[str]
+    ) -> list[Gpu | Exception | None]:
+        """Resolve each UUID to its GPU, None when no node has it."""
+        ctx = self.context
+        found: dict[str, Gpu] = {}
+        failed: dict[str, Exception] = {}
+
+        async def search(node_names: Sequence[str]) -> None:
+            snapshots = await ctx.snapshots_of(list(node_names))
+            for name, result in zip(node_names, snapshots, strict=True):
+                if isinstance(result, Exception):
+                    failed[name] = result
+                    continue
+                if isinstance(result, BaseException):
+                    raise result
+                for gpu in ctx.state.views.gpus(name, result, ctx.cluster):
+                    found[gpu.uuid] = gpu
+
+        hints = ctx.state.gpu_nodes
+        hinted = {hints[u] for u in uuids if u in hints}
+        if hinted:
+            await search(sorted(hinted))
+        missing = [u for u in uuids if u not in found and hints.get(u) not in failed]
+        if missing:
+            rest = [n.name for n in ctx.cluster.nodes() if n.name not in hinted]
+            await search(rest)
+
+        results: list[Gpu | Exception | None] = []
+        for uuid in uuids:
+            gpu = found.get(uuid)
+            if gpu is not None:
+                results.append(gpu)
+            elif (node := hints.get(uuid)) is not None and node in failed:
+                # Its node is known and down: say so rather than "no such GPU".
+                results.append(failed[node])
+            elif failed:
+                results.append(GpuNotFoundError(uuid, list(failed)))
+            else:
+                results.append(None)
+        return results

@@ -1,0 +1,56 @@
+"""The Subscription root: live views that re-read the agents on every tick."""
+
+from __future__ import annotations
+
+from asyncio import sleep
+from collections.abc import AsyncGenerator
+
+import strawberry
+from strawberry.types import Info
+
+from .limits import clamp_interval
+from .query import gpus_of_nodes
+from .types import Gpu, Pod, context_of
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription(
+        description="Every tick, the GPUs of one node (or of every node). The interval is "
+        "at least 0.5 s."
+    )
+    async def gpu_updates(
+        self, info: Info, node_name: str | None = None, interval_seconds: float | None = 2.0
+    ) -> AsyncGenerator[list[Gpu], None]:
+        ctx = context_of(info)
+        interval = clamp_interval(interval_seconds)
+        with ctx.state.subscriptions.hold():
+            while True:
+                # Fresh loaders each tick; the snapshot source's TTL sharing
+                # keeps many subscribers of one node to about one call a tick.
+                ctx.new_tick()
+                if node_name is not None:
+                    names = [node_name] if ctx.cluster.node(node_name) is not None else []
+                else:
+                    names = [n.name for n in ctx.cluster.nodes()]
+                # A subscription's context may be shared by other operations on
+                # the same socket, so errors cannot be attributed to this tick:
+                # failing nodes are left out (Node.agent says why).
+                yield await gpus_of_nodes(ctx, info, names, report=False)
+                await sleep(interval)
+
+    @strawberry.subscription(
+        description="Every tick, the pod (null while it does not exist) with its GPU usage. "
+        "The interval is at least 0.5 s."
+    )
+    async def pod_gpu_usage(
+        self, info: Info, namespace: str, name: str, interval_seconds: float | None = 2.0
+    ) -> AsyncGenerator[Pod | None, None]:
+        ctx = context_of(info)
+        interval = clamp_interval(interval_seconds)
+        with ctx.state.subscriptions.hold():
+            while True:
+                ctx.new_tick()
+                record = ctx.cluster.pod(namespace, name)
+                yield None if record is None else Pod.from_record(record)
+                await sleep(interval)

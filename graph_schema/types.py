@@ -1,0 +1,342 @@
+"""The graph's object types: Node, Gpu, GpuProcess, Pod, Container and friends.
+
+Gpu and GpuProcess objects are built once per agent snapshot (see ``views``)
+and every field below them resolves synchronously from that snapshot or the
+Kubernetes cache. The only agent reads are the async fields that need a
+node's snapshot, and they go through the request's loader: one call per node.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import strawberry
+from strawberry.types import Info
+
+from .errors import GraphUserError
+from .records import ContainerRecord, NodeRecord, PodRecord
+from .scalars import JSON, Bytes
+
+if TYPE_CHECKING:
+    from .context import Cluster, GraphContext
+
+
+def context_of(info: Info) -> GraphContext:
+    """The request's GraphContext, bound to the schema's server-wide state."""
+    ctx = cast("GraphContext", info.context)
+    ctx.bind(info.schema)
+    return ctx
+
+
+def join_pod(cluster: Cluster, pod_uid: str | None, container_id: str | None) -> PodRecord | None:
+    """The cached pod a process belongs to: by pod UID, falling back to container ID."""
+    if pod_uid:
+        pod = cluster.pod_by_uid(pod_uid)
+        if pod is not None:
+            return pod
+    if container_id:
+        return cluster.pod_by_container_id(container_id)
+    return None
+
+
+def format_cuda_version(version: int | None) -> str | None:
+    """NVML's CUDA driver version (12040) as "12.4"."""
+    if version is None or version <= 0:
+        return None
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+class NodeSampleError(GraphUserError):
+    """The node's agent answered, but could not read its GPUs at all."""
+
+    def __init__(self, node_name: str, reason: str) -> None:
+        super().__init__(f"GPU sampling failed on node {node_name!r}: {reason}")
+
+
+@strawberry.type(description="How the node's agent answered this request.")
+class AgentStatus:
+    address: str | None = strawberry.field(description="Where the agent is expected.")
+    reachable: bool
+    error: str | None = strawberry.field(
+        description="Why the agent could not answer, or a node-wide sampling failure."
+    )
+    snapshot_age_seconds: float | None = strawberry.field(
+        description="How old the agent's sample was when it answered."
+    )
+
+
+@strawberry.federation.type(keys=["name"], description="A Kubernetes node.")
+class Node:
+    name: str
+    uid: str | None
+    internal_ip: str | None
+    labels: JSON | None
+    gpu_capacity: int | None = strawberry.field(description="The node's nvidia.com/gpu capacity.")
+    gpu_allocatable: int | None = strawberry.field(
+        description="The node's allocatable nvidia.com/gpu."
+    )
+
+    @classmethod
+    def from_record(cls, record: NodeRecord) -> Node:
+        """A Node over a cached node record."""
+        return cls(
+            name=record.name,
+            uid=record.uid,
+            internal_ip=record.internal_ip,
+            labels=JSON(record.labels),
+            gpu_capacity=record.gpu_capacity,
+            gpu_allocatable=record.gpu_allocatable,
+        )
+
+    @classmethod
+    def stub(cls, name: str) -> Node:
+        """A Node known only by name (its agent answered before the cache saw it)."""
+        return cls(
+            name=name,
+            uid=None,
+            internal_ip=None,
+            labels=None,
+            gpu_capacity=None,
+            gpu_allocatable=None,
+        )
+
+    @classmethod
+    def resolve_reference(cls, info: Info, name: str) -> Node | None:
+        """Federation entity lookup by name."""
+        record = context_of(info).cluster.node(name)
+        return None if record is None else cls.from_record(record)
+
+    @strawberry.field(description="The NVIDIA driver version the agent reports.")
+    async def driver_version(self, info: Info) -> str | None:
+        snapshot = await context_of(info).snapshot(self.name)
+        return snapshot.sample.driver_version
+
+    @strawberry.field(description='The CUDA version the driver supports, e.g. "12.4".')
+    async def cuda_driver_version(self, info: Info) -> str | None:
+        snapshot = await context_of(info).snapshot(self.name)
+        return format_cuda_version(snapshot.sample.cuda_driver_version)
+
+    @strawberry.field(description="Pods scheduled on this node.")
+    def pods(self, info: Info) -> list[Pod]:
+        records = context_of(info).cluster.pods(node_name=self.name)
+        return [Pod.from_record(r) for r in records]
+
+    @strawberry.field(description="The node's GPUs; null when its agent cannot answer.")
+    async def gpus(self, info: Info) -> list[Gpu] | None:
+        return await context_of(info).gpus(self.name)
+
+    @strawberry.field(description="How many GPUs the agent reports; null when it cannot answer.")
+    async def gpu_count(self, info: Info) -> int | None:
+        return len(await context_of(info).gpus(self.name))
+
+    @strawberry.field(description="The node's agent: where it is and whether it answered.")
+    async def agent(self, info: Info) -> AgentStatus:
+        ctx = context_of(info)
+        address = ctx.snapshots.agent_address(self.name)
+        try:
+            snapshot = await ctx.snapshot(self.name)
+        except Exception as exc:
+            return AgentStatus(
+                address=address, reachable=False, error=str(exc), snapshot_age_seconds=None
+            )
+        return AgentStatus(
+            address=address,
+            reachable=True,
+            error=snapshot.sample.error,
+            snapshot_age_seconds=snapshot.age_seconds,
+        )
+
+
+@strawberry.type(description="A MIG device (GPU instance + compute instance) of a GPU.")
+class MigDevice:
+    index: int
+    uuid: str
+    memory_total_bytes: Bytes | None
+    memory_used_bytes: Bytes | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+
+@strawberry.federation.type(keys=["uuid"], description="One physical GPU, as its agent saw it.")
+class Gpu:
+    uuid: str
+    index: int
+    name: str | None
+    memory_total_bytes: Bytes | None
+    memory_used_bytes: Bytes | None
+    utilization_gpu: int | None = strawberry.field(description="Percent of time a kernel ran.")
+    utilization_memory: int | None = strawberry.field(
+        description="Percent of time memory was read or written."
+    )
+    temperature_c: int | None
+    power_usage_watts: float | None
+    power_limit_watts: float | None
+    mig_enabled: bool | None
+    mig_devices: list[MigDevice]
+    error: str | None = strawberry.field(
+        description="Set when the GPU itself failed (e.g. GPU_IS_LOST); its metrics are then null."
+    )
+    field_errors: JSON = strawberry.field(
+        description="Why a metric is null, by field name, "
+        'e.g. {"powerUsageWatts": "NOT_SUPPORTED"}.'
+    )
+    processes: list[GpuProcess]
+    node_name: strawberry.Private[str]
+
+    @classmethod
+    async def resolve_reference(cls, info: Info, uuid: str) -> Gpu | None:
+        """Federation entity lookup by UUID."""
+        return await context_of(info).gpu(uuid)
+
+    @strawberry.field(description="The node this GPU is in.")
+    def node(self, info: Info) -> Node:
+        record = context_of(info).cluster.node(self.node_name)
+        return Node.stub(self.node_name) if record is None else Node.from_record(record)
+
+    @strawberry.field(description="Distinct pods with processes on this GPU.")
+    def pods(self) -> list[Pod]:
+        seen: dict[str, Pod] = {}
+        for process in self.processes:
+            pod = process.pod
+            if pod is not None and pod.uid not in seen:
+                seen[pod.uid] = pod
+        return list(seen.values())
+
+
+@strawberry.type(description="One host process using one GPU.")
+class GpuProcess:
+    pid: int = strawberry.field(description="The host PID.")
+    name: str | None
+    process_type: str = strawberry.field(name="type", description="COMPUTE, GRAPHICS or BOTH.")
+    used_memory_bytes: Bytes | None
+    sm_utilization: int | None
+    container_id: str | None
+    pod_uid: str | None
+    runtime: str | None = strawberry.field(description="containerd, cri-o, docker, podman.")
+    mig_device_uuid: str | None
+    cmdline: str | None = strawberry.field(description="Only when the agent exposes it.")
+    gpu: Gpu
+    pod: Pod | None = strawberry.field(
+        description="The pod it belongs to, joined on pod UID, falling back to container ID; "
+        "null when the pod is not in the cache (a host process, or a pod already gone)."
+    )
+
+    @strawberry.field(description="The pod's container it runs in.")
+    def container(self) -> Container | None:
+        if not self.container_id:
+            return None
+        pod = self.pod
+        if pod is None:
+            return None
+        for c in pod.record.containers:
+            if c.container_id == self.container_id:
+                return Container.from_record(c, pod)
+        return None
+
+    def belongs_to(self, pod_uid: str) -> bool:
+        """Whether this process was joined to the pod with this UID."""
+        pod = self.pod
+        return pod is not None and pod.uid == pod_uid
+
+
+@strawberry.federation.type(keys=["uid", "namespace name"], description="A Kubernetes pod.")
+class Pod:
+    uid: strawberry.ID
+    name: str
+    namespace: str
+    phase: str | None
+    node_name: str | None
+    pod_ip: str | None
+    labels: JSON
+    gpu_request: int | None = strawberry.field(description="The pod's nvidia.com/gpu limit.")
+    record: strawberry.Private[PodRecord]
+
+    @classmethod
+    def from_record(cls, record: PodRecord) -> Pod:
+        """A Pod over a cached pod record."""
+        return cls(
+            uid=strawberry.ID(record.uid),
+            name=record.name,
+            namespace=record.namespace,
+            phase=record.phase,
+            node_name=record.node_name,
+            pod_ip=record.pod_ip,
+            labels=JSON(record.labels),
+            gpu_request=record.gpu_request,
+            record=record,
+        )
+
+    @classmethod
+    def resolve_reference(
+        cls,
+        info: Info,
+        uid: strawberry.ID | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+    ) -> Pod | None:
+        """Federation entity lookup by uid, or by namespace and name."""
+        cluster = context_of(info).cluster
+        if uid is not None:
+            record = cluster.pod_by_uid(uid)
+        elif namespace is not None and name is not None:
+            record = cluster.pod(namespace, name)
+        else:
+            raise GraphUserError("a Pod reference needs uid, or namespace and name")
+        return None if record is None else cls.from_record(record)
+
+    @strawberry.field(description="The node it is scheduled on.")
+    def node(self, info: Info) -> Node | None:
+        if not self.node_name:
+            return None
+        record = context_of(info).cluster.node(self.node_name)
+        return None if record is None else Node.from_record(record)
+
+    @strawberry.field
+    def containers(self) -> list[Container]:
+        return [Container.from_record(c, self) for c in self.record.containers]
+
+    @strawberry.field(description="Its processes on its node's GPUs; null when the agent fails.")
+    async def gpu_processes(self, info: Info) -> list[GpuProcess] | None:
+        if not self.node_name:
+            return []
+        gpus = await context_of(info).gpus(self.node_name)
+        uid = self.uid
+        return [p for g in gpus for p in g.processes if p.belongs_to(uid)]
+
+    @strawberry.field(description="GPUs where it has processes; null when the agent fails.")
+    async def gpus(self, info: Info) -> list[Gpu] | None:
+        if not self.node_name:
+            return []
+        gpus = await context_of(info).gpus(self.node_name)
+        uid = self.uid
+        return [g for g in gpus if any(p.belongs_to(uid) for p in g.processes)]
+
+
+@strawberry.type(description="One container of a pod.")
+class Container:
+    container_id: str | None = strawberry.field(
+        name="id", description="The runtime's container ID, without its runtime:// prefix."
+    )
+    name: str
+    image: str | None
+    init: bool = strawberry.field(description="An init container.")
+    pod: Pod
+
+    @classmethod
+    def from_record(cls, record: ContainerRecord, pod: Pod) -> Container:
+        """A Container over a container record of ``pod``."""
+        return cls(
+            container_id=record.container_id,
+            name=record.name,
+            image=record.image,
+            init=record.init,
+            pod=pod,
+        )
+
+    @strawberry.field(description="Its processes on GPUs; null when the agent fails.")
+    async def gpu_processes(self, info: Info) -> list[GpuProcess] | None:
+        cid = self.container_id
+        if not cid or not self.pod.node_name:
+            return []
+        gpus = await context_of(info).gpus(self.pod.node_name)
+        return [p for g in gpus for p in g.processes if p.container_id == cid]

@@ -1,0 +1,142 @@
+"""Gpu and GpuProcess graph objects built from a node snapshot, once per snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strawberry.utils.str_converters import to_camel_case
+
+from node_resolver.models import GpuSample, NodeSnapshot
+
+from .interfaces import Cluster
+from .scalars import JSON
+from .types import Gpu, GpuProcess, MigDevice, Pod, join_pod
+
+
+class PodJoiner:
+    """Joins processes to cached pods, making one Pod object per pod record.
+
+    Pod objects from the node's previous build are reused while the cache
+    still holds the same record, so a new snapshot allocates only what changed.
+    """
+
+    def __init__(self, cluster: Cluster, previous: dict[str, Pod] | None = None) -> None:
+        self.cluster = cluster
+        self.previous = previous or {}
+        self.pods: dict[str, Pod] = {}
+
+    def pod(self, pod_uid: str | None, container_id: str | None) -> Pod | None:
+        """The Pod a process belongs to, or None when its pod is not cached."""
+        record = join_pod(self.cluster, pod_uid, container_id)
+        if record is None:
+            return None
+        uid = record.uid
+        pod = self.pods.get(uid)
+        if pod is None:
+            pod = self.previous.get(uid)
+            if pod is None or pod.record is not record:
+                pod = Pod.from_record(record)
+            self.pods[uid] = pod
+        return pod
+
+
+# Shared by every GPU without field errors; never mutated.
+_NO_FIELD_ERRORS = JSON({})
+
+
+def build_gpu(sample: GpuSample, node_name: str, joiner: PodJoiner) -> Gpu:
+    """One Gpu, with its processes joined to their pods, from a GPU sample."""
+    processes: list[GpuProcess] = []
+    gpu = Gpu(
+        uuid=sample.uuid,
+        index=sample.index,
+        name=sample.name,
+        memory_total_bytes=sample.memory_total_bytes,  # type: ignore[arg-type]
+        memory_used_bytes=sample.memory_used_bytes,  # type: ignore[arg-type]
+        utilization_gpu=sample.utilization_gpu,
+        utilization_memory=sample.utilization_memory,
+        temperature_c=sample.temperature_c,
+        power_usage_watts=sample.power_usage_watts,
+        power_limit_watts=sample.power_limit_watts,
+        mig_enabled=sample.mig_enabled,
+        mig_devices=[
+            MigDevice(
+                index=m.index,
+                uuid=m.uuid,
+                memory_total_bytes=m.memory_total_bytes,  # type: ignore[arg-type]
+                memory_used_bytes=m.memory_used_bytes,  # type: ignore[arg-type]
+                gpu_instance_id=m.gpu_instance_id,
+                compute_instance_id=m.compute_instance_id,
+            )
+            for m in sample.mig_devices
+        ],
+        error=sample.error or None,
+        field_errors=(
+            JSON({to_camel_case(k): v for k, v in sample.field_errors.items()})
+            if sample.field_errors
+            else _NO_FIELD_ERRORS
+        ),
+        processes=processes,
+        node_name=node_name,
+    )
+    for p in sample.processes:
+        ref = p.container
+        container_id = (ref.container_id or None) if ref else None
+        pod_uid = (ref.pod_uid or None) if ref else None
+        processes.append(
+            GpuProcess(
+                pid=p.pid,
+                name=p.name,
+                process_type=p.type.value,
+                used_memory_bytes=p.used_memory_bytes,  # type: ignore[arg-type]
+                sm_utilization=p.sm_utilization,
+                container_id=container_id,
+                pod_uid=pod_uid,
+                runtime=(ref.runtime or None) if ref else None,
+                mig_device_uuid=p.mig_device_uuid or None,
+                cmdline=p.cmdline,
+                gpu=gpu,
+                pod=joiner.pod(pod_uid, container_id),
+            )
+        )
+    return gpu
+
+
+def build_gpus(node_name: str, snapshot: NodeSnapshot, joiner: PodJoiner) -> list[Gpu]:
+    """Every GPU of a node's snapshot as graph objects, processes joined to pods."""
+    return [build_gpu(s, node_name, joiner) for s in snapshot.sample.gpus]
+
+
+@dataclass(slots=True)
+class _NodeViews:
+    snapshot: NodeSnapshot
+    gpus: list[Gpu]
+    pods: dict[str, Pod]
+
+
+class ViewCache:
+    """The graph objects of each node's latest snapshot, rebuilt only when it changes.
+
+    Snapshot sources share one snapshot object across concurrent requests
+    within their TTL, so keying on object identity builds each snapshot's
+    objects once however many queries read it. The objects hold nothing
+    request-specific; processes are joined to pods when the snapshot is
+    first read, so the join is as fresh as the snapshot itself.
+    """
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, _NodeViews] = {}
+
+    def gpus(self, node_name: str, snapshot: NodeSnapshot, cluster: Cluster) -> list[Gpu]:
+        """The Gpu objects of ``snapshot``, fetched from ``node_name``."""
+        cached = self._by_node.get(node_name)
+        if cached is not None and cached.snapshot is snapshot:
+            return cached.gpus
+        joiner = PodJoiner(cluster, cached.pods if cached is not None else None)
+        gpus = build_gpus(node_name, snapshot, joiner)
+        self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods)
+        return gpus
+
+    def forget(self, node_name: str) -> None:
+        """Drop a node's objects (e.g. when the node leaves the cluster)."""
+        self._by_node.pop(node_name, None)

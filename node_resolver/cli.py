@@ -1,0 +1,218 @@
+"""The agent's command line: ``gpugraph agent`` and ``python -m node_resolver``.
+
+The agent runs in the foreground, logs to stderr, and on SIGTERM or SIGINT
+stops serving (letting calls in flight finish), joins the sampling thread and
+exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Sequence
+
+from .fake_nvml import FakeGpuSource, FakeNvmlError
+from .gpu_source import GpuSource
+from .nvml import NvmlGpuSource, NvmlUnavailableError
+from .pids import RESOLVER_KINDS, PidResolver, build_resolver
+from .sampler import Sampler
+from .service import AgentServer, split_host_port
+
+log = logging.getLogger("node_resolver")
+
+DEFAULT_LISTEN = "0.0.0.0:50051"
+DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+DEFAULT_CONTAINERD_NAMESPACE = "k8s.io"
+# How long calls in flight may take to finish after SIGTERM.
+STOP_GRACE_SECONDS = 2.0
+
+
+def _listen_address(value: str) -> str:
+    try:
+        split_host_port(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _interval(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return seconds
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the agent's flags to ``parser``."""
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        metavar="NAME",
+        help="this node's Kubernetes name (default: env NODE_NAME)",
+    )
+    parser.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        type=_listen_address,
+        metavar="HOST:PORT",
+        help=f"gRPC address to serve on; port 0 picks a free one (default: {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--nvml-fake",
+        default=os.environ.get("GPUGRAPH_NVML_FAKE") or None,
+        metavar="PATH",
+        help="read GPUs from this JSON file instead of NVML (default: env GPUGRAPH_NVML_FAKE)",
+    )
+    parser.add_argument(
+        "--proc-root",
+        default="/proc",
+        metavar="DIR",
+        help="the host's /proc; use /host/proc when it is mounted there (default: /proc)",
+    )
+    parser.add_argument(
+        "--pid-resolver",
+        default="auto",
+        choices=RESOLVER_KINDS,
+        help="how host PIDs are mapped to containers (default: auto)",
+    )
+    parser.add_argument(
+        "--containerd-socket",
+        default=DEFAULT_CONTAINERD_SOCKET,
+        metavar="PATH",
+        help=f"containerd's socket (default: {DEFAULT_CONTAINERD_SOCKET})",
+    )
+    parser.add_argument(
+        "--containerd-namespace",
+        default=DEFAULT_CONTAINERD_NAMESPACE,
+        metavar="NS",
+        help="containerd namespace of Kubernetes containers "
+        f"(default: {DEFAULT_CONTAINERD_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--interval",
+        default=1.0,
+        type=_interval,
+        metavar="SECONDS",
+        help="seconds between GPU scans (default: 1)",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="require 'authorization: Bearer <token>' on every call, token read from PATH",
+    )
+    parser.add_argument(
+        "--expose-cmdline",
+        action="store_true",
+        help="send each process's full command line (it can carry secrets)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="log verbosity (default: INFO)",
+    )
+
+
+def build_source(args: argparse.Namespace) -> GpuSource:
+    """The GPU source the flags ask for: the fake file, or NVML."""
+    if args.nvml_fake:
+        return FakeGpuSource(args.nvml_fake)
+    # NVML keeps a rolling buffer of per-process samples; look back two scans.
+    return NvmlGpuSource(utilization_window=max(1.0, 2 * args.interval))
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    """Run the agent until SIGTERM or SIGINT; returns the exit status."""
+    logging.basicConfig(
+        level=getattr(logging, args.log_level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.node_name:
+        log.error("no node name: pass --node-name or set NODE_NAME")
+        return 2
+    token = None
+    if args.token_file:
+        from .auth import read_token_file
+
+        try:
+            token = read_token_file(args.token_file)
+        except ValueError as exc:
+            log.error("%s", exc)
+            return 2
+    try:
+        source = build_source(args)
+    except (NvmlUnavailableError, FakeNvmlError) as exc:
+        log.error("%s", exc)
+        return 1
+    resolver = build_resolver(
+        args.pid_resolver,
+        proc_root=args.proc_root,
+        containerd_socket=args.containerd_socket,
+        containerd_namespace=args.containerd_namespace,
+        expose_cmdline=args.expose_cmdline,
+    )
+    sampler = Sampler(
+        source,
+        resolver,
+        node_name=args.node_name,
+        interval=args.interval,
+        expose_cmdline=args.expose_cmdline,
+    )
+    try:
+        return asyncio.run(_serve(sampler, args.listen, token))
+    finally:
+        sampler.stop()
+        source.close()
+        _close(resolver)
+
+
+async def _serve(sampler: Sampler, listen: str, token: str | None) -> int:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    server = AgentServer(sampler, token=token)
+    try:
+        address = await server.start(listen)
+    except OSError as exc:
+        log.error("%s", exc)
+        return 1
+    sampler.start()
+    log.info(
+        "agent listening on %s (node %s, scanning every %gs%s)",
+        address,
+        sampler.node_name,
+        sampler.interval,
+        ", token required" if token else "",
+    )
+    await stopping.wait()
+    log.info("stopping")
+    await server.stop(STOP_GRACE_SECONDS)
+    # Join the sampler here, before the loop closes, so a scan in progress finishes cleanly.
+    await asyncio.to_thread(sampler.stop)
+    log.info("agent stopped after %d scans and %d calls", sampler.scans, server.calls_served)
+    return 0
+
+
+def _close(resolver: PidResolver) -> None:
+    close = getattr(resolver, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the agent."""
+    parser = argparse.ArgumentParser(
+        prog="python -m node_resolver",
+        description="gpugraph node agent: this node's GPUs and their processes, over gRPC",
+    )
+    add_agent_arguments(parser)
+    return run_agent(parser.parse_args(argv))

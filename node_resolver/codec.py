@@ -1,0 +1,160 @@
+"""Conversion between the domain records and the agent's protobuf messages.
+
+Proto3 ``optional`` fields carry "not available": an unset field decodes to
+None, never to zero. ``snapshot_from_proto`` runs on the server for every
+node in a query; it sticks to plain attribute reads and ``HasField``, which
+measured about twice as fast as building a dict from ``ListFields``.
+"""
+
+from __future__ import annotations
+
+from .generated import agent_pb2
+from .models import (
+    ContainerRef,
+    GpuProcess,
+    GpuSample,
+    MigDevice,
+    NodeSample,
+    NodeSnapshot,
+    ProcessType,
+)
+
+_TYPE_TO_PROTO = {
+    ProcessType.COMPUTE: agent_pb2.PROCESS_TYPE_COMPUTE,
+    ProcessType.GRAPHICS: agent_pb2.PROCESS_TYPE_GRAPHICS,
+    ProcessType.BOTH: agent_pb2.PROCESS_TYPE_BOTH,
+}
+# An unspecified type (an older or newer agent) reads as compute, NVML's common case.
+_TYPE_FROM_PROTO = {value: kind for kind, value in _TYPE_TO_PROTO.items()} | {
+    agent_pb2.PROCESS_TYPE_UNSPECIFIED: ProcessType.COMPUTE
+}
+
+
+def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapshot:
+    """Encode a snapshot; ``age_seconds`` is how old it is at ``now`` (Unix seconds)."""
+    sample = snapshot.sample
+    return agent_pb2.Snapshot(
+        node_name=snapshot.node_name,
+        driver_version=sample.driver_version,
+        cuda_driver_version=sample.cuda_driver_version,
+        gpus=[_gpu_to_proto(gpu) for gpu in sample.gpus],
+        sampled_at=snapshot.sampled_at,
+        age_seconds=max(0.0, now - snapshot.sampled_at),
+        error=sample.error or "",
+    )
+
+
+def _gpu_to_proto(gpu: GpuSample) -> agent_pb2.Gpu:
+    # Passing None for an optional field leaves it unset.
+    return agent_pb2.Gpu(
+        index=gpu.index,
+        uuid=gpu.uuid,
+        name=gpu.name,
+        memory_total_bytes=gpu.memory_total_bytes,
+        memory_used_bytes=gpu.memory_used_bytes,
+        utilization_gpu=gpu.utilization_gpu,
+        utilization_memory=gpu.utilization_memory,
+        temperature_c=gpu.temperature_c,
+        power_usage_watts=gpu.power_usage_watts,
+        power_limit_watts=gpu.power_limit_watts,
+        mig_enabled=gpu.mig_enabled,
+        mig_devices=[
+            agent_pb2.MigDevice(
+                index=d.index,
+                uuid=d.uuid,
+                memory_total_bytes=d.memory_total_bytes,
+                memory_used_bytes=d.memory_used_bytes,
+                gpu_instance_id=d.gpu_instance_id,
+                compute_instance_id=d.compute_instance_id,
+            )
+            for d in gpu.mig_devices
+        ],
+        processes=[_process_to_proto(p) for p in gpu.processes],
+        error=gpu.error or "",
+        field_errors=gpu.field_errors,
+    )
+
+
+def _process_to_proto(process: GpuProcess) -> agent_pb2.Process:
+    container = process.container
+    return agent_pb2.Process(
+        pid=process.pid,
+        name=process.name,
+        type=_TYPE_TO_PROTO[process.type],
+        used_memory_bytes=process.used_memory_bytes,
+        sm_utilization=process.sm_utilization,
+        container_id=container.container_id if container else "",
+        pod_uid=(container.pod_uid or "") if container else "",
+        runtime=container.runtime if container else "",
+        mig_device_uuid=process.mig_device_uuid or "",
+        cmdline=process.cmdline,
+    )
+
+
+def snapshot_from_proto(pb: agent_pb2.Snapshot) -> NodeSnapshot:
+    """Decode a snapshot as the server receives it."""
+    has = pb.HasField
+    sample = NodeSample(
+        driver_version=pb.driver_version if has("driver_version") else None,
+        cuda_driver_version=pb.cuda_driver_version if has("cuda_driver_version") else None,
+        gpus=[_gpu_from_proto(gpu) for gpu in pb.gpus],
+        error=pb.error or None,
+    )
+    return NodeSnapshot(
+        node_name=pb.node_name,
+        sample=sample,
+        sampled_at=pb.sampled_at,
+        age_seconds=pb.age_seconds,
+    )
+
+
+def _gpu_from_proto(pb: agent_pb2.Gpu) -> GpuSample:
+    has = pb.HasField
+    return GpuSample(
+        index=pb.index,
+        uuid=pb.uuid,
+        name=pb.name if has("name") else None,
+        memory_total_bytes=pb.memory_total_bytes if has("memory_total_bytes") else None,
+        memory_used_bytes=pb.memory_used_bytes if has("memory_used_bytes") else None,
+        utilization_gpu=pb.utilization_gpu if has("utilization_gpu") else None,
+        utilization_memory=pb.utilization_memory if has("utilization_memory") else None,
+        temperature_c=pb.temperature_c if has("temperature_c") else None,
+        power_usage_watts=pb.power_usage_watts if has("power_usage_watts") else None,
+        power_limit_watts=pb.power_limit_watts if has("power_limit_watts") else None,
+        mig_enabled=pb.mig_enabled if has("mig_enabled") else None,
+        mig_devices=[_mig_from_proto(d) for d in pb.mig_devices],
+        processes=[_process_from_proto(p) for p in pb.processes],
+        error=pb.error or None,
+        field_errors=dict(pb.field_errors),
+    )
+
+
+def _mig_from_proto(pb: agent_pb2.MigDevice) -> MigDevice:
+    has = pb.HasField
+    return MigDevice(
+        index=pb.index,
+        uuid=pb.uuid,
+        memory_total_bytes=pb.memory_total_bytes if has("memory_total_bytes") else None,
+        memory_used_bytes=pb.memory_used_bytes if has("memory_used_bytes") else None,
+        gpu_instance_id=pb.gpu_instance_id if has("gpu_instance_id") else None,
+        compute_instance_id=pb.compute_instance_id if has("compute_instance_id") else None,
+    )
+
+
+def _process_from_proto(pb: agent_pb2.Process) -> GpuProcess:
+    has = pb.HasField
+    container_id = pb.container_id
+    return GpuProcess(
+        pid=pb.pid,
+        type=_TYPE_FROM_PROTO.get(pb.type, ProcessType.COMPUTE),
+        used_memory_bytes=pb.used_memory_bytes if has("used_memory_bytes") else None,
+        sm_utilization=pb.sm_utilization if has("sm_utilization") else None,
+        mig_device_uuid=pb.mig_device_uuid or None,
+        name=pb.name if has("name") else None,
+        cmdline=pb.cmdline if has("cmdline") else None,
+        container=(
+            ContainerRef(container_id=container_id, runtime=pb.runtime, pod_uid=pb.pod_uid or None)
+            if container_id
+            else None
+        ),
+    )

@@ -1,0 +1,331 @@
+"""The real GPU source: NVML through the ``pynvml`` module of nvidia-ml-py.
+
+Errors stay as local as NVML lets them: a failing field (NOT_SUPPORTED,
+NO_PERMISSION, ...) is reported on that field, a failing GPU (GPU_IS_LOST, ...)
+on that GPU, and the rest of the node still answers. Only a missing or
+unusable NVML library at startup is fatal.
+
+``pynvml`` is imported lazily, and a module object with the same functions
+can be passed in instead; tests use that to drive this exact code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
+
+T = TypeVar("T")
+
+# NVML's "value not available" for unsigned 64-bit fields; pynvml maps it to
+# None for process memory, but older releases and other paths pass it through.
+NVML_VALUE_NOT_AVAILABLE = 2**64 - 1
+
+# Errors after which nothing else on the GPU can be trusted; any other error
+# on a field only costs that field.
+GPU_FATAL_ERRORS = frozenset(
+    {
+        "GPU_IS_LOST",
+        "RESET_REQUIRED",
+        "UNINITIALIZED",
+        "DRIVER_NOT_LOADED",
+        "LIB_RM_VERSION_MISMATCH",
+    }
+)
+
+MISSING_LIBRARY_HINT = (
+    "the NVML library libnvidia-ml.so.1 was not found. In Kubernetes this usually means the "
+    "agent pod was started without the NVIDIA container runtime (set runtimeClassName: nvidia "
+    "or make it the default runtime) or without the environment that makes the runtime mount "
+    "the driver: NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (or =all). "
+    "Use --nvml-fake PATH to run without a GPU."
+)
+
+
+class NvmlUnavailableError(RuntimeError):
+    """NVML could not be started, so the agent cannot read the GPUs; the message says why."""
+
+
+class _GpuFailedError(Exception):
+    """Internal: an error that takes the whole GPU down, carrying the NVML error name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def load_pynvml() -> Any:
+    """Import nvidia-ml-py's ``pynvml`` module, or raise NvmlUnavailableError."""
+    try:
+        import pynvml  # type: ignore[import-untyped,unused-ignore]
+    except ImportError as exc:
+        raise NvmlUnavailableError(
+            "the Python package nvidia-ml-py (module pynvml) is not installed"
+        ) from exc
+    return pynvml
+
+
+class NvmlGpuSource:
+    """Reads every GPU on the node through NVML."""
+
+    def __init__(
+        self,
+        nvml: Any | None = None,
+        *,
+        utilization_window: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._nvml = nvml if nvml is not None else load_pynvml()
+        self._error_names = {
+            getattr(self._nvml, attr): attr.removeprefix("NVML_ERROR_")
+            for attr in dir(self._nvml)
+            if attr.startswith("NVML_ERROR_") and isinstance(getattr(self._nvml, attr), int)
+        }
+        self._window = utilization_window
+        self._clock = clock
+        self._closed = False
+        # UUID and name per index from the last good read, so a GPU that is
+        # lost later is still reported under its identity.
+        self._identity: dict[int, tuple[str, str | None]] = {}
+        try:
+            self._nvml.nvmlInit()
+        except self._nvml.NVMLError as exc:
+            raise NvmlUnavailableError(self._init_failure(exc)) from exc
+        self.driver_version = self._node_value(self._nvml.nvmlSystemGetDriverVersion, _text)
+        self.cuda_driver_version = self._node_value(self._nvml.nvmlSystemGetCudaDriverVersion, int)
+
+    def _init_failure(self, exc: Exception) -> str:
+        name = self.error_name(exc)
+        if name == "LIBRARY_NOT_FOUND":
+            return f"cannot start NVML: {MISSING_LIBRARY_HINT}"
+        if name == "DRIVER_NOT_LOADED":
+            return "cannot start NVML: the NVIDIA kernel driver is not loaded on this node"
+        if name == "NO_PERMISSION":
+            return "cannot start NVML: no permission to open the NVIDIA device files"
+        return f"cannot start NVML: {name} ({exc})"
+
+    def _node_value(self, read: Callable[[], Any], convert: Callable[[Any], T]) -> T | None:
+        try:
+            return convert(read())
+        except self._nvml.NVMLError:
+            return None
+
+    def error_name(self, exc: Exception) -> str:
+        """NVML's name for an NVMLError, e.g. "GPU_IS_LOST"."""
+        value = getattr(exc, "value", None)
+        name = self._error_names.get(value) if isinstance(value, int) else None
+        return name or f"NVML_ERROR_{value}"
+
+    def sample(self) -> NodeSample:
+        """Scan every GPU once."""
+        nvml = self._nvml
+        node = NodeSample(
+            driver_version=self.driver_version, cuda_driver_version=self.cuda_driver_version
+        )
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as exc:
+            node.error = self.error_name(exc)
+            return node
+        node.gpus = [self._sample_gpu(index) for index in range(count)]
+        return node
+
+    def close(self) -> None:
+        """Shut NVML down; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(self._nvml.NVMLError):
+            self._nvml.nvmlShutdown()
+
+    # -- one GPU ---------------------------------------------------------------
+
+    def _sample_gpu(self, index: int) -> GpuSample:
+        nvml = self._nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        except nvml.NVMLError as exc:
+            return self._failed(index, self.error_name(exc))
+        gpu = GpuSample(index=index, uuid=uuid)
+        try:
+            self._fill(gpu, handle)
+        except _GpuFailedError as failure:
+            return self._failed(index, failure.name, uuid=uuid)
+        self._identity[index] = (uuid, gpu.name)
+        return gpu
+
+    def _failed(self, index: int, error: str, *, uuid: str | None = None) -> GpuSample:
+        known_uuid, known_name = self._identity.get(index, ("", None))
+        return GpuSample(index=index, uuid=uuid or known_uuid, name=known_name, error=error)
+
+    def _read(
+        self, gpu: GpuSample, fields: tuple[str, ...], read: Callable[..., T], *args: Any
+    ) -> T | None:
+        """Call ``read(*args)``; on a field-level NVML error mark ``fields`` failed, return None."""
+        try:
+            return read(*args)
+        except self._nvml.NVMLError as exc:
+            name = self.error_name(exc)
+            if name in GPU_FATAL_ERRORS:
+                raise _GpuFailedError(name) from exc
+            for field_name in fields:
+                gpu.field_errors[field_name] = name
+            return None
+
+    def _fill(self, gpu: GpuSample, handle: Any) -> None:
+        nvml = self._nvml
+        gpu.name = self._read(gpu, ("name",), lambda: _text(nvml.nvmlDeviceGetName(handle)))
+        memory = self._read(
+            gpu,
+            ("memory_total_bytes", "memory_used_bytes"),
+            lambda: nvml.nvmlDeviceGetMemoryInfo(handle),
+        )
+        if memory is not None:
+            gpu.memory_total_bytes = _u64(memory.total)
+            gpu.memory_used_bytes = _u64(memory.used)
+        rates = self._read(
+            gpu,
+            ("utilization_gpu", "utilization_memory"),
+            lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
+        )
+        if rates is not None:
+            gpu.utilization_gpu = int(rates.gpu)
+            gpu.utilization_memory = int(rates.memory)
+        gpu.temperature_c = self._read(
+            gpu,
+            ("temperature_c",),
+            lambda: int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+        )
+        # NVML reports power in milliwatts.
+        gpu.power_usage_watts = self._read(
+            gpu, ("power_usage_watts",), lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        )
+        gpu.power_limit_watts = self._read(
+            gpu,
+            ("power_limit_watts",),
+            lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,
+        )
+        mode = self._read(gpu, ("mig_enabled",), lambda: nvml.nvmlDeviceGetMigMode(handle))
+        gpu.mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        if gpu.mig_enabled:
+            self._fill_mig(gpu, handle)
+        else:
+            gpu.processes = self._processes(gpu, handle, mig_device_uuid=None)
+        sm = self._sm_utilization(gpu, handle)
+        for process in gpu.processes:
+            process.sm_utilization = sm.get(process.pid)
+
+    def _fill_mig(self, gpu: GpuSample, handle: Any) -> None:
+        nvml = self._nvml
+        count = self._read(
+            gpu, ("mig_devices",), lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+        )
+        for slot in range(count or 0):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError as exc:
+                name = self.error_name(exc)
+                if name == "NOT_FOUND":  # an empty slot
+                    continue
+                if name in GPU_FATAL_ERRORS:
+                    raise _GpuFailedError(name) from exc
+                gpu.field_errors["mig_devices"] = name
+                continue
+            uuid = self._read(gpu, ("mig_devices",), nvml.nvmlDeviceGetUUID, mig)
+            if uuid is None:
+                continue
+            device = MigDevice(index=slot, uuid=_text(uuid))
+            memory = self._read(gpu, ("mig_devices.memory",), nvml.nvmlDeviceGetMemoryInfo, mig)
+            if memory is not None:
+                device.memory_total_bytes = _u64(memory.total)
+                device.memory_used_bytes = _u64(memory.used)
+            device.gpu_instance_id = _int(
+                self._read(
+                    gpu, ("mig_devices.gpu_instance_id",), nvml.nvmlDeviceGetGpuInstanceId, mig
+                )
+            )
+            device.compute_instance_id = _int(
+                self._read(
+                    gpu,
+                    ("mig_devices.compute_instance_id",),
+                    nvml.nvmlDeviceGetComputeInstanceId,
+                    mig,
+                )
+            )
+            gpu.mig_devices.append(device)
+            gpu.processes.extend(self._processes(gpu, mig, mig_device_uuid=device.uuid))
+
+    def _processes(
+        self, gpu: GpuSample, handle: Any, *, mig_device_uuid: str | None
+    ) -> list[GpuProcess]:
+        nvml = self._nvml
+        merged: dict[int, GpuProcess] = {}
+        lists = (
+            (ProcessType.COMPUTE, nvml.nvmlDeviceGetComputeRunningProcesses),
+            (ProcessType.GRAPHICS, nvml.nvmlDeviceGetGraphicsRunningProcesses),
+        )
+        for kind, read in lists:
+            infos = self._read(gpu, ("processes",), read, handle)
+            for info in infos or ():
+                pid = int(info.pid)
+                memory = _u64(info.usedGpuMemory)
+                process = merged.get(pid)
+                if process is None:
+                    merged[pid] = GpuProcess(
+                        pid=pid,
+                        type=kind,
+                        used_memory_bytes=memory,
+                        mig_device_uuid=mig_device_uuid,
+                    )
+                    continue
+                if process.type is not kind:
+                    process.type = ProcessType.BOTH
+                # Both lists report the process's memory on this device; keep what is known.
+                if memory is not None:
+                    process.used_memory_bytes = max(process.used_memory_bytes or 0, memory)
+        return list(merged.values())
+
+    def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:
+        """Latest SM utilization per PID from NVML samples newer than the window."""
+        nvml = self._nvml
+        # NVML returns only samples taken after this CPU timestamp (microseconds).
+        since = max(0, int((self._clock() - self._window) * 1_000_000))
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
+        except nvml.NVMLError as exc:
+            name = self.error_name(exc)
+            if name == "NOT_FOUND":  # an idle GPU: no samples in the window
+                return {}
+            if name in GPU_FATAL_ERRORS:
+                raise _GpuFailedError(name) from exc
+            if gpu.processes:
+                gpu.field_errors["processes.sm_utilization"] = name
+            return {}
+        latest: dict[int, tuple[int, int]] = {}
+        for entry in samples:
+            sm = int(entry.smUtil)
+            if sm > 100:  # a "not available" sentinel, not a percentage
+                continue
+            pid, stamp = int(entry.pid), int(entry.timeStamp)
+            seen = latest.get(pid)
+            if seen is None or stamp >= seen[0]:
+                latest[pid] = (stamp, sm)
+        return {pid: sm for pid, (_, sm) in latest.items()}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _u64(value: Any) -> int | None:
+    if value is None or value == NVML_VALUE_NOT_AVAILABLE:
+        return None
+    return int(value)

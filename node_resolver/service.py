@@ -1,0 +1,142 @@
+"""The agent's gRPC server: NodeAgent, the standard health service and reflection.
+
+Every GetSnapshot call is answered from the sampler's latest snapshot, which
+is encoded once per scan; a call only copies it and stamps its age.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from .auth import BearerTokenInterceptor
+from .codec import snapshot_to_proto
+from .generated import agent_pb2, agent_pb2_grpc
+from .models import NodeSnapshot
+from .sampler import Sampler
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
+    """Answers GetSnapshot from the sampler without touching NVML."""
+
+    def __init__(self, sampler: Sampler, *, clock: Callable[[], float] = time.time) -> None:
+        self._sampler = sampler
+        self._clock = clock
+        self._encoded: tuple[NodeSnapshot, agent_pb2.Snapshot] | None = None
+        # Calls answered so far; tests and benchmarks read it.
+        self.calls_served = 0
+
+    def _encode(self, snapshot: NodeSnapshot) -> agent_pb2.Snapshot:
+        cached = self._encoded
+        if cached is None or cached[0] is not snapshot:
+            cached = (snapshot, snapshot_to_proto(snapshot, now=snapshot.sampled_at))
+            self._encoded = cached
+        return cached[1]
+
+    async def GetSnapshot(
+        self, request: agent_pb2.GetSnapshotRequest, context: aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.Snapshot:
+        """The latest snapshot, with its age at the time of the reply."""
+        snapshot = self._sampler.latest()
+        if snapshot is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "no GPU sample taken yet")
+            raise AssertionError("unreachable: abort raises")
+        reply = agent_pb2.Snapshot()
+        reply.CopyFrom(self._encode(snapshot))
+        reply.age_seconds = max(0.0, self._clock() - snapshot.sampled_at)
+        self.calls_served += 1
+        return reply
+
+
+class AgentServer:
+    """A running (or runnable) agent gRPC server over one sampler."""
+
+    def __init__(self, sampler: Sampler, *, token: str | None = None) -> None:
+        self.sampler = sampler
+        self.servicer = NodeAgentServicer(sampler)
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        interceptors = [BearerTokenInterceptor(token)] if token else []
+        # gRPC sets SO_REUSEPORT by default, which would let a second agent bind the same
+        # port and silently take half the calls; a port in use must be an error instead.
+        self._server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+        agent_pb2_grpc.add_NodeAgentServicer_to_server(self.servicer, self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+        )
+        self._ready_task: asyncio.Task[None] | None = None
+        self.address: str | None = None
+        # True while health reports SERVING.
+        self.serving = False
+
+    @property
+    def calls_served(self) -> int:
+        """GetSnapshot calls answered so far."""
+        return self.servicer.calls_served
+
+    async def start(self, listen: str) -> str:
+        """Bind ``listen`` (HOST:PORT, port 0 picks one) and serve; returns the bound address."""
+        host, _ = split_host_port(listen)
+        try:
+            port = self._server.add_insecure_port(listen)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {listen}: {exc}") from exc
+        if port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, NOT_SERVING)
+        await self._server.start()
+        self.address = join_host_port(host, port)
+        self._ready_task = asyncio.create_task(self._serving_when_ready())
+        return self.address
+
+    async def _serving_when_ready(self) -> None:
+        # Health turns SERVING once there is a snapshot to serve.
+        while not self.sampler.ready:
+            await asyncio.sleep(0.02)
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, SERVING)
+        self.serving = True
+
+    async def stop(self, grace: float | None = 2.0) -> None:
+        """Report NOT_SERVING, let calls in flight finish for ``grace`` seconds, then stop."""
+        if self._ready_task is not None:
+            self._ready_task.cancel()
+        self.serving = False
+        await self.health.enter_graceful_shutdown()
+        await self._server.stop(grace)
+
+    async def wait_for_termination(self) -> None:
+        """Return when the server has stopped."""
+        await self._server.wait_for_termination()
+
+
+def split_host_port(listen: str) -> tuple[str, int]:
+    """Split "HOST:PORT" (IPv6 as "[::1]:PORT"); ValueError on anything else."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT, got {listen!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets, e.g. [::]:50051, got {listen!r}")
+    return host, int(port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    """The inverse of split_host_port."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,427 @@
+"""Fixtures for server tests: agents on loopback node IPs, and the app under real uvicorn.
+
+Each fake node is a real agent (sampler + gRPC server) on its own loopback
+address (127.0.0.2, 127.0.0.3, ...), reading a fake NVML file and a small
+/proc tree whose cgroup files carry kubelet-style paths, so that its
+processes map to pods the stub API server serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+
+from api.kube.objects import container_id_for
+from api.settings import Settings
+from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.pids import CgroupResolver
+from node_resolver.sampler import Sampler
+from node_resolver.service import AgentServer
+
+from .proctree import remove_process, write_process
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def kubelet_cgroup(pod_uid: str, container_id: str, qos: str = "burstable") -> str:
+    """A cgroup v2 file as kubelet's systemd driver + containerd lay it out for a container."""
+    bare = container_id.split("://", 1)[-1]
+    uid = pod_uid.replace("-", "_")
+    return (
+        f"0::/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/"
+        f"cri-containerd-{bare}.scope\n"
+    )
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process on a fake node; ``pod_uid`` None makes it a host process."""
+
+    pid: int
+    comm: str
+    pod_uid: str | None = None
+    container: str = "main"
+    start_time: int = 5000
+
+    def cgroup(self) -> str:
+        """The process's /proc/<pid>/cgroup text."""
+        if self.pod_uid is None:
+            return "0::/system.slice/sshd.service\n"
+        return kubelet_cgroup(self.pod_uid, container_id_for(self.pod_uid, self.container))
+
+
+@dataclass
+class Gpu:
+    """One fake GPU and the (pid, used bytes) of the processes on it."""
+
+    index: int
+    uuid: str
+    name: str = "NVIDIA H200"
+    utilization: int = 50
+    memory_total: int = 141 * GIB
+    processes: list[tuple[int, int]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fake NVML file's entry for this GPU."""
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": self.name,
+            "memoryTotalBytes": self.memory_total,
+            "memoryUsedBytes": sum(used for _, used in self.processes),
+            "utilizationGpu": self.utilization,
+            "utilizationMemory": 10,
+            "temperatureC": 40,
+            "powerUsageWatts": 300.0,
+            "powerLimitWatts": 700.0,
+            "migEnabled": False,
+            "processes": [
+                {"pid": pid, "usedMemoryBytes": used, "type": "COMPUTE"}
+                for pid, used in self.processes
+            ],
+        }
+
+
+class AgentNode:
+    """A real agent for one fake node, listening on ``ip`` (a loopback address)."""
+
+    def __init__(
+        self,
+        name: str,
+        ip: str,
+        workdir: Path,
+        *,
+        gpus: Sequence[Gpu] = (),
+        procs: Sequence[Proc] = (),
+        token: str | None = None,
+        interval: float = 0.1,
+    ) -> None:
+        self.name = name
+        self.ip = ip
+        self.token = token
+        self.interval = interval
+        self.dir = workdir / name
+        self.proc_root = self.dir / "proc"
+        self.proc_root.mkdir(parents=True, exist_ok=True)
+        self.nvml_path = self.dir / "nvml.json"
+        self.port = 0
+        self.gpus = list(gpus)
+        self._server: AgentServer | None = None
+        self._sampler: Sampler | None = None
+        self._calls_before_restart = 0
+        for proc in procs:
+            self.add_proc(proc)
+        self.write_gpus()
+
+    @property
+    def address(self) -> str:
+        """``ip:port`` once started."""
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def calls(self) -> int:
+        """GetSnapshot calls this node's agent has answered, across restarts."""
+        served = self._server.calls_served if self._server is not None else 0
+        return self._calls_before_restart + served
+
+    def add_proc(self, proc: Proc) -> None:
+        """Make ``proc`` exist in the node's /proc tree."""
+        write_process(
+            self.proc_root,
+            proc.pid,
+            comm=proc.comm,
+            start_time=proc.start_time,
+            cgroup=proc.cgroup(),
+            cmdline=(proc.comm, "--train"),
+        )
+
+    def remove_proc(self, pid: int) -> None:
+        """Make ``pid`` exit."""
+        remove_process(self.proc_root, pid)
+
+    def write_gpus(self, gpus: Sequence[Gpu] | None = None) -> None:
+        """(Re)write the fake NVML file; the agent picks changes up on its next scan."""
+        if gpus is not None:
+            self.gpus = list(gpus)
+        write_fake_nvml(
+            self.nvml_path,
+            {
+                "driverVersion": "550.90.07",
+                "cudaDriverVersion": 12040,
+                "gpus": [gpu.to_json() for gpu in self.gpus],
+            },
+        )
+
+    async def start(self) -> None:
+        """Start sampling and serving; a restart reuses the first start's port."""
+        sampler = Sampler(
+            FakeGpuSource(self.nvml_path),
+            CgroupResolver(proc_root=str(self.proc_root)),
+            node_name=self.name,
+            interval=self.interval,
+        )
+        sampler.start()
+        if not await asyncio.to_thread(sampler.wait_ready, 10.0):
+            sampler.stop()
+            raise RuntimeError(f"agent for {self.name} took no first sample")
+        server = AgentServer(sampler, token=self.token)
+        address = await server.start(f"{self.ip}:{self.port}")
+        self.port = int(address.rsplit(":", 1)[1])
+        self._sampler, self._server = sampler, server
+
+    async def stop(self) -> None:
+        """Stop at once, like a killed process: connections drop, the port refuses."""
+        if self._server is not None:
+            self._calls_before_restart += self._server.calls_served
+            await self._server.stop(grace=None)
+            self._server = None
+        if self._sampler is not None:
+            await asyncio.to_thread(self._sampler.stop, 5.0)
+            self._sampler = None
+
+
+def node_ips(count: int) -> list[str]:
+    """Loopback addresses to use as node InternalIPs: 127.0.0.2, 127.0.0.3, ..."""
+    return [f"127.0.0.{i + 2}" for i in range(count)]
+
+
+class _InProcessServer(uvicorn.Server):
+    """uvicorn without its signal handlers, which belong to the test runner."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class RunningServer:
+    """The app served by real uvicorn on a loopback port."""
+
+    url: str
+    app: Starlette
+    server: uvicorn.Server
+
+    @property
+    def ws_url(self) -> str:
+        """The GraphQL WebSocket URL."""
+        return self.url.replace("http://", "ws://", 1) + "/graphql"
+
+
+@contextlib.asynccontextmanager
+async def serve_app(
+    app: Starlette, settings: Settings | None = None
+) -> AsyncIterator[RunningServer]:
+    """Serve ``app`` with the production uvicorn config on 127.0.0.1 and a free port."""
+    from api.serve import uvicorn_config
+
+    base = settings or Settings()
+    config = uvicorn_config(app, replace(base, listen_host="127.0.0.1", listen_port=0))
+    config.log_level = "warning"
+    server = _InProcessServer(config)
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("uvicorn exited before starting")
+        if time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start within 10 s")
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield RunningServer(f"http://127.0.0.1:{port}", app, server)
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+async def graphql(
+    client: httpx.AsyncClient, query: str, variables: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """POST a GraphQL query and return the decoded response (any HTTP status)."""
+    body: dict[str, Any] = {"query": query}
+    if variables is not None:
+        body["variables"] = dict(variables)
+    response = await client.post("/graphql", json=body)
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def eventually(
+    check: Any, *, timeout: float = 5.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
+    """Await ``check()`` (sync or async) until it returns a truthy value, or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        last = result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+class GraphTestCluster:
+    """A stub Kubernetes API server plus one real agent per node, on loopback node IPs.
+
+    Every agent listens on the same port at its node's InternalIP, as node-ip
+    discovery expects. Pods go to the stub server; processes go to the agent's
+    /proc tree and fake NVML file, so the agent maps them to those pods.
+    """
+
+    def __init__(self, workdir: Path, *, token: str | None = None) -> None:
+        from api.kube.stub_server import StubApiServer
+
+        self.workdir = workdir
+        self.token = token
+        self.stub = StubApiServer(bookmark_interval=0.5)
+        self.agents: dict[str, AgentNode] = {}
+        self.kubeconfig = workdir / "kubeconfig"
+        self.port = 0
+
+    def add_node(
+        self, name: str, gpus: Sequence[Gpu] = (), procs: Sequence[Proc] = ()
+    ) -> AgentNode:
+        """A node on the stub server with an agent (started by ``start``)."""
+        from api.kube.objects import make_node
+
+        ip = node_ips(len(self.agents) + 1)[-1]
+        agent = AgentNode(name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token)
+        self.agents[name] = agent
+        self.stub.add_node(make_node(name, ip, gpus=len(gpus)))
+        return agent
+
+    def add_pod(
+        self, name: str, namespace: str = "default", node: str | None = None, **kw: Any
+    ) -> str:
+        """A pod on the stub server; returns its UID."""
+        from api.kube.objects import make_pod, pod_uid_for
+
+        self.stub.add_pod(make_pod(name, namespace, node, **kw))
+        uid: str = kw.get("uid") or pod_uid_for(namespace, name)
+        return uid
+
+    async def start(self) -> None:
+        """Start the stub server and every agent (sharing the first agent's port)."""
+        from api.kube.stub_server import write_kubeconfig
+
+        self.stub.start()
+        write_kubeconfig(str(self.kubeconfig), self.stub.url)
+        for agent in self.agents.values():
+            agent.port = self.port
+            await agent.start()
+            self.port = agent.port
+
+    async def stop(self) -> None:
+        """Stop the agents and the stub server."""
+        await asyncio.gather(*(a.stop() for a in self.agents.values()))
+        self.stub.stop()
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Server settings pointing at this cluster; ``overrides`` replace any field."""
+        base = Settings(
+            listen_host="127.0.0.1",
+            listen_port=0,
+            kubeconfig=self.kubeconfig,
+            agent_port=self.port,
+            log_level="warning",
+        )
+        return replace(base, **overrides)
+
+    def calls(self) -> dict[str, int]:
+        """GetSnapshot calls answered so far, per node."""
+        return {name: agent.calls for name, agent in self.agents.items()}
+
+
+@dataclass
+class Served:
+    """A full server (cache + watch + pool + app) under uvicorn, and an HTTP client for it."""
+
+    url: str
+    services: Any
+    client: httpx.AsyncClient
+
+    @property
+    def ws_url(self) -> str:
+        """The GraphQL WebSocket URL."""
+        return self.url.replace("http://", "ws://", 1) + "/graphql"
+
+    async def query(self, query: str, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """POST a GraphQL query; the decoded response."""
+        return await graphql(self.client, query, variables)
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterator[Served]:
+    """Run the production server stack for ``settings`` on a free loopback port."""
+    from api.serve import running
+
+    async with (
+        running(settings) as services,
+        serve_app(services.app, settings) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+    ):
+        if wait_ready:
+            ready = await asyncio.to_thread(services.cache.wait_ready, 10.0)
+            assert ready, "the cache did not fill from the stub API server in 10 s"
+        yield Served(server.url, services, client)
+
+
+def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestCluster:
+    """The cluster most server tests use (not yet started).
+
+    - node-0: GPU-node-0-0 shared by ml/worker-0 (PID 1001, 3 GiB) and
+      ml/worker-1 (PID 1002, 5 GiB); GPU-node-0-1 holds a host process (PID
+      1003, 1 GiB) and a process of a pod the cluster no longer has (PID 1004,
+      2 GiB).
+    - node-1: GPU-node-1-0 used by team-b/trainer-0 (PID 2001, 7 GiB); also a
+      second pod called worker-0, in namespace "other", with no GPU process.
+    - node-2: GPU-node-2-0, idle.
+    - ml/pending-0: not scheduled to any node.
+    """
+    from api.kube.objects import pod_uid_for
+
+    cluster = GraphTestCluster(workdir, token=token)
+    worker0 = pod_uid_for("ml", "worker-0")
+    worker1 = pod_uid_for("ml", "worker-1")
+    trainer = pod_uid_for("team-b", "trainer-0")
+    gone = pod_uid_for("ml", "deleted-long-ago")
+    cluster.add_node(
+        "node-0",
+        gpus=[
+            Gpu(0, "GPU-node-0-0", utilization=87, processes=[(1001, 3 * GIB), (1002, 5 * GIB)]),
+            Gpu(1, "GPU-node-0-1", utilization=12, processes=[(1003, 1 * GIB), (1004, 2 * GIB)]),
+        ],
+        procs=[
+            Proc(1001, "python", worker0),
+            Proc(1002, "python", worker1),
+            Proc(1003, "Xorg"),
+            Proc(1004, "python", gone),
+        ],
+    )
+    cluster.add_node(
+        "node-1",
+        gpus=[Gpu(0, "GPU-node-1-0", utilization=99, processes=[(2001, 7 * GIB)])],
+        procs=[Proc(2001, "torchrun", trainer)],
+    )
+    cluster.add_node("node-2", gpus=[Gpu(0, "GPU-node-2-0", utilization=0)])
+    cluster.add_pod("worker-0", "ml", "node-0", gpu_limit=1, labels={"app": "train", "job": "a"})
+    cluster.add_pod("worker-1", "ml", "node-0", gpu_limit=1, labels={"app": "train", "job": "b"})
+    cluster.add_pod("trainer-0", "team-b", "node-1", gpu_limit=1, labels={"app": "trainer"})
+    cluster.add_pod("worker-0", "other", "node-1", labels={"app": "web"})
+    cluster.add_pod("pending-0", "ml", None, gpu_limit=1, phase="Pending")
+    return cluster

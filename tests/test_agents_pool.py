@@ -1,0 +1,372 @@
+"""The agent pool against real agents on loopback node IPs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from api.agents import CHANNEL_OPTIONS, AgentPool, Backoff, NodeIpDiscovery, PodIpDiscovery
+from api.kube.cache import ClusterCache
+from api.kube.objects import make_node, make_pod, pod_uid_for
+from api.kube.parse import node_record, pod_record
+from api.metrics import Metrics
+from graph_schema.context import AgentUnavailableError
+from node_resolver.client import AgentClient
+from tests.support.server import GIB, AgentNode, Gpu, Proc, node_ips
+
+
+class ManualClock:
+    """A monotonic clock the test moves by hand (TTL and backoff read it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class CountingFactory:
+    """Builds real AgentClients and remembers each, to observe channel reuse."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[str, AgentClient]] = []
+        self.closed: list[str] = []
+
+    def __call__(self, target: str, token: str | None) -> AgentClient:
+        client = AgentClient(target, token=token, options=CHANNEL_OPTIONS)
+        real_close = client.close
+
+        async def close() -> None:
+            self.closed.append(target)
+            await real_close()
+
+        client.close = close  # type: ignore[method-assign]
+        self.made.append((target, client))
+        return client
+
+
+def cache_with_nodes(*agents: AgentNode) -> ClusterCache:
+    cache = ClusterCache()
+    cache.replace_nodes(node_record(make_node(a.name, a.ip)) for a in agents)
+    cache.replace_pods([])
+    return cache
+
+
+def gpu_for(node: str, pod_uid: str) -> tuple[Gpu, Proc]:
+    proc = Proc(pid=4242, comm="python", pod_uid=pod_uid)
+    return Gpu(0, f"GPU-{node}-0", processes=[(proc.pid, 3 * GIB)]), proc
+
+
+def make_pool(
+    cache: ClusterCache,
+    agents: list[AgentNode],
+    *,
+    clock: Callable[[], float] | None = None,
+    factory: CountingFactory | None = None,
+    metrics: Metrics | None = None,
+    ttl: float = 1.0,
+    timeout: float = 2.0,
+    token: str | None = None,
+) -> AgentPool:
+    kwargs = {} if clock is None else {"clock": clock}
+    return AgentPool(
+        NodeIpDiscovery(cache, agents[0].port),
+        ttl=ttl,
+        timeout=timeout,
+        token=token,
+        metrics=metrics,
+        client_factory=factory,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+async def agents(tmp_path: Path) -> AsyncIterator[list[AgentNode]]:
+    """Agents on different loopback IPs sharing one port, as node-ip discovery expects."""
+    nodes: list[AgentNode] = []
+    for i, ip in enumerate(node_ips(3)):
+        name = f"node-{i}"
+        gpu, proc = gpu_for(name, pod_uid_for("ml", f"worker-{i}"))
+        node = AgentNode(name, ip, tmp_path, gpus=[gpu], procs=[proc])
+        if nodes:
+            node.port = nodes[0].port
+        await node.start()
+        nodes.append(node)
+    yield nodes
+    await asyncio.gather(*(n.stop() for n in nodes))
+
+
+async def test_fetch_returns_each_nodes_snapshot_over_one_reused_channel(
+    agents: list[AgentNode],
+) -> None:
+    cache = cache_with_nodes(*agents)
+    factory = CountingFactory()
+    pool = make_pool(cache, agents, factory=factory, ttl=0)
+    try:
+        for _ in range(3):
+            for agent in agents:
+                snapshot = await pool.fetch(agent.name)
+                assert snapshot.node_name == agent.name
+                (gpu,) = snapshot.sample.gpus
+                assert gpu.uuid == f"GPU-{agent.name}-0"
+                (process,) = gpu.processes
+                assert process.used_memory_bytes == 3 * GIB
+                assert process.container is not None
+                worker = f"worker-{agent.name.rsplit('-', 1)[1]}"
+                assert process.container.pod_uid == pod_uid_for("ml", worker)
+        # TTL 0: every fetch called the agent, yet one channel per node served them all.
+        assert [a.calls for a in agents] == [3, 3, 3]
+        assert sorted(t for t, _ in factory.made) == sorted(a.address for a in agents)
+        assert pool.channel_count() == 3
+        assert pool.agent_address("node-1") == agents[1].address
+        assert pool.agent_address("no-such-node") is None
+    finally:
+        await pool.close()
+    assert sorted(factory.closed) == sorted(a.address for a in agents)
+
+
+async def test_concurrent_and_repeated_fetches_within_the_ttl_share_one_call(
+    agents: list[AgentNode],
+) -> None:
+    agent = agents[0]
+    clock = ManualClock()
+    metrics = Metrics()
+    pool = make_pool(cache_with_nodes(agent), [agent], clock=clock, metrics=metrics, ttl=1.0)
+    try:
+        results = await asyncio.gather(*(pool.fetch(agent.name) for _ in range(20)))
+        assert agent.calls == 1
+        assert all(r.sample.gpus[0].uuid == "GPU-node-0-0" for r in results)
+        clock.advance(0.5)
+        later = await pool.fetch(agent.name)
+        assert agent.calls == 1
+        # A cached answer reports its age including the time it sat in the cache.
+        assert later.age_seconds >= results[0].age_seconds + 0.5
+        clock.advance(0.6)
+        await pool.fetch(agent.name)
+        assert agent.calls == 2
+    finally:
+        await pool.close()
+    text = metrics.render().decode()
+    assert 'gpugraph_agent_calls_total{node="node-0",outcome="ok"} 2.0' in text
+    assert 'gpugraph_snapshot_requests_total{source="called"} 2.0' in text
+    assert 'gpugraph_snapshot_requests_total{source="cached"} 1.0' in text
+    shared = 'gpugraph_snapshot_requests_total{source="shared"} 19.0'
+    assert shared in text
+
+
+async def test_a_dead_agent_is_skipped_with_backoff_and_seen_again_after_restart(
+    agents: list[AgentNode],
+) -> None:
+    dead, alive = agents[:2]
+    clock = ManualClock()
+    metrics = Metrics()
+    pool = AgentPool(
+        NodeIpDiscovery(cache_with_nodes(*agents), dead.port),
+        ttl=0,
+        backoff=Backoff(initial=1.0, maximum=30.0, clock=clock),
+        metrics=metrics,
+        clock=clock,
+    )
+    try:
+        await pool.fetch(dead.name)
+        await dead.stop()
+
+        with pytest.raises(AgentUnavailableError) as failed:
+            await pool.fetch(dead.name)
+        assert failed.value.node_name == dead.name
+        assert "node-0" in str(failed.value)
+        assert dead.address in str(failed.value)
+        assert "UNAVAILABLE" in str(failed.value)
+        # While backing off, the pool answers at once with the last error, without a call.
+        with pytest.raises(AgentUnavailableError, match="next retry in"):
+            await pool.fetch(dead.name)
+        assert (await pool.fetch(alive.name)).node_name == alive.name
+        assert 'gpugraph_snapshot_requests_total{source="backoff"} 1.0' in metrics.render().decode()
+
+        # The second failure doubles the delay: 1 s later it is still skipped.
+        clock.advance(1.01)
+        with pytest.raises(AgentUnavailableError, match="UNAVAILABLE"):
+            await pool.fetch(dead.name)
+        clock.advance(1.01)
+        with pytest.raises(AgentUnavailableError, match="next retry in"):
+            await pool.fetch(dead.name)
+
+        await dead.start()
+        calls_before = dead.calls
+        clock.advance(1.0)
+        snapshot = await pool.fetch(dead.name)
+        assert snapshot.node_name == dead.name
+        assert dead.calls == calls_before + 1
+        # Success resets the backoff: the next failure waits only the initial delay.
+        await dead.stop()
+        with pytest.raises(AgentUnavailableError):
+            await pool.fetch(dead.name)
+        clock.advance(1.01)
+        with pytest.raises(AgentUnavailableError, match="UNAVAILABLE"):
+            await pool.fetch(dead.name)
+    finally:
+        await pool.close()
+    text = metrics.render().decode()
+    assert 'gpugraph_agent_calls_total{node="node-0",outcome="error"} 4.0' in text
+
+
+async def test_an_agent_that_never_answers_fails_at_the_deadline() -> None:
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accept the TCP connection, never speak HTTP/2
+
+    blackhole = await asyncio.start_server(hold, "127.0.0.9", 0)
+    port = blackhole.sockets[0].getsockname()[1]
+    cache = ClusterCache()
+    cache.replace_nodes([node_record(make_node("silent", "127.0.0.9"))])
+    metrics = Metrics()
+    pool = AgentPool(NodeIpDiscovery(cache, port), timeout=0.3, metrics=metrics)
+    try:
+        with pytest.raises(AgentUnavailableError, match=r"no answer within the 0.3 s deadline"):
+            await pool.fetch("silent")
+    finally:
+        await pool.close()
+        for writer in held:
+            writer.close()
+        blackhole.close()
+        await blackhole.wait_closed()
+    assert 'outcome="timeout"} 1.0' in metrics.render().decode()
+
+
+async def test_a_moved_agent_gets_a_new_channel(tmp_path: Path) -> None:
+    first = AgentNode("node-0", "127.0.0.2", tmp_path / "a")
+    await first.start()
+    cache = cache_with_nodes(first)
+    factory = CountingFactory()
+    pool = AgentPool(NodeIpDiscovery(cache, first.port), ttl=0, client_factory=factory)
+    moved = AgentNode("node-0", "127.0.0.7", tmp_path / "b")
+    moved.port = first.port
+    try:
+        await pool.fetch("node-0")
+        await first.stop()
+        await moved.start()
+        cache.upsert_node(node_record(make_node("node-0", "127.0.0.7")))
+        await pool.fetch("node-0")
+        assert moved.calls == 1
+        assert [t for t, _ in factory.made] == [first.address, moved.address]
+        assert factory.closed == [first.address]
+    finally:
+        await pool.close()
+        await moved.stop()
+
+
+async def test_an_agent_answering_for_another_node_is_an_error(agents: list[AgentNode]) -> None:
+    agent = agents[0]
+    cache = ClusterCache()
+    # "node-9"'s InternalIP points at node-0's agent (an address reused by another node).
+    cache.replace_nodes([node_record(make_node("node-9", agent.ip))])
+    pool = AgentPool(NodeIpDiscovery(cache, agent.port))
+    try:
+        with pytest.raises(AgentUnavailableError, match="reports node 'node-0'"):
+            await pool.fetch("node-9")
+    finally:
+        await pool.close()
+
+
+async def test_missing_addresses_are_clear_errors() -> None:
+    cache = ClusterCache()
+    cache.replace_nodes([node_record(make_node("no-ip", None))])
+    cache.replace_pods([])
+    pool = AgentPool(NodeIpDiscovery(cache, 50051))
+    try:
+        with pytest.raises(AgentUnavailableError, match="has no InternalIP"):
+            await pool.fetch("no-ip")
+        with pytest.raises(AgentUnavailableError, match="not in the cluster cache"):
+            await pool.fetch("ghost")
+    finally:
+        await pool.close()
+
+
+async def test_pod_ip_discovery_finds_the_running_agent_pod(tmp_path: Path) -> None:
+    agent = AgentNode("node-0", "127.0.0.4", tmp_path)
+    await agent.start()
+    labels = {"app.kubernetes.io/name": "gpugraph", "app.kubernetes.io/component": "agent"}
+    selector = "app.kubernetes.io/name=gpugraph,app.kubernetes.io/component=agent"
+    cache = ClusterCache()
+    cache.replace_nodes([node_record(make_node("node-0", "10.9.9.9"))])
+    cache.replace_pods(
+        [
+            pod_record(
+                make_pod("agent-abcde", "gpugraph", "node-0", labels=labels, pod_ip=agent.ip)
+            ),
+            # Same labels, wrong namespace; and a right-namespace pod without the labels.
+            pod_record(make_pod("agent-other", "elsewhere", "node-0", labels=labels)),
+            pod_record(make_pod("worker-0", "gpugraph", "node-0", pod_ip="127.0.0.5")),
+            pod_record(
+                make_pod("agent-pending", "gpugraph", "node-1", labels=labels, phase="Pending")
+            ),
+        ]
+    )
+    pool = AgentPool(PodIpDiscovery(cache, "gpugraph", selector, agent.port))
+    try:
+        assert pool.agent_address("node-0") == agent.address
+        snapshot = await pool.fetch("node-0")
+        assert snapshot.node_name == "node-0"
+        assert agent.calls == 1
+        with pytest.raises(AgentUnavailableError, match="none Running"):
+            await pool.fetch("node-1")
+        with pytest.raises(AgentUnavailableError, match="no agent pod matching"):
+            await pool.fetch("node-2")
+    finally:
+        await pool.close()
+        await agent.stop()
+
+
+def test_pod_ip_discovery_rejects_a_malformed_selector() -> None:
+    with pytest.raises(ValueError, match="invalid labelSelector"):
+        PodIpDiscovery(ClusterCache(), "gpugraph", "app in (a", 50051)
+
+
+async def test_the_token_is_sent_and_a_missing_token_is_a_clear_error(tmp_path: Path) -> None:
+    agent = AgentNode("node-0", "127.0.0.6", tmp_path, token="s3cret-token")
+    await agent.start()
+    cache = cache_with_nodes(agent)
+    with_token = AgentPool(NodeIpDiscovery(cache, agent.port), token="s3cret-token")
+    without = AgentPool(NodeIpDiscovery(cache, agent.port))
+    wrong = AgentPool(NodeIpDiscovery(cache, agent.port), token="guess")
+    try:
+        assert (await with_token.fetch("node-0")).node_name == "node-0"
+        for pool in (without, wrong):
+            with pytest.raises(AgentUnavailableError, match="UNAUTHENTICATED"):
+                await pool.fetch("node-0")
+        assert agent.calls == 1
+    finally:
+        for pool in (with_token, without, wrong):
+            await pool.close()
+        await agent.stop()
+
+
+async def test_a_waiter_cancelled_mid_call_does_not_cancel_the_shared_call(
+    agents: list[AgentNode],
+) -> None:
+    agent = agents[0]
+    pool = make_pool(cache_with_nodes(agent), [agent])
+    try:
+        first = asyncio.ensure_future(pool.fetch(agent.name))
+        second = asyncio.ensure_future(pool.fetch(agent.name))
+        await asyncio.sleep(0)
+        first.cancel()
+        snapshot = await second
+        assert snapshot.node_name == agent.name
+        assert agent.calls == 1
+    finally:
+        await pool.close()
+
+
+def test_pool_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        AgentPool(NodeIpDiscovery(ClusterCache()), timeout=0)
+    with pytest.raises(ValueError, match="TTL"):
+        AgentPool(NodeIpDiscovery(ClusterCache()), ttl=-1)

@@ -1,0 +1,259 @@
+"""The image's recipe, checked without a Docker engine: what it installs, builds and runs as."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import cast
+
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+@dataclass
+class Instruction:
+    keyword: str
+    args: str
+
+
+@dataclass
+class Stage:
+    image: str
+    name: str | None
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [i.args for i in self.instructions if i.keyword == keyword]
+
+
+def parse_dockerfile(text: str) -> list[Stage]:
+    """Split a Dockerfile into stages of (keyword, args), with continuations joined."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#") or not line:
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    assert not pending, "dangling line continuation"
+
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        word, _, rest = line.partition(" ")
+        keyword, args = word.upper(), rest.strip()
+        if keyword == "ARG" and not stages:
+            name, _, default = args.partition("=")
+            global_args[name] = default
+        elif keyword == "FROM":
+            image = re.sub(r"\$\{(\w+)\}", lambda m: global_args[m.group(1)], args)
+            parts = image.split()
+            alias = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
+            stages.append(Stage(image=parts[0], name=alias))
+        else:
+            assert stages, f"{keyword} before the first FROM"
+            stages[-1].instructions.append(Instruction(keyword, args))
+    return stages
+
+
+STAGES = parse_dockerfile((ROOT / "Dockerfile").read_text())
+BY_NAME = {s.name: s for s in STAGES if s.name}
+
+
+def constraints() -> dict[str, Version]:
+    pins: dict[str, Version] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, version = line.partition("==")
+        assert sep, f"constraints.txt: {line!r} is not pinned with =="
+        key = canonicalize_name(name)
+        assert key not in pins, f"constraints.txt pins {name} twice"
+        pins[key] = Version(version)
+    return pins
+
+
+PINS = constraints()
+
+
+def requirement_closure(roots: list[str]) -> set[str]:
+    """Every distribution the roots need on this platform, from the installed metadata."""
+    env = cast(dict[str, str], default_environment())
+    seen: set[tuple[str, str]] = set()  # (distribution, extra or "")
+    todo = [Requirement(r) for r in roots]
+    while todo:
+        req = todo.pop()
+        key = canonicalize_name(req.name)
+        for extra in {"", *req.extras}:
+            if (key, extra) in seen:
+                continue
+            seen.add((key, extra))
+            for dep in metadata.requires(key) or []:
+                child = Requirement(dep)
+                if child.marker is None or child.marker.evaluate({**env, "extra": extra}):
+                    todo.append(child)
+    return {key for key, _ in seen}
+
+
+def test_base_images_are_pinned_by_tag() -> None:
+    assert len(STAGES) >= 3, "expected web, builder and runtime stages"
+    for stage in STAGES:
+        if stage.image in BY_NAME:
+            continue
+        tag = stage.image.partition(":")[2]
+        assert tag and tag != "latest", f"{stage.image} is not pinned"
+        # A full version, not a floating major like 3.11 or 20.
+        assert re.match(r"^\d+\.\d+\.\d+", tag), f"{stage.image} should name a patch release"
+    runtime = STAGES[-1]
+    assert runtime.image.startswith("python:3.11") and "slim" in runtime.image
+    assert BY_NAME["web"].image.startswith("node:20")
+
+
+def test_web_assets_are_built_and_baked_in() -> None:
+    from api.graphiql import DEFAULT_STATIC_DIR
+
+    web = BY_NAME["web"]
+    copies = web.all("COPY")
+    assert any("web/package-lock.json" in c for c in copies), "npm ci needs the lock file"
+    runs = web.all("RUN")
+    assert any(shlex.split(r)[:2] == ["npm", "ci"] for r in runs)
+    build = next(shlex.split(r) for r in runs if "build.mjs" in r)
+    assert build[:2] == ["node", "build.mjs"]
+    out_dir = build[2]
+
+    static = DEFAULT_STATIC_DIR.relative_to(ROOT).as_posix()
+    builder = BY_NAME["builder"]
+    baked = [shlex.split(c) for c in builder.all("COPY") if c.startswith("--from=web")]
+    assert baked == [["--from=web", out_dir, f"./{static}"]]
+    # The copy lands before the install, so the package data carries the assets.
+    order = [(i.keyword, i.args) for i in builder.instructions]
+    baked_at = next(n for n, (k, a) in enumerate(order) if a.startswith("--from=web"))
+    install_at = next(n for n, (k, a) in enumerate(order) if k == "RUN" and "pip install" in a)
+    assert baked_at < install_at
+    package_data = PYPROJECT["tool"]["setuptools"]["package-data"]["api"]
+    assert any(fnmatch.fnmatch("static/graphiql/graphiql.min.js", p) for p in package_data)
+
+
+def test_install_matches_pyproject() -> None:
+    builder = BY_NAME["builder"]
+    install = next(r for r in builder.all("RUN") if "pip install" in r)
+    words = shlex.split(install.split("&&")[0])
+    assert words[1:] == ["install", "-c", "constraints.txt", "."]
+
+    copied = {shlex.split(c)[0] for c in builder.all("COPY") if not c.startswith("--from")}
+    sources = {word for c in builder.all("COPY") for word in shlex.split(c)[:-1]}
+    assert copied  # sanity: the parser saw the COPY lines
+    needed = {"pyproject.toml", "constraints.txt", PYPROJECT["project"]["readme"]}
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    needed |= {p.rstrip("*") for p in packages}
+    assert needed <= sources, f"the builder does not copy {needed - sources}"
+
+
+def test_dockerignore_keeps_what_the_build_copies() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def ignored(path: str) -> bool:
+        parts = Path(path).parts
+        prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+        return any(
+            fnmatch.fnmatch(prefix, pattern) or fnmatch.fnmatch(prefix, pattern.removeprefix("**/"))
+            for pattern in patterns
+            for prefix in prefixes
+        )
+
+    for stage in STAGES:
+        for copy in stage.all("COPY"):
+            if copy.startswith("--from"):
+                continue
+            for source in shlex.split(copy)[:-1]:
+                assert (ROOT / source).exists(), f"COPY {source}: no such file"
+                assert not ignored(source), f".dockerignore drops {source}, which COPY needs"
+    for heavy in (".venv", ".git", "web/node_modules", "api/static/graphiql"):
+        assert ignored(heavy), f"{heavy} should stay out of the build context"
+
+
+def test_every_runtime_dependency_is_pinned_within_pyproject_ranges() -> None:
+    for spec in PYPROJECT["project"]["dependencies"]:
+        req = Requirement(spec)
+        key = canonicalize_name(req.name)
+        assert key in PINS, f"{req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(PINS[key], prereleases=True), (
+            f"constraints.txt pins {req.name}=={PINS[key]}, outside pyproject's {req.specifier}"
+        )
+
+
+def test_dev_extras_are_pinned_within_pyproject_ranges() -> None:
+    for spec in PYPROJECT["project"]["optional-dependencies"]["dev"]:
+        req = Requirement(spec)
+        key = canonicalize_name(req.name)
+        assert key in PINS, f"dev dependency {req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(PINS[key], prereleases=True)
+
+
+def test_the_whole_runtime_closure_is_pinned_to_what_is_installed() -> None:
+    # The image resolves transitive dependencies too (uvicorn[standard] pulls
+    # uvloop, httptools, ...); every one must be pinned, and to the version the
+    # test suite ran against.
+    closure = requirement_closure(PYPROJECT["project"]["dependencies"])
+    unpinned = sorted(set(closure) - set(PINS))
+    assert unpinned == [], f"not pinned in constraints.txt: {unpinned}"
+    for name in closure:
+        installed = Version(metadata.version(name))
+        assert installed == PINS[name], f"{name}: installed {installed}, pinned {PINS[name]}"
+
+
+def test_runtime_stage_runs_non_root_with_the_gpugraph_entrypoint() -> None:
+    runtime = STAGES[-1]
+    users = runtime.all("USER")
+    assert users, "the runtime stage must set USER"
+    user = users[-1].split(":")[0]
+    assert user not in ("0", "root")
+    adds = " ".join(runtime.all("RUN"))
+    assert f"--uid {user}" in adds, "the runtime user should exist in /etc/passwd"
+    # Only the built virtualenv comes over; no compilers or node_modules.
+    froms = [shlex.split(c) for c in runtime.all("COPY")]
+    assert froms == [["--from=builder", "/opt/gpugraph", "/opt/gpugraph"]]
+    assert json.loads(runtime.all("ENTRYPOINT")[-1]) == ["gpugraph"]
+    assert any("/opt/gpugraph/bin" in env for env in runtime.all("ENV"))
+
+
+def test_chart_runs_the_image_as_its_non_root_user() -> None:
+    # The chart's server runs as the uid the image creates.
+    values = (ROOT / "charts" / "gpugraph" / "values.yaml").read_text()
+    user = STAGES[-1].all("USER")[-1].split(":")[0]
+    assert f"runAsUser: {user}" in values
+
+
+def test_entrypoint_help_lists_the_three_roles() -> None:
+    script = Path(sys.executable).parent / "gpugraph"
+    if not script.exists():
+        pytest.fail(f"console script missing: {script}; install with pip install -e .")
+    result = subprocess.run(
+        [str(script), "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    for command in ("agent", "serve", "demo"):
+        assert re.search(rf"\b{command}\b", result.stdout), f"{command} missing from --help"

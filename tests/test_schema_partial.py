@@ -1,0 +1,148 @@
+"""Partial results: a dead or broken agent costs only its own node's fields."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from graph_schema import build_schema, make_context
+from tests.support.graph import SyntheticCluster, snapshot, synthetic_cluster
+
+
+@pytest.fixture
+def three_nodes() -> SyntheticCluster:
+    return synthetic_cluster(3, gpus_per_node=2, processes_per_gpu=1)
+
+
+async def test_dead_agent_nulls_only_its_node_with_an_error_naming_it(
+    three_nodes: SyntheticCluster,
+) -> None:
+    sc = three_nodes
+    dead = sc.node_names[1]
+    sc.snapshots.kill(dead, "connection refused")
+    result = await build_schema().execute(
+        "{ nodes { name gpus { uuid processes { pod { name } } } agent { reachable error } } }",
+        context_value=make_context(sc.cluster, sc.snapshots),
+    )
+    assert result.data is not None
+    nodes = result.data["nodes"]
+    assert [n["gpus"] is None for n in nodes] == [False, True, False]
+    assert all(len(n["gpus"]) == 2 for n in nodes if n["name"] != dead)
+    assert nodes[1]["agent"] == {
+        "reachable": False,
+        "error": f"agent on node {dead!r} unavailable: connection refused",
+    }
+    assert nodes[0]["agent"] == {"reachable": True, "error": None}
+    assert result.errors is not None
+    (error,) = result.errors
+    assert error.path == ["nodes", 1, "gpus"]
+    assert dead in error.message and "connection refused" in error.message
+    # One call per node, the dead one included, even though two fields needed it.
+    assert dict(sc.snapshots.calls) == {name: 1 for name in sc.node_names}
+
+
+async def test_pod_fields_that_need_a_dead_agent_are_null_with_errors(
+    three_nodes: SyntheticCluster,
+) -> None:
+    sc = three_nodes
+    dead = sc.node_names[0]
+    sc.snapshots.kill(dead)
+    pod_name = f"w-{dead}-0-0"
+    result = await build_schema().execute(
+        'query($n: String!) { pod(namespace: "ns-0", name: $n) { name gpus { uuid } '
+        "gpuProcesses { pid } node { name driverVersion } } }",
+        variable_values={"n": pod_name},
+        context_value=make_context(sc.cluster, sc.snapshots),
+    )
+    assert result.data == {
+        "pod": {"name": pod_name, "gpus": None, "gpuProcesses": None,
+                "node": {"name": dead, "driverVersion": None}},
+    }  # fmt: skip
+    assert result.errors is not None
+    assert sorted(tuple(e.path or ()) for e in result.errors) == [
+        ("pod", "gpuProcesses"),
+        ("pod", "gpus"),
+        ("pod", "node", "driverVersion"),
+    ]
+    assert all(dead in e.message for e in result.errors)
+
+
+async def test_aggregate_lists_keep_other_nodes_and_name_the_dead_one(
+    three_nodes: SyntheticCluster,
+) -> None:
+    sc = three_nodes
+    dead = sc.node_names[2]
+    sc.snapshots.kill(dead, "deadline exceeded")
+    result = await build_schema().execute(
+        "{ gpus { uuid } gpuProcesses { pid } }",
+        context_value=make_context(sc.cluster, sc.snapshots),
+    )
+    assert result.data is not None
+    assert len(result.data["gpus"]) == 4
+    assert len(result.data["gpuProcesses"]) == 4
+    assert result.errors is not None
+    assert sorted((tuple(e.path or ()), dead in e.message) for e in result.errors) == [
+        (("gpuProcesses",), True),
+        (("gpus",), True),
+    ]
+
+
+async def test_unexpected_fetch_failure_names_the_node_but_hides_details(
+    three_nodes: SyntheticCluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sc = three_nodes
+    broken = sc.node_names[0]
+    sc.snapshots.break_with(broken, RuntimeError("secret internal detail"))
+    with caplog.at_level(logging.ERROR):
+        result = await build_schema().execute(
+            "{ nodes { name gpus { uuid } } }",
+            context_value=make_context(sc.cluster, sc.snapshots),
+        )
+    assert result.data is not None
+    assert [n["gpus"] is None for n in result.data["nodes"]] == [True, False, False]
+    assert result.errors is not None
+    (error,) = result.errors
+    assert error.message == f"agent on node {broken!r} unavailable: internal error (RuntimeError)"
+    assert "secret" in caplog.text and "Traceback" in caplog.text
+
+
+async def test_node_wide_sampling_failure_is_reported(three_nodes: SyntheticCluster) -> None:
+    sc = three_nodes
+    name = sc.node_names[0]
+    sc.snapshots.put(snapshot(name, [], error="NVML_ERROR_DRIVER_NOT_LOADED"))
+    result = await build_schema().execute(
+        f'{{ node(name: "{name}") {{ gpus {{ uuid }} agent {{ reachable error }} }} }}',
+        context_value=make_context(sc.cluster, sc.snapshots),
+    )
+    assert result.data == {
+        "node": {"gpus": None,
+                 "agent": {"reachable": True, "error": "NVML_ERROR_DRIVER_NOT_LOADED"}},
+    }  # fmt: skip
+    assert result.errors is not None
+    assert result.errors[0].message == (
+        f"GPU sampling failed on node {name!r}: NVML_ERROR_DRIVER_NOT_LOADED"
+    )
+
+
+async def test_gpu_on_a_dead_node_reports_the_node(three_nodes: SyntheticCluster) -> None:
+    sc = three_nodes
+    schema = build_schema()
+    uuid = f"GPU-{sc.node_names[1]}-0"
+    # Learn where the GPU lives, then lose its node.
+    first = await schema.execute(
+        "{ nodes { gpus { uuid } } }", context_value=make_context(sc.cluster, sc.snapshots)
+    )
+    assert first.errors is None
+    sc.snapshots.kill(sc.node_names[1])
+    result = await schema.execute(
+        'query($u: String!) { gpu(uuid: $u) { uuid } other: gpu(uuid: "GPU-elsewhere") { uuid } }',
+        variable_values={"u": uuid},
+        context_value=make_context(sc.cluster, sc.snapshots),
+    )
+    assert result.data == {"gpu": None, "other": None}
+    assert result.errors is not None
+    messages = {tuple(e.path or ()): e.message for e in result.errors}
+    assert sc.node_names[1] in messages[("gpu",)]
+    assert "agents unavailable on: " + sc.node_names[1] in messages[("other",)]

@@ -1,0 +1,169 @@
+"""Subscriptions: live ticks, freeing on unsubscribe, the server-wide cap, interval clamp."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import pytest
+
+import graph_schema.subscriptions
+from graph_schema import GraphSchema, SchemaLimits, build_schema, make_context
+from tests.support.graph import GiB, gpu_sample, process, snapshot, synthetic_cluster
+
+GPU_UPDATES = """subscription($node: String, $every: Float) {
+  gpuUpdates(nodeName: $node, intervalSeconds: $every) {
+    uuid memoryUsedBytes processes { pid usedMemoryBytes pod { name } }
+  }
+}"""
+
+
+@pytest.fixture
+def ticks(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Replace the subscriptions' sleep: record each interval and just yield control."""
+    requested: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        requested.append(seconds)
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(graph_schema.subscriptions, "sleep", fake_sleep)
+    return requested
+
+
+async def subscribe(schema: GraphSchema, ctx: Any, query: str, **variables: Any) -> Any:
+    stream = await schema.subscribe(query, variable_values=variables, context_value=ctx)
+    assert isinstance(stream, AsyncIterator)
+    return stream
+
+
+async def next_data(stream: AsyncGenerator[Any, None]) -> Any:
+    result = await asyncio.wait_for(stream.__anext__(), timeout=5)
+    assert result.errors is None, result.errors
+    return result.data
+
+
+async def test_ticks_reflect_changing_snapshots(ticks: list[float]) -> None:
+    sc = synthetic_cluster(2, gpus_per_node=1, processes_per_gpu=1)
+    node = sc.node_names[0]
+    schema = build_schema()
+    stream = await subscribe(
+        schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES, node=node, every=1.0
+    )
+    first = await next_data(stream)
+    (gpu,) = first["gpuUpdates"]
+    assert gpu["memoryUsedBytes"] == GiB
+    assert gpu["processes"] == [
+        {"pid": 1000, "usedMemoryBytes": GiB, "pod": {"name": f"w-{node}-0-0"}}
+    ]
+
+    sc.snapshots.put(snapshot(node, [gpu_sample(node, 0, [process(4242, 7 * GiB)])]))
+    second = await next_data(stream)
+    assert second["gpuUpdates"][0]["memoryUsedBytes"] == 7 * GiB
+    assert second["gpuUpdates"][0]["processes"] == [
+        {"pid": 4242, "usedMemoryBytes": 7 * GiB, "pod": None}
+    ]
+    # A fresh loader each tick: one agent call per tick, only for the node asked about.
+    assert dict(sc.snapshots.calls) == {node: 2}
+    assert ticks == [1.0]
+    await stream.aclose()
+
+
+async def test_all_nodes_and_dead_ones_left_out(ticks: list[float]) -> None:
+    sc = synthetic_cluster(3, gpus_per_node=2, processes_per_gpu=1)
+    schema = build_schema()
+    stream = await subscribe(schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES)
+    assert len((await next_data(stream))["gpuUpdates"]) == 6
+    sc.snapshots.kill(sc.node_names[0])
+    data = await next_data(stream)
+    assert [g["uuid"] for g in data["gpuUpdates"]] == [
+        f"GPU-{n}-{i}" for n in sc.node_names[1:] for i in range(2)
+    ]
+    await stream.aclose()
+
+
+async def test_pod_gpu_usage(ticks: list[float]) -> None:
+    sc = synthetic_cluster(2, gpus_per_node=2, processes_per_gpu=1)
+    node = sc.node_names[1]
+    pod_name = f"w-{node}-1-0"
+    schema = build_schema()
+    stream = await subscribe(
+        schema,
+        make_context(sc.cluster, sc.snapshots),
+        """subscription($ns: String!, $name: String!) {
+          podGpuUsage(namespace: $ns, name: $name) {
+            name gpus { uuid } gpuProcesses { pid usedMemoryBytes }
+          }
+        }""",
+        ns="ns-1",
+        name=pod_name,
+    )
+    data = await next_data(stream)
+    assert data["podGpuUsage"] == {
+        "name": pod_name,
+        "gpus": [{"uuid": f"GPU-{node}-1"}],
+        "gpuProcesses": [{"pid": 1100, "usedMemoryBytes": GiB}],
+    }
+    sc.cluster.remove_pod("ns-1", pod_name)
+    assert (await next_data(stream)) == {"podGpuUsage": None}
+    assert ticks == [2.0]
+    await stream.aclose()
+
+
+async def test_unsubscribe_frees_the_slot(ticks: list[float]) -> None:
+    sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
+    schema = build_schema()
+    limiter = schema.state.subscriptions
+    streams = [
+        await subscribe(schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES)
+        for _ in range(3)
+    ]
+    for s in streams:
+        await next_data(s)
+    assert limiter.active == 3
+    for s in streams:
+        await s.aclose()
+    assert limiter.active == 0
+
+
+async def test_cap_refuses_new_subscriptions_clearly(ticks: list[float]) -> None:
+    sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
+    schema = build_schema(SchemaLimits(max_subscriptions=2))
+    ctx = make_context(sc.cluster, sc.snapshots)
+    held = [await subscribe(schema, ctx, GPU_UPDATES) for _ in range(2)]
+    for s in held:
+        await next_data(s)
+
+    refused = await subscribe(schema, ctx, GPU_UPDATES)
+    result = await asyncio.wait_for(refused.__anext__(), timeout=5)
+    assert result.data is None
+    assert [e.message for e in result.errors] == [
+        "too many concurrent subscriptions: this server allows 2; try again later"
+    ]
+    with pytest.raises(StopAsyncIteration):
+        await refused.__anext__()
+
+    # Held subscriptions keep ticking; a freed slot can be taken again.
+    await next_data(held[0])
+    await held[1].aclose()
+    again = await subscribe(schema, ctx, GPU_UPDATES)
+    assert len((await next_data(again))["gpuUpdates"]) == 1
+    for s in (held[0], again):
+        await s.aclose()
+    assert schema.state.subscriptions.active == 0
+
+
+@pytest.mark.parametrize(
+    ("asked", "slept"), [(0.01, 0.5), (0.0, 0.5), (-3.0, 0.5), (0.75, 0.75), (None, 2.0)]
+)
+async def test_interval_is_clamped(ticks: list[float], asked: float | None, slept: float) -> None:
+    sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
+    schema = build_schema()
+    stream = await subscribe(
+        schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES, every=asked
+    )
+    await next_data(stream)
+    await next_data(stream)
+    assert ticks == [slept]
+    await stream.aclose()

@@ -1,0 +1,122 @@
+"""``GET /gpu-pods``: the original design's call, over real agents."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import GraphTestCluster, Served, serving, standard_cluster
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
+    cluster = standard_cluster(tmp_path)
+    await cluster.start()
+    yield cluster
+    await cluster.stop()
+
+
+@pytest.fixture
+async def server(cluster: GraphTestCluster) -> AsyncIterator[Served]:
+    async with serving(cluster.settings(snapshot_ttl=0)) as served:
+        yield served
+
+
+EXPECTED_NODE_0 = {
+    "GpuPods": {
+        "GPU-node-0-0": {
+            "pidPods": [
+                {"pid": 1001, "processName": "python", "UsedGpuMemory": 3072, "pod": "worker-0"},
+                {"pid": 1002, "processName": "python", "UsedGpuMemory": 5120, "pod": "worker-1"},
+            ]
+        }
+    },
+    "GpuInfos": {
+        "GPU-node-0-0": {"uuid": "GPU-node-0-0", "gpuName": "NVIDIA H200", "usageGpu": 87},
+        "GPU-node-0-1": {"uuid": "GPU-node-0-1", "gpuName": "NVIDIA H200", "usageGpu": 12},
+    },
+}
+
+
+async def test_returns_the_original_shape_for_the_worker_pods_node(server: Served) -> None:
+    response = await server.client.get("/gpu-pods", params={"worker_id": "worker-1"})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    body["GpuPods"]["GPU-node-0-0"]["pidPods"].sort(key=lambda p: p["pid"])
+    # Only processes that belong to a cached pod are listed (as in the original):
+    # GPU-node-0-1's host process and vanished pod's process are not.
+    assert body == EXPECTED_NODE_0
+
+    with_namespace = await server.client.get(
+        "/gpu-pods", params={"worker_id": "worker-0", "namespace": "ml"}
+    )
+    assert with_namespace.status_code == 200
+    body = with_namespace.json()
+    body["GpuPods"]["GPU-node-0-0"]["pidPods"].sort(key=lambda p: p["pid"])
+    assert body == EXPECTED_NODE_0
+
+    other_node = await server.client.get("/gpu-pods", params={"worker_id": "trainer-0"})
+    assert other_node.json() == {
+        "GpuPods": {
+            "GPU-node-1-0": {
+                "pidPods": [
+                    {
+                        "pid": 2001,
+                        "processName": "torchrun",
+                        "UsedGpuMemory": 7168,
+                        "pod": "trainer-0",
+                    }
+                ]
+            }
+        },
+        "GpuInfos": {
+            "GPU-node-1-0": {"uuid": "GPU-node-1-0", "gpuName": "NVIDIA H200", "usageGpu": 99}
+        },
+    }
+
+
+async def test_missing_unknown_unscheduled_and_ambiguous_pods(server: Served) -> None:
+    missing = await server.client.get("/gpu-pods")
+    assert missing.status_code == 400
+    assert "worker_id" in missing.json()["error"]
+
+    unknown = await server.client.get("/gpu-pods", params={"worker_id": "nobody"})
+    assert unknown.status_code == 404
+    assert "nobody" in unknown.json()["error"]
+
+    wrong_ns = await server.client.get(
+        "/gpu-pods", params={"worker_id": "worker-1", "namespace": "team-b"}
+    )
+    assert wrong_ns.status_code == 404
+    assert "team-b/worker-1" in wrong_ns.json()["error"]
+
+    pending = await server.client.get("/gpu-pods", params={"worker_id": "pending-0"})
+    assert pending.status_code == 404
+    assert "not scheduled" in pending.json()["error"]
+
+    ambiguous = await server.client.get("/gpu-pods", params={"worker_id": "worker-0"})
+    assert ambiguous.status_code == 400
+    body = ambiguous.json()
+    assert body["namespaces"] == ["ml", "other"]
+    assert "ml, other" in body["error"]
+
+    metrics = (await server.client.get("/metrics")).text
+    assert 'gpugraph_gpu_pods_requests_total{status="404"} 3.0' in metrics
+    assert 'gpugraph_gpu_pods_requests_total{status="400"} 2.0' in metrics
+
+
+async def test_an_unreachable_agent_is_a_502_naming_the_node(
+    cluster: GraphTestCluster, server: Served
+) -> None:
+    await cluster.agents["node-1"].stop()
+    response = await server.client.get("/gpu-pods", params={"worker_id": "trainer-0"})
+    assert response.status_code == 502
+    body = response.json()
+    assert body["node"] == "node-1"
+    assert "node-1" in body["error"]
+    # Other nodes still answer.
+    fine = await server.client.get("/gpu-pods", params={"worker_id": "worker-1"})
+    assert fine.status_code == 200
