@@ -165,7 +165,11 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
+    signalled: list[int] = []
+
     def request_stop(signum: int, frame: FrameType | None) -> None:
+        # Recorded at once, because the server task may finish before the event is set.
+        signalled.append(signum)
         loop.call_soon_threadsafe(stop.set)
 
     # While it serves, uvicorn installs its own handlers for these and restores
@@ -185,6 +189,9 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
+        if serving.done() and not signalled:
+            error = None if serving.cancelled() else serving.exception()
+            raise DemoError(f"the server stopped unexpectedly: {error!r}")
         if not serving.done():
             # Our handler ran: either uvicorn already shut down and is closing the
             # cache and agent channels, or the signal came before uvicorn took
@@ -195,7 +202,8 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
         if serving is not None:
             if not serving.done():
                 serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # Its outcome was reported above; here it only has to be over.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
         await demo.stop()
         for sig, handler in previous.items():

@@ -37,7 +37,7 @@ class _ConnectionCutter:
         cutter = self
         connection_cls: type[Any] = pool_cls.ConnectionCls
 
-        class TrackedConnection(connection_cls):  # type: ignore[misc, valid-type]
+        class TrackedConnection(connection_cls):
             def connect(self) -> None:
                 super().connect()
                 # Registering after the socket exists closes the race with cut().
