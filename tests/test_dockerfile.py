@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -257,3 +259,45 @@ def test_entrypoint_help_lists_the_three_roles() -> None:
     assert result.returncode == 0, result.stderr
     for command in ("agent", "serve", "demo"):
         assert re.search(rf"\b{command}\b", result.stdout), f"{command} missing from --help"
+
+
+def test_ci_script_installs_what_the_tests_need_and_runs_the_readme_command() -> None:
+    script = ROOT / ".ci" / "run"
+    assert os.access(script, os.X_OK), ".ci/run must be executable"
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    text = script.read_text()
+    for package in ("containerd", "runc", "busybox-static", "chromium", "nodejs", "npm"):
+        assert re.search(rf"\b{package}\b", text), f".ci/run does not install {package}"
+    assert "export GPUGRAPH_REQUIRE_ALL=1" in text
+    steps = re.findall(r"^(?:timeout .*?)?make (\S+)$", text, flags=re.M)
+    assert steps == ["test", "bench-small"]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_runs_every_check() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert dry.returncode == 0, dry.stderr
+    plan = dry.stdout
+    for step in (
+        "pip install -q -c constraints.txt -e '.[dev]'",
+        "ruff check .",
+        "ruff format --check .",
+        "/mypy",
+        "tools/gen_proto.py --check",
+        "-m pytest",
+    ):
+        assert step in plan, f"make test does not run {step!r}"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_bench_small_runs_benchmarks_that_exist() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "bench-small"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert dry.returncode == 0, dry.stderr
+    scripts = re.findall(r"(bench/\S+\.py)", dry.stdout)
+    assert scripts, "bench-small runs no benchmark"
+    for script in scripts:
+        assert (ROOT / script).is_file(), f"make bench-small runs missing {script}"

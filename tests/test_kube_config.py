@@ -38,7 +38,7 @@ def test_in_cluster_when_no_flag(tmp_path: Path, service_account: dict[str, str]
     env = {**IN_CLUSTER_ENV, "KUBECONFIG": default}
     configuration = load_kube_config(None, environ=env, **service_account)
     assert configuration.host == "https://10.96.0.1:443"
-    assert configuration.api_key["BearerToken"] == "Bearer in-cluster-token"
+    assert configuration.api_key["BearerToken"].lower() == "bearer in-cluster-token"
 
 
 def test_default_kubeconfig_when_not_in_cluster(

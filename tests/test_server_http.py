@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -307,3 +308,48 @@ async def test_body_cap_applies_to_other_routes_too(cluster: GraphTestCluster) -
         assert response.headers["content-type"] == "application/json"
         async with httpx.AsyncClient(base_url=server.url) as fresh:
             assert (await fresh.get("/healthz")).status_code == 200
+
+
+async def test_subscriptions_over_the_graphql_websocket_and_their_cap(
+    cluster: GraphTestCluster,
+) -> None:
+    subscription = (
+        'subscription { gpuUpdates(nodeName: "node-1", intervalSeconds: 0.5) '
+        "{ uuid processes { pid pod { name } } } }"
+    )
+    async with (
+        serving(cluster.settings(max_subscriptions=1)) as server,
+        websockets.connect(server.ws_url, subprotocols=[PROTOCOL]) as ws,
+    ):
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        await ws.send(
+            json.dumps({"id": "1", "type": "subscribe", "payload": {"query": subscription}})
+        )
+        first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert first == {
+            "id": "1",
+            "type": "next",
+            "payload": {
+                "data": {
+                    "gpuUpdates": [
+                        {
+                            "uuid": "GPU-node-1-0",
+                            "processes": [{"pid": 2001, "pod": {"name": "trainer-0"}}],
+                        }
+                    ]
+                }
+            },
+        }
+        # The server allows one subscription; a second one is refused with a clear error.
+        await ws.send(
+            json.dumps({"id": "2", "type": "subscribe", "payload": {"query": subscription}})
+        )
+        while True:
+            message = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            if message["id"] == "2":
+                break
+        assert message["type"] in ("error", "next")
+        text = json.dumps(message)
+        assert "too many concurrent subscriptions" in text
+        await ws.send(json.dumps({"id": "1", "type": "complete"}))

@@ -145,15 +145,18 @@ class AgentPool:
         try:
             address = self.discovery.address(node_name)
         except AddressUnknownError as exc:
+            # Often a node that left the cluster: forget everything held for it.
             await self._drop_client(node_name)
+            self._cache.pop(node_name, None)
+            self._backoff.forget(node_name)
             raise AgentUnavailableError(node_name, str(exc)) from None
         client = await self._client_for(node_name, address)
-        started = self._clock()
+        started = time.perf_counter()
         outcome = "error"
         try:
             snapshot = await client.get_snapshot(timeout=self.timeout)
             if snapshot.node_name and snapshot.node_name != node_name:
-                raise _WrongNodeError(f"the agent at {address} reports node {snapshot.node_name!r}")
+                raise _WrongNodeError(f"it reports node {snapshot.node_name!r}")
             outcome = "ok"
         except Exception as exc:
             if _is_deadline(exc):
@@ -171,7 +174,7 @@ class AgentPool:
         finally:
             if self._metrics is not None:
                 self._metrics.agent_calls.labels(node=node_name, outcome=outcome).inc()
-                self._metrics.agent_call_seconds.observe(self._clock() - started)
+                self._metrics.agent_call_seconds.observe(time.perf_counter() - started)
         self._backoff.succeeded(node_name)
         self._cache[node_name] = _Cached(snapshot, self._clock())
         return snapshot

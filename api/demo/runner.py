@@ -25,11 +25,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TextIO
+
+import uvicorn
 
 from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
 
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8000"
 # How long the server may take to list the cluster and answer /readyz.
 READY_TIMEOUT = 60.0
-# After a stop request, how long the server gets to shut down by itself.
-STOP_GRACE = 10.0
 
 
 class DemoError(Exception):
@@ -163,40 +162,23 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
     """Start the cluster, serve until SIGINT/SIGTERM, then remove every trace of it."""
     stream = out if out is not None else sys.stdout
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-
-    signalled: list[int] = []
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        # Recorded at once, because the server task may finish before the event is set.
-        signalled.append(signum)
-        loop.call_soon_threadsafe(stop.set)
-
-    # While it serves, uvicorn installs its own handlers for these and restores
-    # ours afterwards (re-raising the signal it caught); outside that window
-    # ours ask the demo to stop.
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     demo = Demo(config)
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, demo.request_stop, sig)
     serving: asyncio.Task[None] | None = None
     try:
         await demo.start()
-        if stop.is_set():
+        if demo.stopping.is_set():
             return 0
         serving = asyncio.create_task(demo.serve(), name="gpugraph-server")
-        url = await demo.wait_ready(serving, stop)
+        url = await demo.wait_ready(serving)
         if url is not None:
             print(demo.banner(url), file=stream, flush=True)
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if serving.done() and not signalled:
+        await asyncio.wait({serving}, timeout=None)
+        if not demo.stopping.is_set():
             error = None if serving.cancelled() else serving.exception()
             raise DemoError(f"the server stopped unexpectedly: {error!r}")
-        if not serving.done():
-            # Our handler ran: either uvicorn already shut down and is closing the
-            # cache and agent channels, or the signal came before uvicorn took
-            # over signals. Give it time to finish by itself, then insist.
-            await asyncio.wait({serving}, timeout=STOP_GRACE)
         return 0
     finally:
         if serving is not None:
@@ -206,9 +188,17 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
         await demo.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
         print("gpugraph demo stopped; temporary files removed", file=stream, flush=True)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn with the demo, not uvicorn, owning SIGINT and SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 @dataclass
@@ -230,6 +220,8 @@ class Demo:
     agents: list[_Agent] = field(default_factory=list)
     agent_port: int = 0
     listen_port: int = 0
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    _server: _Server | None = None
     _ticker: asyncio.Task[None] | None = None
     _started_at: float = 0.0
 
@@ -325,10 +317,24 @@ class Demo:
         )
 
     async def serve(self) -> None:
-        """Run the real server until it is told to stop."""
-        from ..serve import serve
+        """Run the real server (cache, agent pool, app) until a stop is requested."""
+        from ..serve import running, uvicorn_config
 
-        await serve(self.settings())
+        settings = self.settings()
+        async with running(settings) as services:
+            self._server = _Server(uvicorn_config(services.app, settings))
+            # A stop requested while the cache and pool were starting still counts.
+            self._server.should_exit = self.stopping.is_set()
+            await self._server.serve()
+
+    def request_stop(self, sig: int = signal.SIGTERM) -> None:
+        """Begin a graceful shutdown; a second Ctrl-C stops waiting for open connections."""
+        server = self._server
+        if server is not None:
+            if server.should_exit and sig == signal.SIGINT:
+                server.force_exit = True
+            server.should_exit = True
+        self.stopping.set()
 
     @property
     def base_url(self) -> str:
@@ -339,12 +345,12 @@ class Demo:
             host = f"[{host}]"
         return f"http://{host}:{self.listen_port}"
 
-    async def wait_ready(self, serving: asyncio.Task[None], stop: asyncio.Event) -> str | None:
+    async def wait_ready(self, serving: asyncio.Task[None]) -> str | None:
         """Wait until /readyz answers 200; the GraphiQL URL, or None if stopped first."""
         url = f"{self.base_url}/readyz"
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
-            if stop.is_set():
+            if self.stopping.is_set():
                 return None
             if serving.done():
                 error = serving.exception() if not serving.cancelled() else None

@@ -348,6 +348,10 @@ def make_node(
                 }
             ],
             "nodeInfo": {
+                "machineID": hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
+                "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"system/{name}")),
+                "bootID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"boot/{name}")),
+                "kubeProxyVersion": "",
                 "kubeletVersion": "v1.31.2",
                 "containerRuntimeVersion": "containerd://1.7.22",
                 "kernelVersion": "6.8.0-1015-aws",

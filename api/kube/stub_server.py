@@ -47,6 +47,9 @@ from .objects import make_node, make_pod
 
 __all__ = [
     "StubApiServer",
+    "demo_cluster",
+    "demo_nodes",
+    "demo_pods",
     "kubeconfig_for",
     "make_node",
     "make_pod",
@@ -623,6 +626,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, _status(400, "BadRequest", str(exc)))
 
     def do_POST(self) -> None:
+        # Consume the body so the kept-alive connection stays in sync.
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._send_json(405, _status(405, "MethodNotAllowed", "the stub API server is read-only"))
 
     do_PUT = do_PATCH = do_DELETE = do_POST
@@ -693,13 +698,18 @@ def _loopback_ip(n: int) -> str:
     return f"127.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
 
 
-def demo_cluster(
+def demo_nodes(nodes: int) -> Iterator[dict[str, Any]]:
+    """GPU nodes ``node-0`` ... with InternalIPs 127.0.0.2, 127.0.0.3, ... (agents on loopback)."""
+    for n in range(nodes):
+        yield make_node(f"node-{n}", _loopback_ip(n + 2))
+
+
+def demo_pods(
     pods: int, nodes: int, *, namespaces: int = 20, managed_fields: bool = True
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``pods`` pods spread over ``nodes`` GPU nodes (node-IPs 127.0.0.2, .3, ...)."""
-    node_objs = [make_node(f"node-{n}", _loopback_ip(n + 2)) for n in range(nodes)]
-    pod_objs = [
-        make_pod(
+) -> Iterator[dict[str, Any]]:
+    """``pods`` one-GPU worker pods spread round-robin over ``nodes`` nodes and ``namespaces``."""
+    for i in range(pods):
+        yield make_pod(
             f"worker-{i}",
             f"team-{i % namespaces}",
             f"node-{i % nodes}" if nodes else None,
@@ -707,9 +717,14 @@ def demo_cluster(
             labels={"app": f"job-{i // 8}", "pod-template-hash": f"{i // 8:x}"},
             managed_fields=managed_fields,
         )
-        for i in range(pods)
-    ]
-    return pod_objs, node_objs
+
+
+def demo_cluster(
+    pods: int, nodes: int, *, namespaces: int = 20, managed_fields: bool = True
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pods of demo_pods() and the nodes of demo_nodes(), as lists."""
+    pod_objs = list(demo_pods(pods, nodes, namespaces=namespaces, managed_fields=managed_fields))
+    return pod_objs, list(demo_nodes(nodes))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -721,10 +736,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=10)
     parser.add_argument("--slim", action="store_true", help="leave out managedFields")
     args = parser.parse_args(argv)
-    pods, nodes = demo_cluster(args.pods, args.nodes, managed_fields=not args.slim)
     server = StubApiServer(host=args.host, port=args.port)
-    server.load(pods=pods, nodes=nodes)
-    del pods, nodes
+    server.load(
+        pods=demo_pods(args.pods, args.nodes, managed_fields=not args.slim),
+        nodes=demo_nodes(args.nodes),
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     with server:

@@ -1,39 +1,29 @@
-"""A small live gpugraph for client tests: real agents, real uvicorn, in a background thread.
+"""A small live gpugraph for client tests, running in a background thread.
 
-Two fake nodes, each a real agent (sampler + gRPC) on its own loopback
-address reading a fake NVML file, behind the production app (agent pool,
-schema, GraphQL over HTTP and WebSocket) under real uvicorn. The whole thing
-runs on its own event loop in a thread, so that a client under test (a
-browser, a Node.js gateway, a WebSocket client) can drive it from anywhere.
-Only the Kubernetes side is pre-filled: the clients never see that part.
+Two fake nodes on the stub Kubernetes API server, each with a real agent
+(sampler + gRPC) on its own loopback address reading a fake NVML file, behind
+the production server stack (watch, cache, agent pool, app) under real
+uvicorn. It all runs on its own event loop in a thread, so that a client under
+test (a browser, a Node.js gateway, a WebSocket client) can drive it from
+anywhere, sync or async.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from api.app import create_app
-from api.kube.cache import ClusterCache
-from api.kube.objects import container_id_for, pod_uid_for
-from api.metrics import Metrics
-from api.serve import build_pool
-from api.settings import Settings
-from graph_schema import (
-    ContainerRecord,
-    GraphSchema,
-    NodeRecord,
-    PodRecord,
-    SchemaLimits,
-    build_schema,
-)
-from tests.support.server import GIB, AgentNode, Gpu, Proc, RunningServer, serve_app
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from api.kube.objects import pod_uid_for
+from graph_schema import SubscriptionLimiter
+from tests.support.server import GIB, Gpu, GraphTestCluster, Proc, Served, serving
 
 T = TypeVar("T")
 
@@ -84,58 +74,14 @@ def _procs_on(uuid: str) -> list[tuple[int, int]]:
     return [(p.pid, p.used_bytes) for p in PODS if p.gpu_uuid == uuid]
 
 
-def _node_records(ips: dict[str, str]) -> list[NodeRecord]:
-    return [
-        NodeRecord(
-            name=name,
-            uid=f"uid-{name}",
-            internal_ip=ip,
-            labels={"nvidia.com/gpu.product": "NVIDIA-H200"},
-            gpu_capacity=len(_gpus(name, 0)),
-            gpu_allocatable=len(_gpus(name, 0)),
-        )
-        for name, ip in ips.items()
-    ]
-
-
-def _pod_records() -> list[PodRecord]:
-    return [
-        PodRecord(
-            uid=spec.uid,
-            namespace=spec.namespace,
-            name=spec.name,
-            node_name=spec.node,
-            phase="Running",
-            pod_ip=None,
-            labels={"app": spec.name.rsplit("-", 1)[0]},
-            gpu_request=1,
-            containers=(
-                ContainerRecord(
-                    name="main",
-                    image="nvcr.io/nvidia/pytorch:24.05-py3",
-                    container_id=container_id_for(spec.uid, "main").split("://", 1)[1],
-                ),
-            ),
-        )
-        for spec in PODS
-    ]
-
-
-def _free_port(hosts: list[str]) -> int:
-    # One agent port for every node, as node-ip discovery expects; it must be
-    # free on each node's address.
-    for _ in range(20):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as other:
-                    other.bind((host, port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError(f"no port free on all of {hosts}")
+def _subscriptions(app: Starlette) -> SubscriptionLimiter:
+    # The GraphQL view's schema holds the server-wide subscription count.
+    for route in app.routes:
+        if isinstance(route, Route) and route.path == "/graphql":
+            view: Any = route.endpoint
+            limiter: SubscriptionLimiter = view.schema.state.subscriptions
+            return limiter
+    raise LookupError("the app has no /graphql route")
 
 
 class LiveCluster:
@@ -146,18 +92,23 @@ class LiveCluster:
         workdir: Path,
         *,
         snapshot_ttl: float = 1.0,
-        sample_interval: float = 0.1,
         max_subscriptions: int = 200,
         utilization: int = 37,
     ) -> None:
-        self.workdir = workdir
         self.snapshot_ttl = snapshot_ttl
-        self.sample_interval = sample_interval
         self.max_subscriptions = max_subscriptions
-        self.utilization = utilization
-        self.nodes: dict[str, AgentNode] = {}
-        self.schema: GraphSchema | None = None
-        self.server: RunningServer | None = None
+        self.kube = GraphTestCluster(workdir)
+        for name in (NODE_A, NODE_B):
+            procs = [Proc(p.pid, p.comm, p.uid) for p in PODS if p.node == name]
+            if name == NODE_B:
+                procs.append(Proc(HOST_PID, "Xorg"))
+            self.kube.add_node(name, gpus=_gpus(name, utilization), procs=procs)
+        for spec in PODS:
+            self.kube.add_pod(
+                spec.name, spec.namespace, spec.node, gpu_limit=1, labels={"app": spec.name}
+            )
+        self.served: Served | None = None
+        self._subscriptions: SubscriptionLimiter | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._stack = contextlib.AsyncExitStack()
@@ -165,35 +116,35 @@ class LiveCluster:
     @property
     def url(self) -> str:
         """``http://127.0.0.1:PORT``."""
-        assert self.server is not None, "cluster not started"
-        return self.server.url
+        assert self.served is not None, "cluster not started"
+        return self.served.url
 
     @property
     def ws_url(self) -> str:
         """``ws://127.0.0.1:PORT/graphql``."""
-        assert self.server is not None, "cluster not started"
-        return self.server.ws_url
+        assert self.served is not None, "cluster not started"
+        return self.served.ws_url
 
     @property
     def active_subscriptions(self) -> int:
         """Subscriptions the server holds right now."""
-        assert self.schema is not None, "cluster not started"
-        return self.schema.state.subscriptions.active
+        assert self._subscriptions is not None, "cluster not started"
+        return self._subscriptions.active
 
     def agent_calls(self, node: str) -> int:
         """GetSnapshot calls the node's agent has answered."""
-        return self.nodes[node].calls
+        return self.kube.agents[node].calls
 
     def set_utilization(self, node: str, percent: int) -> None:
         """Rewrite the node's fake NVML file with every GPU at ``percent`` utilization."""
-        self.nodes[node].write_gpus(_gpus(node, percent))
+        self.kube.agents[node].write_gpus(_gpus(node, percent))
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         """Run ``coro`` on the cluster's event loop and return its result."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def start(self) -> LiveCluster:
-        """Start the agents and the server; returns once both serve."""
+        """Start the stub API server, the agents and the server; returns once all serve."""
         self._thread.start()
         try:
             self.run(self._start())
@@ -203,7 +154,7 @@ class LiveCluster:
         return self
 
     def stop(self) -> None:
-        """Stop the server and the agents, then the loop."""
+        """Stop the server, the agents and the stub API server, then the loop."""
         if self._thread.is_alive():
             with contextlib.suppress(Exception):
                 self.run(self._stack.aclose())
@@ -213,38 +164,13 @@ class LiveCluster:
             self._loop.close()
 
     async def _start(self) -> None:
-        ips = {NODE_A: "127.0.0.2", NODE_B: "127.0.0.3"}
-        port = _free_port(list(ips.values()))
-        for name, ip in ips.items():
-            procs = [Proc(p.pid, p.comm, p.uid) for p in PODS if p.node == name]
-            if name == NODE_B:
-                procs.append(Proc(HOST_PID, "Xorg"))
-            node = AgentNode(
-                name,
-                ip,
-                self.workdir,
-                gpus=_gpus(name, self.utilization),
-                procs=procs,
-                interval=self.sample_interval,
-            )
-            node.port = port
-            await node.start()
-            self._stack.push_async_callback(node.stop)
-            self.nodes[name] = node
-        cache = ClusterCache()
-        cache.replace_nodes(_node_records(ips))
-        cache.replace_pods(_pod_records())
-        settings = Settings(
-            agent_port=port,
-            snapshot_ttl=self.snapshot_ttl,
-            max_subscriptions=self.max_subscriptions,
+        await self.kube.start()
+        self._stack.push_async_callback(self.kube.stop)
+        settings = self.kube.settings(
+            snapshot_ttl=self.snapshot_ttl, max_subscriptions=self.max_subscriptions
         )
-        metrics = Metrics()
-        pool = build_pool(settings, cache, metrics)
-        self._stack.push_async_callback(pool.close)
-        self.schema = build_schema(SchemaLimits(max_subscriptions=self.max_subscriptions))
-        app = create_app(settings, cache, pool, metrics=metrics, schema=self.schema)
-        self.server = await self._stack.enter_async_context(serve_app(app, settings))
+        self.served = await self._stack.enter_async_context(serving(settings))
+        self._subscriptions = _subscriptions(self.served.services.app)
 
 
 @contextlib.contextmanager
