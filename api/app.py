@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -33,8 +32,6 @@ from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .settings import Settings
 
 __all__ = ["GraphQLApp", "create_app"]
-
-log = logging.getLogger(__name__)
 
 
 class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):

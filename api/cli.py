@@ -255,9 +255,11 @@ def _load_optional(module: str, names: Sequence[str]) -> tuple[Callable[..., Any
 
 
 def _add_delegated(
-    subparsers: Any, name: str, help_text: str, module: str, add: str, run: str
+    subparsers: Any, name: str, help_text: str, module: str, add: str, run: str, *, load: bool
 ) -> None:
     sub = subparsers.add_parser(name, help=help_text, description=help_text)
+    if not load:
+        return
     loaded = _load_optional(module, (add, run))
     if isinstance(loaded, str):
         reason = loaded
@@ -284,8 +286,12 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``gpugraph`` argument parser with its subcommands."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``gpugraph`` argument parser; with ``command``, only that subcommand is complete.
+
+    The agent and demo subcommands live in other modules, loaded only when
+    used, so the agent on every GPU node does not import the GraphQL server.
+    """
     parser = argparse.ArgumentParser(
         prog="gpugraph",
         description="Which pod, and which process inside it, is using this GPU.",
@@ -298,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         "node_resolver.cli",
         "add_agent_arguments",
         "run_agent",
+        load=command in (None, "agent"),
     )
     serve = subparsers.add_parser(
         "serve",
@@ -313,14 +320,17 @@ def build_parser() -> argparse.ArgumentParser:
         "api.demo",
         "add_demo_arguments",
         "run_demo",
+        load=command in (None, "demo"),
     )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpugraph`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in arguments if not a.startswith("-")), "")
+    parser = build_parser(command)
+    args = parser.parse_args(arguments)
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 

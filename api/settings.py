@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from strawberry.http.websocket_origin import normalize_allowed_origins
-
 from node_resolver.auth import read_token_file
 
 __all__ = ["Discovery", "Settings", "parse_listen"]
@@ -60,10 +58,15 @@ class Settings:
             problems.append("the listen port must be between 0 and 65535")
         if self.agent_discovery not in ("node-ip", "pod-ip"):
             problems.append("agent-discovery must be node-ip or pod-ip")
-        try:
-            normalize_allowed_origins(self.cors_origins)
-        except ValueError as exc:
-            problems.append(f"cors-origin: {exc}")
+        if self.cors_origins:
+            # The same rules the WebSocket origin check applies (imported late:
+            # strawberry is heavy, and the agent command shares this module).
+            from strawberry.http.websocket_origin import normalize_allowed_origins
+
+            try:
+                normalize_allowed_origins(self.cors_origins)
+            except ValueError as exc:
+                problems.append(f"cors-origin: {exc}")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -18,11 +18,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fleet import build_fleet, node_ip, node_name  # noqa: E402
+from fleet import build_fleet, node_ip, node_name
 
-from node_resolver import AgentServer, Sampler  # noqa: E402
-from node_resolver.models import NodeSample  # noqa: E402
-from node_resolver.pids import ResolvedProcess  # noqa: E402
+from node_resolver import AgentServer, Sampler
+from node_resolver.models import NodeSample
+from node_resolver.pids import ResolvedProcess
 
 
 class StaticSource:

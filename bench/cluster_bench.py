@@ -41,14 +41,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 import strawberry  # noqa: E402
-from fleet import build_fleet, node_ip  # noqa: E402
+from fleet import build_fleet  # noqa: E402
+from strawberry.schema.config import StrawberryConfig  # noqa: E402
 
 from api.agents import CHANNEL_OPTIONS, AgentPool, NodeIpDiscovery  # noqa: E402
 from api.kube import ClusterCache, ClusterWatcher  # noqa: E402
 from api.kube.stub_server import StubApiServer, write_kubeconfig  # noqa: E402
 from graph_schema import build_schema, make_context  # noqa: E402
 from graph_schema.scalars import Bytes, BytesScalar  # noqa: E402
-from strawberry.schema.config import StrawberryConfig  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.models import NodeSnapshot  # noqa: E402
 
@@ -462,7 +462,8 @@ def report(full: list[dict[str, Any]], conc: dict[str, Any] | None) -> None:
             f"| {r['nodes']} | {r['pods']} | {ms(r['p50'])} | {ms(r['p99'])} | "
             f"{r['bytes'] / 1e6:.2f} MB | {r['calls']:.0f} | {ms(r['slowest'])} | "
             f"{ms(r['overhead'])} | {r['floor'] * 1000:.2f} | {r['overhead'] / r['floor']:.0f}x | "
-            f"{ms(r['plain'])} | {r['overhead'] / r['plain']:.2f}x | {ms(r['same'])} | {r['errors']} |"
+            f"{ms(r['plain'])} | {r['overhead'] / r['plain']:.2f}x | {ms(r['same'])} | "
+            f"{r['errors']} |"
         )
     print("\n## 2. Single-worker traversal pod -> node -> gpus -> processes -> pod\n")
     print("| nodes | p50 ms | p99 ms | agent calls per query |")

@@ -312,10 +312,12 @@ class Reflector:
                 page = orjson.loads(body)
                 del body
                 self._collect(page.get("items") or (), records)
-            metadata = page.get("metadata") or {}
-            list_rv = resource_version(page) or list_rv
-            token = metadata.get("continue") or None
-            del page
+                metadata = page.get("metadata") or {}
+                list_rv = resource_version(page) or list_rv
+                token = metadata.get("continue") or None
+                # Freed before the collector comes back, or its first pass
+                # would walk the whole parsed page.
+                del page, metadata
             if token is None:
                 break
             if self._stopping.is_set():
