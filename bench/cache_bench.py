@@ -40,6 +40,7 @@ from kubernetes.client import ApiClient
 from api.kube import ClusterCache, ClusterWatcher, pod_record
 from api.kube.reflector import gc_paused
 from api.kube.stub_server import kubeconfig_for
+from graph_schema.records import PodRecord
 
 TARGET_FILL_S = 10.0
 TARGET_BYTES_PER_POD = 1024
@@ -142,7 +143,7 @@ def as_single_list(pages: list[bytes]) -> bytes:
 
 def slim_path(pages: list[bytes], pause_gc: bool) -> ClusterCache:
     """What the watcher does with list pages: orjson, slim records, then the indexed swap."""
-    records = []
+    records: list[PodRecord] = []
     for page in pages:
         if pause_gc:
             with gc_paused():
@@ -182,6 +183,13 @@ def traced(step: Callable[[], Any]) -> int:
     tracemalloc.stop()
     del result
     return size
+
+
+def verdict(met: bool, judged: bool) -> str:
+    """How a figure compares with its target."""
+    if not judged:
+        return "(not judged at this size)"
+    return "ok" if met else "MISSED"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,23 +290,28 @@ def main(argv: list[str] | None = None) -> int:
     speedup = model_s / slim_s
     print()
     print(
-        f"slim path vs V1PodList: {speedup:.1f}x faster, {model_peak / max(slim_peak, 1):.1f}x less peak memory"
+        f"slim path vs V1PodList: {speedup:.1f}x faster, "
+        f"{model_peak / max(slim_peak, 1):.1f}x less peak memory"
     )
     print(f"garbage collector paused vs left on: {gc_on_s / slim_s:.1f}x faster")
     fill_at_100k = fill_s * 100_000 / args.pods
     print()
-    print("targets:")
+    full_size = args.pods >= 100_000 and compare >= 10_000
     print(
-        f"  fill 100k pods <= {TARGET_FILL_S:.0f}s: {fill_at_100k:.1f}s{'' if args.pods == 100_000 else ' (scaled)'} "
-        f"{'ok' if fill_at_100k <= TARGET_FILL_S else 'MISSED'}"
+        "targets:" if full_size else "targets (judged only at --pods 100000 --compare-pods 10000):"
+    )
+    print(
+        f"  fill 100k pods <= {TARGET_FILL_S:.0f}s: {fill_at_100k:.1f}s"
+        f"{'' if args.pods == 100_000 else ' (scaled linearly)'} "
+        f"{verdict(fill_at_100k <= TARGET_FILL_S, full_size)}"
     )
     print(
         f"  <= {TARGET_BYTES_PER_POD} bytes/pod (RSS of the full fill): {per_pod:,.0f} "
-        f"{'ok' if per_pod <= TARGET_BYTES_PER_POD else 'MISSED'}"
+        f"{verdict(per_pod <= TARGET_BYTES_PER_POD, full_size)}"
     )
     print(
         f"  >= {TARGET_SPEEDUP:.0f}x faster than V1PodList: {speedup:.1f}x "
-        f"{'ok' if speedup >= TARGET_SPEEDUP else 'MISSED'}"
+        f"{verdict(speedup >= TARGET_SPEEDUP, full_size)}"
     )
     return 0
 

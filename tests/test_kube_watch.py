@@ -274,7 +274,7 @@ def test_watch_timeout_ends_the_stream_and_it_resumes() -> None:
             assert timeouts == {"1"}
 
 
-def test_api_server_down_at_start_then_up() -> None:
+def test_api_server_down_keeps_the_loops_retrying() -> None:
     with stub_api() as server:
         seed(server)
         url = server.url

@@ -174,3 +174,22 @@ async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestC
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_the_agent_command_does_not_load_the_graphql_server() -> None:
+    # The agent runs on every GPU node; it should not carry the server's imports.
+    snippet = (
+        "import sys\n"
+        "from api.cli import main\n"
+        "try:\n"
+        "    main(['agent', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('LOADED', sorted(m for m in ('strawberry', 'graph_schema', 'starlette')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "usage: gpugraph agent" in out
+    assert "LOADED []" in out
