@@ -17,6 +17,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from .address import join_host_port, split_host_port
 from .auth import BearerTokenInterceptor
 from .codec import snapshot_to_proto
 from .generated import agent_pb2, agent_pb2_grpc
@@ -123,20 +124,3 @@ class AgentServer:
     async def wait_for_termination(self) -> None:
         """Return when the server has stopped."""
         await self._server.wait_for_termination()
-
-
-def split_host_port(listen: str) -> tuple[str, int]:
-    """Split "HOST:PORT" (IPv6 as "[::1]:PORT"); ValueError on anything else."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected HOST:PORT, got {listen!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets, e.g. [::]:50051, got {listen!r}")
-    return host, int(port)
-
-
-def join_host_port(host: str, port: int) -> str:
-    """The inverse of split_host_port."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

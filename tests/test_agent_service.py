@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.fake_proc import kubelet_cgroup
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.models import ContainerRef, NodeSample
 from tests.support.agents import (
@@ -28,7 +29,6 @@ from tests.support.agents import (
     agent_command,
     agent_env,
     gpu_json,
-    kubepods_cgroup,
     nvml_json,
     resolved,
     start_agent_process,
@@ -213,7 +213,7 @@ def test_cli_resolves_pids_from_proc_root_drops_missing_and_stops_on_sigterm(
     proc = write_proc_tree(
         tmp_path / "proc",
         {
-            4242: FakeProc("trainer", kubepods_cgroup(POD, CONTAINER)),
+            4242: FakeProc("trainer", kubelet_cgroup(POD, CONTAINER)),
             100: FakeProc("Xorg"),
         },
     )

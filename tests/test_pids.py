@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from node_resolver.fake_proc import kubelet_cgroup, remove_process, write_process
 from node_resolver.models import ContainerRef
 from node_resolver.pids import (
     CgroupResolver,
@@ -19,7 +20,6 @@ from node_resolver.pids import (
     ProcResolver,
     build_resolver,
 )
-from tests.support.proctree import remove_process, write_process
 
 POD_A = "11111111-2222-3333-4444-555555555555"
 POD_B = "66666666-7777-8888-9999-aaaaaaaaaaaa"
@@ -28,14 +28,11 @@ CID_B = "b" * 64
 
 
 def cgroupfs(pod: str, cid: str) -> str:
-    return f"0::/kubepods/burstable/pod{pod}/{cid}\n"
+    return kubelet_cgroup(pod, cid)
 
 
 def systemd(pod: str, cid: str) -> str:
-    return (
-        "0::/kubepods.slice/kubepods-burstable.slice/"
-        f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n"
-    )
+    return kubelet_cgroup(pod, cid, driver="systemd")
 
 
 @pytest.fixture

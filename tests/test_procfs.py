@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from node_resolver.fake_proc import remove_process, stat_line, write_process
 from node_resolver.procfs import (
     CMDLINE_LIMIT,
     ProcessGone,
@@ -18,7 +19,6 @@ from node_resolver.procfs import (
     parse_cmdline,
     parse_stat,
 )
-from tests.support.proctree import remove_process, stat_line, write_process
 
 
 @pytest.mark.parametrize(

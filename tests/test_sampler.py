@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.fake_proc import kubelet_cgroup
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import ResolvedProcess, build_resolver
 from node_resolver.sampler import Sampler
@@ -17,7 +18,6 @@ from tests.support.agents import (
     FakeProc,
     StaticResolver,
     gpu_json,
-    kubepods_cgroup,
     nvml_json,
     resolved,
     write_proc_tree,
@@ -154,7 +154,7 @@ def test_with_the_cgroup_resolver_over_a_proc_tree(tmp_path: Path) -> None:
     proc = write_proc_tree(
         tmp_path / "proc",
         {
-            100: FakeProc("trainer", kubepods_cgroup(POD, CONTAINER)),
+            100: FakeProc("trainer", kubelet_cgroup(POD, CONTAINER)),
             200: FakeProc("nvidia-persistenced"),
         },
     )
@@ -166,5 +166,6 @@ def test_with_the_cgroup_resolver_over_a_proc_tree(tmp_path: Path) -> None:
     assert found == {
         # A cgroupfs path does not name the runtime.
         100: ("trainer", ContainerRef(CONTAINER, "", POD)),
-        200: ("nvidia-persistenced", None),
+        # The kernel keeps the first 15 characters of a process name.
+        200: ("nvidia-persiste", None),
     }

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from graph_schema.context import Cluster
 from graph_schema.selectors import LabelSelector, parse_label_selector
+from node_resolver.address import join_host_port
 
 __all__ = [
     "AddressUnknownError",
@@ -32,13 +33,6 @@ class Discovery(Protocol):
     def address(self, node_name: str) -> str:
         """The agent's address, or AddressUnknownError."""
         ...
-
-
-def join_host_port(host: str, port: int) -> str:
-    """``host:port``, bracketing IPv6 hosts as gRPC targets need."""
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]:{port}"
-    return f"{host}:{port}"
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,11 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from node_resolver.fake_proc import write_process
+
 from .scenario import DemoProcess
 
-__all__ = ["stat_line", "write_proc_tree"]
-
-
-def stat_line(pid: int, comm: str, start_time: int) -> str:
-    """A ``/proc/<pid>/stat`` line as the kernel writes it, sleeping, child of PID 1."""
-    # Fields 4..52; field 22 (starttime) is the 19th of them.
-    rest = ["1", *(["0"] * 17), str(start_time), *(["0"] * 30)]
-    return f"{pid} ({comm}) S {' '.join(rest)}\n"
+__all__ = ["write_proc_tree"]
 
 
 def write_proc_tree(root: Path, processes: Iterable[DemoProcess]) -> None:
@@ -24,9 +19,11 @@ def write_proc_tree(root: Path, processes: Iterable[DemoProcess]) -> None:
         shutil.rmtree(root)
     root.mkdir(parents=True)
     for process in processes:
-        proc = root / str(process.pid)
-        (proc / "task" / str(process.pid)).mkdir(parents=True)
-        (proc / "stat").write_text(stat_line(process.pid, process.comm, process.start_time))
-        (proc / "comm").write_text(process.comm[:15] + "\n")
-        (proc / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in process.cmdline))
-        (proc / "cgroup").write_text(process.cgroup)
+        write_process(
+            root,
+            process.pid,
+            comm=process.comm,
+            start_time=process.start_time,
+            cgroup=process.cgroup,
+            cmdline=process.cmdline,
+        )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.kube.objects import container_id_for, make_node, make_pod
+from node_resolver.fake_proc import kubelet_cgroup
 
 __all__ = [
     "GIB",
@@ -40,13 +41,8 @@ RESEARCH_NAMESPACE = "research"
 TRAINING_IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
 INFERENCE_IMAGE = "nvcr.io/nvidia/tritonserver:24.08-py3"
 NOTEBOOK_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07"
-# Kubelet (systemd cgroup driver, cgroup v2) puts every container of a
-# Burstable pod here; the agent's resolver reads it back from /proc/<pid>/cgroup.
-BURSTABLE_CGROUP = (
-    "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/"
-    "cri-containerd-{cid}.scope\n"
-)
-HOST_CGROUP = "0::/user.slice/user-1000.slice/session-7.scope\n"
+# A login session's process: in a cgroup, but in no container.
+SESSION_CGROUP = "0::/user.slice/user-1000.slice/session-7.scope\n"
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -72,9 +68,9 @@ class DemoProcess:
     def cgroup(self) -> str:
         """The ``/proc/<pid>/cgroup`` content the kubelet would have given this process."""
         if self.pod_uid is None or self.container_id is None:
-            return HOST_CGROUP
-        uid = self.pod_uid.replace("-", "_")
-        return BURSTABLE_CGROUP.format(uid=uid, cid=self.container_id)
+            return SESSION_CGROUP
+        # Kubelet with the systemd cgroup driver on cgroup v2, as most clusters run.
+        return kubelet_cgroup(self.pod_uid, self.container_id, driver="systemd")
 
     @property
     def start_time(self) -> int:

@@ -9,11 +9,10 @@ by tests, the demo and the benchmarks lives in ``api.kube.stub_server``.
 from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
 from .config import KubeConfigError, default_kubeconfig_path, load_kube_config
 from .parse import ParseError, node_record, pod_record, strip_runtime_prefix
-from .reflector import Backoff, Reflector, WatchError, node_kind, pod_kind
+from .reflector import Reflector, RetryDelay, WatchError, node_kind, pod_kind
 from .watcher import ClusterWatcher
 
 __all__ = [
-    "Backoff",
     "CacheStats",
     "ChangeListener",
     "ClusterCache",
@@ -21,6 +20,7 @@ __all__ = [
     "KubeConfigError",
     "ParseError",
     "Reflector",
+    "RetryDelay",
     "WatchError",
     "WatchStats",
     "default_kubeconfig_path",

@@ -81,8 +81,12 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-class Backoff:
-    """Exponential backoff with jitter: initial, 2x, 4x, ... up to ``maximum`` seconds."""
+class RetryDelay:
+    """Exponential backoff with jitter: initial, 2x, 4x, ... up to ``maximum`` seconds.
+
+    The sleeps of one retry loop. ``api.agents.Backoff`` is the other kind: it
+    tracks failures per node, for callers that skip a node rather than sleep.
+    """
 
     def __init__(self, initial: float = 0.2, maximum: float = 10.0) -> None:
         self.initial = initial
@@ -181,14 +185,14 @@ class Reflector:
         watch_timeout: int = 300,
         connect_timeout: float = 10.0,
         list_timeout: float = 120.0,
-        backoff: Backoff | None = None,
+        backoff: RetryDelay | None = None,
     ) -> None:
         self.kind = kind
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.connect_timeout = connect_timeout
         self.list_timeout = list_timeout
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or RetryDelay()
         self.resource_version: str | None = None
         self._listed = False
         self._stopping = threading.Event()

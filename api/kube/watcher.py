@@ -13,7 +13,7 @@ from kubernetes.client import ApiClient, Configuration, CoreV1Api
 from urllib3.util.retry import Retry
 
 from .cache import ClusterCache
-from .reflector import Backoff, Reflector, node_kind, pod_kind
+from .reflector import Reflector, RetryDelay, node_kind, pod_kind
 
 
 class _ConnectionCutter:
@@ -90,13 +90,13 @@ class ClusterWatcher:
             pod_kind(api, cache, namespace),
             page_size=page_size,
             watch_timeout=watch_timeout,
-            backoff=Backoff(backoff_initial, backoff_max),
+            backoff=RetryDelay(backoff_initial, backoff_max),
         )
         self.nodes = Reflector(
             node_kind(api, cache),
             page_size=page_size,
             watch_timeout=watch_timeout,
-            backoff=Backoff(backoff_initial, backoff_max),
+            backoff=RetryDelay(backoff_initial, backoff_max),
         )
 
     def start(self) -> None:

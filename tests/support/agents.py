@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from node_resolver.fake_proc import HOST_CGROUP, write_process
 from node_resolver.gpu_source import GpuSource
 from node_resolver.models import ContainerRef
 from node_resolver.pids import PidResolver, ResolvedProcess
@@ -88,28 +89,23 @@ class FakeProc:
 
     comm: str = "python"
     # The /proc/<pid>/cgroup content; the default is a host process (cgroup v2 root).
-    cgroup: str = "0::/\n"
+    cgroup: str = HOST_CGROUP
     cmdline: Sequence[str] = ("python", "train.py")
     start_time: int = 4242
 
 
-def kubepods_cgroup(pod_uid: str, container_id: str) -> str:
-    """A cgroup v2 file for a Burstable pod's container under the cgroupfs driver."""
-    return f"0::/kubepods/burstable/pod{pod_uid}/{container_id}\n"
-
-
 def write_proc_tree(root: Path, processes: Mapping[int, FakeProc]) -> Path:
-    """Lay out ``<root>/<pid>/{stat,comm,cgroup,cmdline}`` like the kernel's /proc."""
+    """Lay out ``<root>/<pid>/{stat,comm,cgroup,cmdline,task}`` like the kernel's /proc."""
     root.mkdir(parents=True, exist_ok=True)
     for pid, proc in processes.items():
-        directory = root / str(pid)
-        directory.mkdir(exist_ok=True)
-        # Fields 3..22 of stat: state, ppid, then zeros up to starttime (field 22).
-        fields = ["S", "1", *["0"] * 17, str(proc.start_time), "0", "0"]
-        (directory / "stat").write_text(f"{pid} ({proc.comm}) {' '.join(fields)}\n")
-        (directory / "comm").write_text(proc.comm + "\n")
-        (directory / "cgroup").write_text(proc.cgroup)
-        (directory / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in proc.cmdline))
+        write_process(
+            root,
+            pid,
+            comm=proc.comm,
+            start_time=proc.start_time,
+            cgroup=proc.cgroup,
+            cmdline=proc.cmdline,
+        )
     return root
 
 

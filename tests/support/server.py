@@ -23,24 +23,13 @@ from starlette.applications import Starlette
 from api.kube.objects import container_id_for
 from api.settings import Settings
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.fake_proc import kubelet_cgroup, remove_process, write_process
 from node_resolver.pids import CgroupResolver
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
 
-from .proctree import remove_process, write_process
-
 GIB = 1024**3
 MIB = 1024**2
-
-
-def kubelet_cgroup(pod_uid: str, container_id: str, qos: str = "burstable") -> str:
-    """A cgroup v2 file as kubelet's systemd driver + containerd lay it out for a container."""
-    bare = container_id.split("://", 1)[-1]
-    uid = pod_uid.replace("-", "_")
-    return (
-        f"0::/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/"
-        f"cri-containerd-{bare}.scope\n"
-    )
 
 
 @dataclass(frozen=True)
@@ -57,7 +46,8 @@ class Proc:
         """The process's /proc/<pid>/cgroup text."""
         if self.pod_uid is None:
             return "0::/system.slice/sshd.service\n"
-        return kubelet_cgroup(self.pod_uid, container_id_for(self.pod_uid, self.container))
+        container_id = container_id_for(self.pod_uid, self.container)
+        return kubelet_cgroup(self.pod_uid, container_id, driver="systemd")
 
 
 @dataclass
