@@ -7,7 +7,8 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG NODE_IMAGE=node:20.19.5-bookworm-slim
 
 # --- GraphiQL's browser bundles, baked in because clusters are often air-gapped.
-FROM ${NODE_IMAGE} AS web
+# Plain JavaScript for any platform: built once, natively, not under emulation.
+FROM --platform=$BUILDPLATFORM ${NODE_IMAGE} AS web
 WORKDIR /src/web
 COPY web/package.json web/package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -21,6 +22,10 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/gpugraph
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
+# The pins reach the isolated build environment (setuptools) too: older pip reads
+# PIP_CONSTRAINT there, pip >= 25.3 PIP_BUILD_CONSTRAINT.
+ENV PIP_CONSTRAINT=/src/constraints.txt \
+    PIP_BUILD_CONSTRAINT=/src/constraints.txt
 COPY api ./api
 COPY graph_schema ./graph_schema
 COPY node_resolver ./node_resolver

@@ -10,22 +10,31 @@ NPM_CI := npm ci --no-audit --no-fund --loglevel=error
 WEB_STAMP := api/static/graphiql/manifest.json
 FEDERATION_STAMP := tests/federation/node_modules/.package-lock.json
 DEMO_ARGS ?=
+# -c pins what is installed; the variables pin the isolated build environment
+# (setuptools) too: older pip reads PIP_CONSTRAINT there, pip >= 25.3 PIP_BUILD_CONSTRAINT.
+PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt \
+	PIP_BUILD_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo test install install-dev lint typecheck proto proto-check web web-if-npm \
 	npm-if-npm bench-small clean
 
+# Debian's python3 without python3-venv leaves a $(VENV) without pip behind; remove
+# it, so the next run starts over, and say what to install.
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "gpugraph needs Python >= 3.11; set PYTHON=python3.11")'
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV) || true
+	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); \
+		echo "error: '$(PYTHON) -m venv' made no working pip (on Debian/Ubuntu:" \
+			"apt-get install python3-venv), then run make again" >&2; exit 1; }
 
 # Runtime only: what `make demo` needs.
 $(RUN_STAMP): $(PY) pyproject.toml constraints.txt
-	$(PY) -m pip install -q -c constraints.txt -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 # Runtime plus the dev extras (tests, lint, type checking).
 $(DEV_STAMP): $(PY) pyproject.toml constraints.txt
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(RUN_STAMP)
 
 install: $(RUN_STAMP)

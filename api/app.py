@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, ClassVar
 
-import orjson
-from cross_web import AsyncHTTPRequestAdapter
-from graphql import GraphQLError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -19,23 +16,89 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Lifespan
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
-from strawberry.http import GraphQLRequestData
-from strawberry.types import ExecutionResult
+from strawberry.extensions import SchemaExtension
+from strawberry.types.graphql import OperationType
 
-from graph_schema import GraphSchema, SchemaLimits, SharedState, build_schema, make_context
+from graph_schema import (
+    GraphSchema,
+    GraphUserError,
+    SchemaLimits,
+    SharedState,
+    build_schema,
+    make_context,
+)
 from graph_schema.context import Cluster, SnapshotSource
 
 from .gpu_pods import gpu_pods_endpoint
 from .graphiql import OfflineGraphiQL, graphiql_routes
 from .http_limits import BodySizeLimit
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .responses import json_response
 from .settings import Settings
 
-__all__ = ["GraphQLApp", "create_app"]
+__all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "create_app"]
+
+
+class RequestTimeoutError(GraphUserError):
+    """An operation ran past the server's time limit."""
+
+    extensions: ClassVar[dict[str, str]] = {"code": "REQUEST_TIMEOUT"}
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request exceeded the server's {seconds:g} s time limit")
+
+
+class QueryTimer(SchemaExtension):
+    """Holds every query to the server's time limit and records it in the metrics.
+
+    A schema extension rather than a wrapper around the HTTP handler, so that
+    queries over a WebSocket are bounded and counted too. Subscriptions are
+    neither: they are meant to run for as long as the client listens.
+    """
+
+    def __init__(self, metrics: Metrics, seconds: float) -> None:
+        super().__init__()
+        self.metrics = metrics
+        self.seconds = seconds
+        self._deadline = 0.0
+        self._subscription = False
+        self._timed_out = False
+
+    def on_operation(self) -> Iterator[None]:
+        started = time.perf_counter()
+        self._deadline = asyncio.get_running_loop().time() + self.seconds
+        try:
+            yield
+        finally:
+            if not self._subscription:
+                self.metrics.query_seconds.observe(time.perf_counter() - started)
+                self._count_errors()
+
+    async def on_execute(self) -> AsyncIterator[None]:
+        self._subscription = self.execution_context.operation_type is OperationType.SUBSCRIPTION
+        if self._subscription:
+            yield
+            return
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                yield
+        except TimeoutError:
+            self._timed_out = True
+            raise RequestTimeoutError(self.seconds) from None
+
+    def _count_errors(self) -> None:
+        if self._timed_out:
+            kind = "timeout"
+        else:
+            result = self.execution_context.result
+            if result is None or not result.errors:
+                return
+            kind = "invalid" if result.data is None else "partial"
+        self.metrics.query_errors.labels(kind=kind).inc()
 
 
 class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
-    """strawberry's ASGI view with a fresh loader set per request, a time limit and metrics."""
+    """strawberry's ASGI view, with a GraphContext per request or socket."""
 
     def __init__(
         self,
@@ -43,8 +106,6 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         *,
         cluster: Cluster,
         snapshots: SnapshotSource,
-        metrics: Metrics,
-        request_timeout: float,
         graphiql: bool,
         allowed_origins: Sequence[str] = (),
     ) -> None:
@@ -55,51 +116,14 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         )
         self.cluster = cluster
         self.snapshots = snapshots
-        self.metrics = metrics
-        self.request_timeout = request_timeout
         # Server-wide: subscription slots and GPU location hints outlive requests.
         self.state: SharedState = schema.state
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Any:
-        """A new context, and with it new dataloaders, for every request or socket."""
+        """The request's (or socket's) context; the schema forks it for each operation."""
         return make_context(
             self.cluster, self.snapshots, self.state, request=request, response=response
         )
-
-    async def execute_single(
-        self,
-        request: Request,
-        request_adapter: AsyncHTTPRequestAdapter,
-        sub_response: Response,
-        context: Any,
-        root_value: None,
-        request_data: GraphQLRequestData,
-    ) -> ExecutionResult:
-        """Run one operation under the request time limit, recording latency and errors."""
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.request_timeout):
-                result = await super().execute_single(
-                    request, request_adapter, sub_response, context, root_value, request_data
-                )
-        except TimeoutError:
-            self.metrics.query_errors.labels(kind="timeout").inc()
-            message = f"the request exceeded the server's {self.request_timeout:g} s time limit"
-            result = ExecutionResult(
-                data=None,
-                errors=[GraphQLError(message, extensions={"code": "REQUEST_TIMEOUT"})],
-            )
-        else:
-            if result.errors:
-                kind = "invalid" if result.data is None else "partial"
-                self.metrics.query_errors.labels(kind=kind).inc()
-        finally:
-            self.metrics.query_seconds.observe(time.perf_counter() - started)
-        return result
-
-
-def _json(status: int, body: object) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 def create_app(
@@ -108,38 +132,41 @@ def create_app(
     snapshots: SnapshotSource,
     *,
     metrics: Metrics | None = None,
-    schema: GraphSchema | None = None,
     lifespan: Lifespan[Starlette] | None = None,
 ) -> Starlette:
-    """The server's ASGI app over a Kubernetes cache and an agent snapshot source."""
+    """The server's ASGI app over a Kubernetes cache and an agent snapshot source.
+
+    ``app.state.graph_state`` is the schema's server-wide state, which the
+    server prunes when nodes leave the cluster.
+    """
     metrics = metrics if metrics is not None else Metrics()
     metrics.watch_cluster(cluster)
-    if schema is None:
-        schema = build_schema(
-            SchemaLimits(
-                max_depth=settings.max_depth,
-                max_aliases=settings.max_aliases,
-                max_tokens=settings.max_tokens,
-                max_subscriptions=settings.max_subscriptions,
-            )
-        )
+    request_timeout = settings.request_timeout
+    schema = build_schema(
+        SchemaLimits(
+            max_depth=settings.max_depth,
+            max_aliases=settings.max_aliases,
+            max_tokens=settings.max_tokens,
+            max_subscriptions=settings.max_subscriptions,
+            max_result_items=settings.max_result_items,
+        ),
+        extensions=[lambda: QueryTimer(metrics, request_timeout)],
+    )
     graphql = GraphQLApp(
         schema,
         cluster=cluster,
         snapshots=snapshots,
-        metrics=metrics,
-        request_timeout=settings.request_timeout,
         graphiql=settings.graphiql,
         allowed_origins=settings.cors_origins,
     )
 
     async def healthz(request: Request) -> Response:
-        return _json(200, {"status": "ok"})
+        return json_response(200, {"status": "ok"})
 
     async def readyz(request: Request) -> Response:
         if cluster.ready:
-            return _json(200, {"status": "ready"})
-        return _json(
+            return json_response(200, {"status": "ready"})
+        return json_response(
             503, {"status": "not ready", "reason": "waiting for the first list of pods and nodes"}
         )
 
@@ -181,4 +208,5 @@ def create_app(
     app.state.metrics = metrics
     app.state.cluster = cluster
     app.state.snapshots = snapshots
+    app.state.graph_state = schema.state
     return app

@@ -13,47 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .settings import Settings, parse_listen
+from .settings import Settings, SettingsError, parse_listen
 
-__all__ = ["add_serve_arguments", "build_parser", "main", "settings_from_args"]
+__all__ = ["LOG_LEVELS", "add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
 _DEFAULTS = Settings()
+# For ``--log-level`` with ``type=str.lower``, so DEBUG and debug both work.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"must be a port between 1 and 65535, got {text}")
-    return value
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -90,7 +56,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     agents.add_argument(
         "--agent-port",
-        type=_port,
+        type=int,
         default=d.agent_port,
         metavar="N",
         help=f"the agents' gRPC port (default {d.agent_port})",
@@ -109,7 +75,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     agents.add_argument(
         "--agent-timeout",
-        type=_positive_float,
+        type=float,
         default=d.agent_timeout,
         metavar="S",
         help=f"deadline of every agent call in seconds (default {d.agent_timeout:g})",
@@ -123,7 +89,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     agents.add_argument(
         "--snapshot-ttl",
-        type=_non_negative_float,
+        type=float,
         default=d.snapshot_ttl,
         metavar="S",
         help="queries within this many seconds share one call per node "
@@ -133,34 +99,42 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument(
         "--max-depth",
         metavar="N",
-        type=_positive_int,
+        type=int,
         default=d.max_depth,
         help=f"deepest query nesting allowed (default {d.max_depth})",
     )
     limits.add_argument(
         "--max-aliases",
         metavar="N",
-        type=_positive_int,
+        type=int,
         default=d.max_aliases,
         help=f"most aliases per query (default {d.max_aliases})",
     )
     limits.add_argument(
         "--max-tokens",
         metavar="N",
-        type=_positive_int,
+        type=int,
         default=d.max_tokens,
         help=f"most tokens per query document (default {d.max_tokens})",
     )
     limits.add_argument(
+        "--max-result-items",
+        metavar="N",
+        type=int,
+        default=d.max_result_items,
+        help="most objects (nodes, pods, containers, GPUs, processes) listed by one query "
+        f"(default {d.max_result_items})",
+    )
+    limits.add_argument(
         "--max-body-bytes",
         metavar="N",
-        type=_positive_int,
+        type=int,
         default=d.max_body_bytes,
         help=f"largest request body, and WebSocket message (default {d.max_body_bytes})",
     )
     limits.add_argument(
         "--request-timeout",
-        type=_positive_float,
+        type=float,
         default=d.request_timeout,
         metavar="S",
         help=f"time limit of one GraphQL request (default {d.request_timeout:g})",
@@ -168,7 +142,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument(
         "--max-subscriptions",
         metavar="N",
-        type=_non_negative_int,
+        type=int,
         default=d.max_subscriptions,
         help=f"concurrent subscriptions per server (default {d.max_subscriptions})",
     )
@@ -188,11 +162,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.graphiql,
         help="serve the GraphiQL IDE on GET /graphql (default on)",
     )
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default=d.log_level)
+    parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=d.log_level)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Settings from parsed ``serve`` arguments; ValueError on inconsistent values."""
+    """Settings from parsed ``serve`` arguments; SettingsError on values that cannot work."""
     host, port = args.listen
     return Settings(
         listen_host=host,
@@ -208,6 +182,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_depth=args.max_depth,
         max_aliases=args.max_aliases,
         max_tokens=args.max_tokens,
+        max_result_items=args.max_result_items,
         max_body_bytes=args.max_body_bytes,
         request_timeout=args.request_timeout,
         max_subscriptions=args.max_subscriptions,
@@ -219,12 +194,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from .kube.config import KubeConfigError
-    from .serve import check_settings, serve
+    from .serve import serve
 
     try:
         settings = settings_from_args(args)
-        check_settings(settings)
-    except ValueError as exc:
+    except SettingsError as exc:
         args.parser.error(str(exc))
     logging.basicConfig(
         level=settings.log_level.upper(),
@@ -234,6 +208,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         try:
             asyncio.run(serve(settings))
+        except SettingsError as exc:  # e.g. an unreadable token file, found at start
+            args.parser.error(str(exc))
         except KubeConfigError as exc:
             print(f"gpugraph serve: error: {exc}", file=sys.stderr)
             return 1

@@ -18,38 +18,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from graph_schema.context import AgentUnavailableError, Cluster, SnapshotSource
-from graph_schema.records import PodRecord
-from node_resolver.models import GpuProcess, NodeSnapshot
+from graph_schema.types import join_pod
+from node_resolver.models import NodeSnapshot
+
+from .responses import json_response
 
 __all__ = ["gpu_pods_endpoint", "gpu_pods_response"]
 
 MIB = 1024 * 1024
 
 
-def _json(status: int, body: object) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
-
-
 def _error(status: int, message: str, **details: object) -> Response:
-    return _json(status, {"error": message, **details})
-
-
-def _owning_pod(cluster: Cluster, process: GpuProcess) -> PodRecord | None:
-    ref = process.container
-    if ref is None:
-        return None
-    if ref.pod_uid:
-        pod = cluster.pod_by_uid(ref.pod_uid)
-        if pod is not None:
-            return pod
-    if ref.container_id:
-        return cluster.pod_by_container_id(ref.container_id)
-    return None
+    return json_response(status, {"error": message, **details})
 
 
 def gpu_pods_response(cluster: Cluster, snapshot: NodeSnapshot) -> dict[str, object]:
@@ -63,7 +47,8 @@ def gpu_pods_response(cluster: Cluster, snapshot: NodeSnapshot) -> dict[str, obj
             "usageGpu": gpu.utilization_gpu,
         }
         for process in gpu.processes:
-            pod = _owning_pod(cluster, process)
+            ref = process.container
+            pod = None if ref is None else join_pod(cluster, ref.pod_uid, ref.container_id)
             if pod is None:
                 continue
             used = process.used_memory_bytes
@@ -86,6 +71,11 @@ def gpu_pods_endpoint(
         worker_id = request.query_params.get("worker_id", "").strip()
         if not worker_id:
             return _error(400, "missing query parameter worker_id (the worker pod's name)")
+        if not cluster.ready:
+            # Not 404: the pod may well exist, the cache just has not seen it yet.
+            return _error(
+                503, "the server is still loading the cluster's pods and nodes; try again shortly"
+            )
         namespace = request.query_params.get("namespace", "").strip() or None
         if namespace is not None:
             pod = cluster.pod(namespace, worker_id)
@@ -123,6 +113,6 @@ def gpu_pods_endpoint(
                 f"{snapshot.sample.error}",
                 node=pod.node_name,
             )
-        return _json(200, gpu_pods_response(cluster, snapshot))
+        return json_response(200, gpu_pods_response(cluster, snapshot))
 
     return gpu_pods

@@ -6,7 +6,7 @@ servers live in one process, as they do in tests, without clashing names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
+import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -15,6 +15,7 @@ from graph_schema.context import Cluster
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
+_AGENT_CALL_OUTCOMES = ("ok", "error", "timeout")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 
@@ -26,7 +27,8 @@ class Metrics:
         r = self.registry
         self.agent_calls = Counter(
             "gpugraph_agent_calls",
-            "gRPC calls made to node agents, by node and outcome (ok, error, timeout).",
+            "gRPC calls made to node agents, by node and outcome "
+            f"({', '.join(_AGENT_CALL_OUTCOMES)}).",
             ["node", "outcome"],
             registry=r,
         )
@@ -51,7 +53,7 @@ class Metrics:
         )
         self.query_seconds = Histogram(
             "gpugraph_query_seconds",
-            "Latency of GraphQL operations over HTTP.",
+            "Latency of GraphQL queries and mutations, over HTTP and WebSocket.",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
@@ -80,16 +82,16 @@ class Metrics:
 
     def watch_cluster(self, cluster: Cluster) -> None:
         """Read the cache gauges from ``cluster`` at every scrape."""
-        self.cache_pods.set_function(lambda: float(_count(cluster, "pod_count", cluster.pods)))
-        self.cache_nodes.set_function(lambda: float(_count(cluster, "node_count", cluster.nodes)))
+        self.cache_pods.set_function(lambda: float(cluster.pod_count))
+        self.cache_nodes.set_function(lambda: float(cluster.node_count))
         self.cache_ready.set_function(lambda: 1.0 if cluster.ready else 0.0)
+
+    def forget_node(self, node_name: str) -> None:
+        """Drop the node's series (it left the cluster), so they do not pile up."""
+        for outcome in _AGENT_CALL_OUTCOMES:
+            with contextlib.suppress(KeyError):  # never called with this outcome
+                self.agent_calls.remove(node_name, outcome)
 
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format."""
         return generate_latest(self.registry)
-
-
-def _count(cluster: Cluster, attribute: str, listing: Callable[[], Sized]) -> int:
-    # The real cache counts in O(1); any other Cluster is counted by listing.
-    value = getattr(cluster, attribute, None)
-    return value if isinstance(value, int) else len(listing())

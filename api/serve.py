@@ -12,10 +12,13 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.applications import Starlette
 
+from graph_schema import NodeRecord, PodRecord
 from graph_schema.context import Cluster
 
-from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
+from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery, TokenFile
 from .app import create_app
+from .departures import DepartedNodes
+from .gc_tuning import tune_gc_for_serving
 from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
 from .kube.watcher import ClusterWatcher
@@ -26,21 +29,12 @@ __all__ = [
     "Services",
     "build_discovery",
     "build_pool",
-    "check_settings",
     "running",
     "serve",
     "uvicorn_config",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def check_settings(settings: Settings) -> None:
-    """Fail early, with a clear message, on settings that cannot work."""
-    settings.read_agent_token()
-    if settings.agent_discovery == "pod-ip":
-        # Parses the selector: a malformed one fails here, before anything starts.
-        PodIpDiscovery(ClusterCache(), settings.agent_namespace, settings.agent_selector)
 
 
 def build_discovery(settings: Settings, cluster: Cluster) -> Discovery:
@@ -53,14 +47,30 @@ def build_discovery(settings: Settings, cluster: Cluster) -> Discovery:
 
 
 def build_pool(settings: Settings, cluster: Cluster, metrics: Metrics | None = None) -> AgentPool:
-    """An agent pool configured from ``settings``."""
+    """An agent pool configured from ``settings``; SettingsError if the token file is unusable."""
+    token = TokenFile(settings.agent_token_file) if settings.agent_token_file else None
     return AgentPool(
         build_discovery(settings, cluster),
         timeout=settings.agent_timeout,
-        token=settings.read_agent_token(),
+        token=token,
         ttl=settings.snapshot_ttl,
         metrics=metrics,
     )
+
+
+def _tune_gc_once_ready(cache: ClusterCache) -> None:
+    """Subscribe to ``cache`` so that the collector is tuned when its first full list lands."""
+    tuned = False
+
+    def on_change(kind: str, change: str, record: PodRecord | NodeRecord | None) -> None:
+        nonlocal tuned
+        if change == "RELISTED" and cache.ready and not tuned:
+            tuned = True
+            # After the list: the records it made go to the permanent generation.
+            tune_gc_for_serving()
+            log.debug("cache ready: the garbage collector is tuned for serving")
+
+    cache.subscribe(on_change)
 
 
 def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
@@ -94,19 +104,25 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     """Start the Kubernetes watch and the agent pool; stop both on exit.
 
     The cache fills in the background, and ``/readyz`` answers 503 until it has.
+    SettingsError (an unusable token file) is raised before anything starts.
     """
-    check_settings(settings)
-    configuration = load_kube_config(str(settings.kubeconfig) if settings.kubeconfig else None)
     cache = ClusterCache()
-    watcher = ClusterWatcher(cache, configuration)
     metrics = Metrics()
     pool = build_pool(settings, cache, metrics)
+    configuration = load_kube_config(str(settings.kubeconfig) if settings.kubeconfig else None)
+    watcher = ClusterWatcher(cache, configuration)
     app = create_app(settings, cache, pool, metrics=metrics)
+    departed = DepartedNodes(
+        cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
+    )
+    stop_pruning = cache.subscribe(departed.on_change)
+    _tune_gc_once_ready(cache)
     watcher.start()
     try:
         yield Services(cache, watcher, pool, metrics, app)
     finally:
         log.info("shutting down: closing agent channels and the Kubernetes watch")
+        stop_pruning()
         await pool.close()
         await asyncio.to_thread(watcher.stop)
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from node_resolver.auth import read_token_file
-
-__all__ = ["Discovery", "Settings", "parse_listen"]
+__all__ = ["Discovery", "Settings", "SettingsError", "parse_listen"]
 
 Discovery = Literal["node-ip", "pod-ip"]
+
+
+class SettingsError(ValueError):
+    """Settings that cannot work; the message names the flags and why."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class Settings:
     max_depth: int = 12
     max_aliases: int = 30
     max_tokens: int = 5000
+    # Kept in step with graph_schema.limits.DEFAULT_MAX_RESULT_ITEMS (not imported:
+    # the agent command shares this module and must not load the schema).
+    max_result_items: int = 200_000
     # HTTP limits.
     max_body_bytes: int = 1_048_576
     request_timeout: float = 10.0
@@ -41,15 +47,30 @@ class Settings:
     log_level: str = "info"
 
     def __post_init__(self) -> None:
+        # The one place where settings are checked; the command line reports
+        # these messages as usage errors.
         problems = []
-        for name in ("max_depth", "max_aliases", "max_tokens", "max_body_bytes"):
+        for name in (
+            "max_depth",
+            "max_aliases",
+            "max_tokens",
+            "max_result_items",
+            "max_body_bytes",
+        ):
             if getattr(self, name) < 1:
-                problems.append(f"{name.replace('_', '-')} must be at least 1")
+                problems.append(f"{_flag(name)} must be at least 1")
         for name in ("agent_timeout", "request_timeout"):
-            if getattr(self, name) <= 0:
-                problems.append(f"{name.replace('_', '-')} must be positive")
-        if self.snapshot_ttl < 0:
+            # Written so that NaN fails too.
+            if not 0 < getattr(self, name) < math.inf:
+                problems.append(f"{_flag(name)} must be positive")
+        if not 0 <= self.snapshot_ttl < math.inf:
             problems.append("snapshot-ttl must not be negative")
+        if self.agent_timeout >= self.request_timeout:
+            problems.append(
+                f"agent-timeout ({self.agent_timeout:g} s) must be shorter than "
+                f"request-timeout ({self.request_timeout:g} s), or one slow agent "
+                "would time out whole queries instead of only its own node"
+            )
         if self.max_subscriptions < 0:
             problems.append("max-subscriptions must not be negative")
         if not 0 < self.agent_port < 65536:
@@ -58,6 +79,14 @@ class Settings:
             problems.append("the listen port must be between 0 and 65535")
         if self.agent_discovery not in ("node-ip", "pod-ip"):
             problems.append("agent-discovery must be node-ip or pod-ip")
+        elif self.agent_discovery == "pod-ip":
+            # Imported late, like strawberry below: the schema package is heavy.
+            from graph_schema.selectors import LabelSelectorError, parse_label_selector
+
+            try:
+                parse_label_selector(self.agent_selector)
+            except LabelSelectorError as exc:
+                problems.append(f"agent selector: {exc}")
         if self.cors_origins:
             # The same rules the WebSocket origin check applies (imported late:
             # strawberry is heavy, and the agent command shares this module).
@@ -68,7 +97,7 @@ class Settings:
             except ValueError as exc:
                 problems.append(f"cors-origin: {exc}")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise SettingsError("; ".join(problems))
 
     @property
     def listen(self) -> str:
@@ -76,14 +105,9 @@ class Settings:
         host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
         return f"{host}:{self.listen_port}"
 
-    def read_agent_token(self) -> str | None:
-        """The agent token from ``agent_token_file``; ValueError if unreadable or empty."""
-        if self.agent_token_file is None:
-            return None
-        try:
-            return read_token_file(self.agent_token_file)
-        except ValueError as exc:
-            raise ValueError(f"--agent-token-file: {exc}") from None
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
 
 
 def parse_listen(value: str) -> tuple[str, int]:

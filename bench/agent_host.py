@@ -51,6 +51,9 @@ class KnownProcesses:
     def resolve(self, pids: Collection[int]) -> dict[int, ResolvedProcess]:
         return {pid: self._known[pid] for pid in pids if pid in self._known}
 
+    def close(self) -> None:
+        pass
+
 
 async def main() -> None:
     parser = argparse.ArgumentParser()

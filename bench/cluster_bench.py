@@ -45,6 +45,7 @@ from fleet import build_fleet  # noqa: E402
 from strawberry.schema.config import StrawberryConfig  # noqa: E402
 
 from api.agents import CHANNEL_OPTIONS, AgentPool, NodeIpDiscovery  # noqa: E402
+from api.gc_tuning import tune_gc_for_serving  # noqa: E402
 from api.kube import ClusterCache, ClusterWatcher  # noqa: E402
 from api.kube.stub_server import StubApiServer, write_kubeconfig  # noqa: E402
 from graph_schema import build_schema, make_context  # noqa: E402
@@ -274,6 +275,8 @@ def start_cluster(nodes: int, pods: int) -> Cluster:
 async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> dict[str, Any]:
     """Benchmarks 1 and 2 at one cluster size."""
     cluster = start_cluster(nodes, pods)
+    # As ``gpugraph serve`` does once its cache is ready.
+    tune_gc_for_serving()
     calls = CallLog()
     # TTL 0: every query fans out to every agent, so the figures include the fan-out.
     pool = AgentPool(

@@ -1,9 +1,11 @@
-"""What a request's resolvers share: the outside world, loaders, and server-wide state.
+"""What an operation's resolvers share: the outside world, loaders, and server-wide state.
 
 The interfaces (``Cluster``, ``SnapshotSource``) are defined in ``interfaces``
-and re-exported here. A ``GraphContext`` is made per request (or per
-WebSocket) by ``make_context``; its loaders are created on first use, so a
-query that never touches an agent costs nothing.
+and re-exported here. The HTTP app makes a ``GraphContext`` per request (or
+per WebSocket) with ``make_context``, and the schema forks it for every
+operation, so each operation has its own loaders, errors and result budget;
+loaders are created on first use, so a query that never touches an agent
+costs nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
+from .errors import ResultBudgetError
 from .interfaces import AgentUnavailableError, Cluster, SnapshotSource
 from .loaders import GpuLoader, SnapshotLoader
 from .state import SharedState
@@ -30,43 +33,44 @@ __all__ = [
 
 
 class GraphContext:
-    """Per-request state: the cluster cache, the agents, and this request's loaders."""
+    """Per-operation state: the cluster cache, the agents, and this operation's loaders."""
 
     def __init__(
         self,
         cluster: Cluster,
         snapshots: SnapshotSource,
-        state: SharedState | None = None,
+        state: SharedState,
         *,
         request: Any = None,
         response: Any = None,
     ) -> None:
         self.cluster = cluster
         self.snapshots = snapshots
+        self.state = state
         self.request = request
         self.response = response
-        # None until a resolver binds it to the schema's state (see ``bind``).
-        self._state = state
         self._snapshot_loader: SnapshotLoader | None = None
         self._gpu_loader: GpuLoader | None = None
         # Errors for parts of an aggregate list that could not be fetched; the
         # schema's partial-results extension adds them to the response.
         self.partial_errors: list[GraphQLError] = []
+        self.result_items = 0
 
-    @property
-    def state(self) -> SharedState:
-        """The server-wide state this context is bound to."""
-        if self._state is None:
-            raise RuntimeError("GraphContext is not bound to a schema's state yet")
-        return self._state
+    def fork(self) -> GraphContext:
+        """A fresh context for one operation of the same request or WebSocket."""
+        return GraphContext(
+            self.cluster,
+            self.snapshots,
+            self.state,
+            request=self.request,
+            response=self.response,
+        )
 
-    def bind(self, schema: object) -> None:
-        """Use the schema's server-wide state unless one was given explicitly."""
-        if self._state is None:
-            state = getattr(schema, "state", None)
-            if not isinstance(state, SharedState):
-                raise TypeError("the schema was not made by graph_schema.build_schema")
-            self._state = state
+    def charge(self, items: int) -> None:
+        """Count ``items`` more result objects; ResultBudgetError past the server's limit."""
+        self.result_items += items
+        if self.result_items > self.state.max_result_items:
+            raise ResultBudgetError(self.state.max_result_items)
 
     def _snapshots(self) -> SnapshotLoader:
         if self._snapshot_loader is None:
@@ -74,18 +78,18 @@ class GraphContext:
         return self._snapshot_loader
 
     def new_tick(self) -> None:
-        """Forget loaded snapshots so the next read fetches again (one subscription tick)."""
+        """Start a subscription tick: fresh loaders (so fresh snapshots) and a fresh budget."""
         self._snapshot_loader = None
         self._gpu_loader = None
+        self.result_items = 0
 
     async def snapshot(self, node_name: str) -> NodeSnapshot:
-        """The node's snapshot, fetched at most once per request per node."""
+        """The node's snapshot, fetched at most once per operation per node."""
         return await self._snapshots().load(node_name)
 
     async def snapshots_of(self, node_names: list[str]) -> list[NodeSnapshot | BaseException]:
         """Several nodes' snapshots in one batch; failures come back as exceptions."""
-        loader = self._snapshots()
-        return list(await loader.load_all(node_names))
+        return await self._snapshots().load_all(node_names)
 
     async def gpus(self, node_name: str) -> list[Gpu]:
         """The node's GPUs as graph objects, built once per snapshot."""
@@ -105,10 +109,10 @@ class GraphContext:
 def make_context(
     cluster: Cluster,
     snapshots: SnapshotSource,
-    state: SharedState | None = None,
+    state: SharedState,
     *,
     request: Any = None,
     response: Any = None,
 ) -> GraphContext:
-    """A fresh context (and so fresh loaders) for one request or WebSocket connection."""
+    """A context for one request or WebSocket over the schema's server-wide ``state``."""
     return GraphContext(cluster, snapshots, state, request=request, response=response)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from graphql import GraphQLError
 
 from .interfaces import AgentUnavailableError
@@ -9,6 +11,30 @@ from .interfaces import AgentUnavailableError
 
 class GraphUserError(Exception):
     """A problem with the request itself, reported to the client as is."""
+
+
+class NotReadyError(GraphUserError):
+    """The Kubernetes cache has not filled yet, so no answer would be complete."""
+
+    # graphql-core copies an original error's ``extensions`` into the response.
+    extensions: ClassVar[dict[str, str]] = {"code": "NOT_READY"}
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the server is still loading the cluster's pods and nodes; try again shortly"
+        )
+
+
+class ResultBudgetError(GraphUserError):
+    """The operation asked for more result objects than the server allows."""
+
+    extensions: ClassVar[dict[str, str]] = {"code": "RESULT_TOO_LARGE"}
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the query asks for more than {limit} result objects, the server's limit; "
+            "narrow it with arguments such as namespace or nodeName, or use fewer aliases"
+        )
 
 
 # Exceptions whose message is written for clients; anything else raised by a

@@ -22,6 +22,16 @@ class Cluster(Protocol):
         """True once the first full list of pods and nodes has landed."""
         ...
 
+    @property
+    def pod_count(self) -> int:
+        """How many pods are cached."""
+        ...
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes are cached."""
+        ...
+
     def node(self, name: str) -> NodeRecord | None:
         """The node called ``name``, if cached."""
         ...
@@ -71,4 +81,8 @@ class SnapshotSource(Protocol):
 
     def agent_address(self, node_name: str) -> str | None:
         """Where the node's agent is expected (host:port), if discoverable."""
+        ...
+
+    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
+        """How old ``snapshot``, as returned by ``fetch``, is now, in seconds."""
         ...

@@ -14,16 +14,29 @@ MIN_INTERVAL_SECONDS = 0.5
 MAX_INTERVAL_SECONDS = 3600.0
 DEFAULT_MAX_SUBSCRIPTIONS = 200
 DEFAULT_INTERVAL_SECONDS = 2.0
+# Result objects one operation may produce (see SchemaLimits.max_result_items).
+DEFAULT_MAX_RESULT_ITEMS = 200_000
 
 
 @dataclass(frozen=True, slots=True)
 class SchemaLimits:
-    """Per-query limits enforced at validation time, and the server-wide subscription cap."""
+    """Per-query limits, and the server-wide subscription cap.
+
+    Depth, aliases and tokens are checked before execution. ``max_result_items``
+    bounds the work of execution: every list resolver charges its length to
+    the operation (nodes, pods, containers, GPUs, processes listed by a root or
+    per-pod field), and the field that crosses the limit fails. GPU processes
+    and their pods are plain attributes of the GPU objects built once per
+    snapshot, so they are not charged: the full-cluster query
+    ``{ nodes { gpus { processes { pod { name } } } } }`` over 1,000 nodes x
+    8 GPUs charges 9,000 (one per node, one per GPU), far below the default.
+    """
 
     max_depth: int = 12
     max_aliases: int = 30
     max_tokens: int = 5000
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+    max_result_items: int = DEFAULT_MAX_RESULT_ITEMS
 
 
 class SubscriptionLimitError(GraphUserError):

@@ -10,19 +10,15 @@ from strawberry.types import Info
 
 from .context import GraphContext
 from .selectors import parse_label_selector
-from .types import Gpu, GpuProcess, Node, Pod, context_of
+from .types import Gpu, GpuProcess, Node, Pod, ready_context
 
 
-async def gpus_of_nodes(
-    ctx: GraphContext, info: Info, node_names: list[str], *, report: bool = True
-) -> list[Gpu]:
-    """GPUs across several nodes; a failing node is left out (and reported as an error)."""
+async def gpus_of_nodes(ctx: GraphContext, info: Info, node_names: list[str]) -> list[Gpu]:
+    """GPUs across several nodes; a failing node is left out and reported as an error."""
     results = await asyncio.gather(*(ctx.gpus(name) for name in node_names), return_exceptions=True)
     gpus: list[Gpu] = []
     for result in results:
         if isinstance(result, Exception):
-            if not report:
-                continue
             ctx.partial_errors.append(
                 GraphQLError(
                     str(result),
@@ -37,20 +33,26 @@ async def gpus_of_nodes(
     return gpus
 
 
-@strawberry.type
+@strawberry.type(
+    description="Entry points into the graph. Until the server has loaded the cluster's "
+    "pods and nodes, every field fails with the error code NOT_READY."
+)
 class Query:
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:
-        record = context_of(info).cluster.node(name)
+        record = ready_context(info).cluster.node(name)
         return None if record is None else Node.from_record(record)
 
     @strawberry.field(description="Every node, sorted by name.")
     def nodes(self, info: Info) -> list[Node]:
-        return [Node.from_record(r) for r in context_of(info).cluster.nodes()]
+        ctx = ready_context(info)
+        records = ctx.cluster.nodes()
+        ctx.charge(len(records))
+        return [Node.from_record(r) for r in records]
 
     @strawberry.field(description="A pod by namespace and name; null when not in the cluster.")
     def pod(self, info: Info, namespace: str, name: str) -> Pod | None:
-        record = context_of(info).cluster.pod(namespace, name)
+        record = ready_context(info).cluster.pod(namespace, name)
         return None if record is None else Pod.from_record(record)
 
     @strawberry.field(
@@ -64,29 +66,33 @@ class Query:
         node_name: str | None = None,
         label_selector: str | None = None,
     ) -> list[Pod]:
+        ctx = ready_context(info)
         selector = parse_label_selector(label_selector) if label_selector else None
-        records = context_of(info).cluster.pods(namespace=namespace, node_name=node_name)
+        records = ctx.cluster.pods(namespace=namespace, node_name=node_name)
         if selector is not None:
             records = [r for r in records if selector.matches(r.labels)]
+        ctx.charge(len(records))
         return [Pod.from_record(r) for r in records]
 
     @strawberry.field(description="A GPU by UUID, on any node; null when no node has it.")
     async def gpu(self, info: Info, uuid: str) -> Gpu | None:
-        return await context_of(info).gpu(uuid)
+        return await ready_context(info).gpu(uuid)
 
     @strawberry.field(
         description="GPUs of one node, or of every node. Nodes whose agent cannot answer "
         "are left out and named in the response's errors."
     )
     async def gpus(self, info: Info, node_name: str | None = None) -> list[Gpu]:
-        ctx = context_of(info)
+        ctx = ready_context(info)
         if node_name is not None:
             if ctx.cluster.node(node_name) is None:
                 return []
             names = [node_name]
         else:
             names = [n.name for n in ctx.cluster.nodes()]
-        return await gpus_of_nodes(ctx, info, names)
+        gpus = await gpus_of_nodes(ctx, info, names)
+        ctx.charge(len(gpus))
+        return gpus
 
     @strawberry.field(
         description="Processes on GPUs, optionally only those of pods in a namespace and on "
@@ -95,7 +101,7 @@ class Query:
     async def gpu_processes(
         self, info: Info, namespace: str | None = None, node_name: str | None = None
     ) -> list[GpuProcess]:
-        ctx = context_of(info)
+        ctx = ready_context(info)
         cluster = ctx.cluster
         if namespace is not None:
             # Only nodes running pods of that namespace can have its processes.
@@ -109,6 +115,7 @@ class Query:
             names = [n.name for n in cluster.nodes()]
         gpus = await gpus_of_nodes(ctx, info, names)
         processes = [p for g in gpus for p in g.processes]
-        if namespace is None:
-            return processes
-        return [p for p in processes if p.pod is not None and p.pod.namespace == namespace]
+        if namespace is not None:
+            processes = [p for p in processes if p.pod is not None and p.pod.namespace == namespace]
+        ctx.charge(len(processes))
+        return processes

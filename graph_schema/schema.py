@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import strawberry
+from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import GraphQLError
 from strawberry.extensions import (
     MaskErrors,
@@ -16,10 +17,10 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
-from strawberry.types import ExecutionContext
+from strawberry.types import ExecutionContext, ExecutionResult, StreamExecutionResult
 
 from .context import GraphContext
-from .errors import is_internal
+from .errors import ResultBudgetError, is_internal
 from .limits import SchemaLimits, SubscriptionLimiter
 from .query import Query
 from .scalars import Bytes, BytesScalar
@@ -32,19 +33,73 @@ logger = logging.getLogger(__name__)
 FEDERATION_VERSION = "2.5"
 
 
+class ContextPerOperation(SchemaExtension):
+    """Gives every operation a GraphContext of its own, forked from the request's.
+
+    strawberry makes one context per WebSocket, shared by all its operations;
+    a fork per operation keeps their loaders, errors and budgets apart, so a
+    query on a long-lived socket reads fresh snapshots like one over HTTP.
+    """
+
+    def on_operation(self) -> Iterator[None]:
+        ctx = self.execution_context.context
+        if isinstance(ctx, GraphContext):
+            self.execution_context.context = ctx.fork()
+        yield
+
+
 class PartialErrors(SchemaExtension):
     """Adds errors for the parts of aggregate lists that could not be fetched."""
 
     def on_execute(self) -> Iterator[None]:
         yield
+        self._attach(self.execution_context.result)
+
+    def on_stream_result(self, result: StreamExecutionResult) -> Iterator[None]:
+        # Each subscription tick: that tick's errors go out with its result.
+        self._attach(result)
+        yield
+
+    def _attach(self, result: object) -> None:
         ctx = self.execution_context.context
-        result = self.execution_context.result
-        if not isinstance(ctx, GraphContext) or not ctx.partial_errors or result is None:
+        if not isinstance(ctx, GraphContext) or not ctx.partial_errors:
+            return
+        if not isinstance(result, ExecutionResult | GraphQLExecutionResult):
             return
         for error in ctx.partial_errors:
             logger.info("partial result: %s", error.message)
         result.errors = [*(result.errors or []), *ctx.partial_errors]
         ctx.partial_errors = []
+
+
+class OneBudgetError(SchemaExtension):
+    """Reports an exhausted result budget once, not once for every field refused after it.
+
+    Past the budget every list field fails, and a query over many pods would
+    otherwise carry thousands of copies of the same error.
+    """
+
+    def on_execute(self) -> Iterator[None]:
+        yield
+        _keep_first_budget_error(self.execution_context.result)
+
+    def on_stream_result(self, result: StreamExecutionResult) -> Iterator[None]:
+        _keep_first_budget_error(result)
+        yield
+
+
+def _keep_first_budget_error(result: object) -> None:
+    if not isinstance(result, ExecutionResult | GraphQLExecutionResult) or not result.errors:
+        return
+    seen = False
+    kept = []
+    for error in result.errors:
+        if isinstance(error.original_error, ResultBudgetError):
+            if seen:
+                continue
+            seen = True
+        kept.append(error)
+    result.errors = kept
 
 
 class GraphSchema(strawberry.federation.Schema):
@@ -53,7 +108,10 @@ class GraphSchema(strawberry.federation.Schema):
     def __init__(self, limits: SchemaLimits, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.limits = limits
-        self.state = SharedState(subscriptions=SubscriptionLimiter(limits.max_subscriptions))
+        self.state = SharedState(
+            subscriptions=SubscriptionLimiter(limits.max_subscriptions),
+            max_result_items=limits.max_result_items,
+        )
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
@@ -71,8 +129,19 @@ class GraphSchema(strawberry.federation.Schema):
                 logger.debug("GraphQL error at %s: %s", error.path, error.message)
 
 
-def build_schema(limits: SchemaLimits = SchemaLimits()) -> GraphSchema:  # noqa: B008
-    """The gpugraph schema with these limits; each call has its own server-wide state."""
+ExtensionFactory = Callable[[], SchemaExtension]
+
+
+def build_schema(
+    limits: SchemaLimits = SchemaLimits(),  # noqa: B008
+    *,
+    extensions: Sequence[type[SchemaExtension] | ExtensionFactory] = (),
+) -> GraphSchema:
+    """The gpugraph schema with these limits; each call has its own server-wide state.
+
+    ``extensions`` (classes or factories) run after the per-operation context
+    is made and around the schema's own limits.
+    """
     return GraphSchema(
         limits,
         query=Query,
@@ -80,12 +149,15 @@ def build_schema(limits: SchemaLimits = SchemaLimits()) -> GraphSchema:  # noqa:
         config=StrawberryConfig(scalar_map={Bytes: BytesScalar}),
         # Factories, not instances: each operation gets its own extension objects.
         extensions=[
+            ContextPerOperation,
+            *extensions,
             # Introspection fields (__schema, __type) are not counted, so
             # GraphiQL's deep introspection query passes.
             lambda: QueryDepthLimiter(max_depth=limits.max_depth),
             lambda: MaxAliasesLimiter(max_alias_count=limits.max_aliases),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
             PartialErrors,
+            OneBudgetError,
             lambda: MaskErrors(should_mask_error=is_internal),
         ],
         federation_version=FEDERATION_VERSION,

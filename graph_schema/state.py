@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .limits import SubscriptionLimiter
+from .limits import DEFAULT_MAX_RESULT_ITEMS, SubscriptionLimiter
 from .views import ViewCache
 
 
@@ -14,6 +14,18 @@ class SharedState:
 
     subscriptions: SubscriptionLimiter = field(default_factory=SubscriptionLimiter)
     # GPU UUID -> the node it was last seen on. Only a hint: a lookup that
-    # misses falls back to asking every node.
+    # misses falls back to asking every node. Pruned by ``forget_node``.
     gpu_nodes: dict[str, str] = field(default_factory=dict)
     views: ViewCache = field(default_factory=ViewCache)
+    max_result_items: int = DEFAULT_MAX_RESULT_ITEMS
+
+    def node_names(self) -> set[str]:
+        """Every node something is held for."""
+        return set(self.gpu_nodes.values()) | self.views.node_names()
+
+    def forget_node(self, node_name: str) -> None:
+        """Drop everything held for a node that left the cluster."""
+        self.views.forget(node_name)
+        stale = [uuid for uuid, node in self.gpu_nodes.items() if node == node_name]
+        for uuid in stale:
+            del self.gpu_nodes[uuid]

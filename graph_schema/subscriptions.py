@@ -10,19 +10,23 @@ from strawberry.types import Info
 
 from .limits import clamp_interval
 from .query import gpus_of_nodes
-from .types import Gpu, Pod, context_of
+from .types import Gpu, Pod, ready_context
 
 
-@strawberry.type
+@strawberry.type(
+    description="Live views: each field yields a fresh result every tick, re-reading the "
+    "agents. The server caps how many subscriptions run at once."
+)
 class Subscription:
     @strawberry.subscription(
-        description="Every tick, the GPUs of one node (or of every node). The interval is "
-        "at least 0.5 s."
+        description="Every tick, the GPUs of one node (or of every node). Nodes whose agent "
+        "cannot answer are left out and named in that tick's errors. The interval is at "
+        "least 0.5 s."
     )
     async def gpu_updates(
         self, info: Info, node_name: str | None = None, interval_seconds: float | None = 2.0
     ) -> AsyncGenerator[list[Gpu], None]:
-        ctx = context_of(info)
+        ctx = ready_context(info)
         interval = clamp_interval(interval_seconds)
         with ctx.state.subscriptions.hold():
             while True:
@@ -33,10 +37,11 @@ class Subscription:
                     names = [node_name] if ctx.cluster.node(node_name) is not None else []
                 else:
                     names = [n.name for n in ctx.cluster.nodes()]
-                # A subscription's context may be shared by other operations on
-                # the same socket, so errors cannot be attributed to this tick:
-                # failing nodes are left out (Node.agent says why).
-                yield await gpus_of_nodes(ctx, info, names, report=False)
+                # The operation has a context of its own, so the errors of
+                # failing nodes go out with this tick's result.
+                gpus = await gpus_of_nodes(ctx, info, names)
+                ctx.charge(len(gpus))
+                yield gpus
                 await sleep(interval)
 
     @strawberry.subscription(
@@ -46,7 +51,7 @@ class Subscription:
     async def pod_gpu_usage(
         self, info: Info, namespace: str, name: str, interval_seconds: float | None = 2.0
     ) -> AsyncGenerator[Pod | None, None]:
-        ctx = context_of(info)
+        ctx = ready_context(info)
         interval = clamp_interval(interval_seconds)
         with ctx.state.subscriptions.hold():
             while True:

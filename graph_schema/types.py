@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 import strawberry
 from strawberry.types import Info
 
-from .errors import GraphUserError
+from .errors import GraphUserError, NotReadyError
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .scalars import JSON, Bytes
 
@@ -22,9 +22,15 @@ if TYPE_CHECKING:
 
 
 def context_of(info: Info) -> GraphContext:
-    """The request's GraphContext, bound to the schema's server-wide state."""
+    """The operation's GraphContext."""
+    return cast("GraphContext", info.context)
+
+
+def ready_context(info: Info) -> GraphContext:
+    """The operation's GraphContext for an entry point; NotReadyError until the cache fills."""
     ctx = cast("GraphContext", info.context)
-    ctx.bind(info.schema)
+    if not ctx.cluster.ready:
+        raise NotReadyError
     return ctx
 
 
@@ -103,7 +109,7 @@ class Node:
     @classmethod
     def resolve_reference(cls, info: Info, name: str) -> Node | None:
         """Federation entity lookup by name."""
-        record = context_of(info).cluster.node(name)
+        record = ready_context(info).cluster.node(name)
         return None if record is None else cls.from_record(record)
 
     @strawberry.field(description="The NVIDIA driver version the agent reports.")
@@ -118,12 +124,17 @@ class Node:
 
     @strawberry.field(description="Pods scheduled on this node.")
     def pods(self, info: Info) -> list[Pod]:
-        records = context_of(info).cluster.pods(node_name=self.name)
+        ctx = context_of(info)
+        records = ctx.cluster.pods(node_name=self.name)
+        ctx.charge(len(records))
         return [Pod.from_record(r) for r in records]
 
     @strawberry.field(description="The node's GPUs; null when its agent cannot answer.")
     async def gpus(self, info: Info) -> list[Gpu] | None:
-        return await context_of(info).gpus(self.name)
+        ctx = context_of(info)
+        gpus = await ctx.gpus(self.name)
+        ctx.charge(len(gpus))
+        return gpus
 
     @strawberry.field(description="How many GPUs the agent reports; null when it cannot answer.")
     async def gpu_count(self, info: Info) -> int | None:
@@ -143,7 +154,7 @@ class Node:
             address=address,
             reachable=True,
             error=snapshot.sample.error,
-            snapshot_age_seconds=snapshot.age_seconds,
+            snapshot_age_seconds=ctx.snapshots.snapshot_age(self.name, snapshot),
         )
 
 
@@ -186,7 +197,7 @@ class Gpu:
     @classmethod
     async def resolve_reference(cls, info: Info, uuid: str) -> Gpu | None:
         """Federation entity lookup by UUID."""
-        return await context_of(info).gpu(uuid)
+        return await ready_context(info).gpu(uuid)
 
     @strawberry.field(description="The node this GPU is in.")
     def node(self, info: Info) -> Node:
@@ -194,12 +205,13 @@ class Gpu:
         return Node.stub(self.node_name) if record is None else Node.from_record(record)
 
     @strawberry.field(description="Distinct pods with processes on this GPU.")
-    def pods(self) -> list[Pod]:
+    def pods(self, info: Info) -> list[Pod]:
         seen: dict[str, Pod] = {}
         for process in self.processes:
             pod = process.pod
             if pod is not None and pod.uid not in seen:
                 seen[pod.uid] = pod
+        context_of(info).charge(len(seen))
         return list(seen.values())
 
 
@@ -207,7 +219,9 @@ class Gpu:
 class GpuProcess:
     pid: int = strawberry.field(description="The host PID.")
     name: str | None
-    process_type: str = strawberry.field(name="type", description="COMPUTE, GRAPHICS or BOTH.")
+    process_type: str | None = strawberry.field(
+        name="type", description="COMPUTE, GRAPHICS or BOTH."
+    )
     used_memory_bytes: Bytes | None
     sm_utilization: int | None
     container_id: str | None
@@ -247,7 +261,7 @@ class Pod:
     phase: str | None
     node_name: str | None
     pod_ip: str | None
-    labels: JSON
+    labels: JSON | None
     gpu_request: int | None = strawberry.field(description="The pod's nvidia.com/gpu limit.")
     record: strawberry.Private[PodRecord]
 
@@ -275,7 +289,7 @@ class Pod:
         name: str | None = None,
     ) -> Pod | None:
         """Federation entity lookup by uid, or by namespace and name."""
-        cluster = context_of(info).cluster
+        cluster = ready_context(info).cluster
         if uid is not None:
             record = cluster.pod_by_uid(uid)
         elif namespace is not None and name is not None:
@@ -291,25 +305,33 @@ class Pod:
         record = context_of(info).cluster.node(self.node_name)
         return None if record is None else Node.from_record(record)
 
-    @strawberry.field
-    def containers(self) -> list[Container]:
-        return [Container.from_record(c, self) for c in self.record.containers]
+    @strawberry.field(description="Its containers, init containers included.")
+    def containers(self, info: Info) -> list[Container]:
+        containers = self.record.containers
+        context_of(info).charge(len(containers))
+        return [Container.from_record(c, self) for c in containers]
 
     @strawberry.field(description="Its processes on its node's GPUs; null when the agent fails.")
     async def gpu_processes(self, info: Info) -> list[GpuProcess] | None:
         if not self.node_name:
             return []
-        gpus = await context_of(info).gpus(self.node_name)
+        ctx = context_of(info)
+        gpus = await ctx.gpus(self.node_name)
         uid = self.uid
-        return [p for g in gpus for p in g.processes if p.belongs_to(uid)]
+        processes = [p for g in gpus for p in g.processes if p.belongs_to(uid)]
+        ctx.charge(len(processes))
+        return processes
 
     @strawberry.field(description="GPUs where it has processes; null when the agent fails.")
     async def gpus(self, info: Info) -> list[Gpu] | None:
         if not self.node_name:
             return []
-        gpus = await context_of(info).gpus(self.node_name)
+        ctx = context_of(info)
+        gpus = await ctx.gpus(self.node_name)
         uid = self.uid
-        return [g for g in gpus if any(p.belongs_to(uid) for p in g.processes)]
+        used = [g for g in gpus if any(p.belongs_to(uid) for p in g.processes)]
+        ctx.charge(len(used))
+        return used
 
 
 @strawberry.type(description="One container of a pod.")
@@ -338,5 +360,8 @@ class Container:
         cid = self.container_id
         if not cid or not self.pod.node_name:
             return []
-        gpus = await context_of(info).gpus(self.pod.node_name)
-        return [p for g in gpus for p in g.processes if p.container_id == cid]
+        ctx = context_of(info)
+        gpus = await ctx.gpus(self.pod.node_name)
+        processes = [p for g in gpus for p in g.processes if p.container_id == cid]
+        ctx.charge(len(processes))
+        return processes

@@ -140,3 +140,7 @@ class ViewCache:
     def forget(self, node_name: str) -> None:
         """Drop a node's objects (e.g. when the node leaves the cluster)."""
         self._by_node.pop(node_name, None)
+
+    def node_names(self) -> set[str]:
+        """The nodes whose objects are held."""
+        return set(self._by_node)

@@ -1,13 +1,20 @@
 """Bearer-token authentication for the agent's gRPC server.
 
 With a token configured, every call must carry ``authorization: Bearer
-<token>`` metadata or it is refused with UNAUTHENTICATED. The standard health
-service stays open so kubelet probes and load balancers need no secret.
+<token>`` metadata (the scheme in any case, as RFC 6750 allows) or it is
+refused with UNAUTHENTICATED. The standard health service stays open so
+kubelet probes and load balancers need no secret.
+
+``TokenFile`` follows a token file as it changes, so a rotated Kubernetes
+Secret takes effect without a restart.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
+import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +22,11 @@ from typing import Any
 import grpc
 from grpc import aio
 
+log = logging.getLogger(__name__)
+
 HEALTH_SERVICE_PREFIX = "/grpc.health.v1.Health/"
+# How often, at most, TokenFile looks at the file for a change.
+TOKEN_CHECK_SECONDS = 5.0
 
 
 def read_token_file(path: str | Path) -> str:
@@ -34,21 +45,74 @@ def bearer_metadata(token: str) -> tuple[tuple[str, str]]:
     return (("authorization", f"Bearer {token}"),)
 
 
+class TokenFile:
+    """The token in a file, re-read when the file changes; a bad new version keeps the old."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        check_seconds: float = TOKEN_CHECK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self._check_seconds = check_seconds
+        self._clock = clock
+        self._version = self._stat()
+        # Raises ValueError: at startup an unreadable or empty file is fatal.
+        self._token = read_token_file(self.path)
+        self._checked_at = clock()
+
+    def current(self) -> str:
+        """The token to expect now."""
+        now = self._clock()
+        if now - self._checked_at >= self._check_seconds:
+            self._checked_at = now
+            self._reload()
+        return self._token
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        # A Secret volume swaps a symlink, so the inode changes even when the mtime does not.
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_ino, st.st_size)
+
+    def _reload(self) -> None:
+        version = self._stat()
+        if version == self._version:
+            return
+        self._version = version
+        try:
+            token = read_token_file(self.path)
+        except ValueError as exc:
+            log.warning("%s; still expecting the previous token", exc)
+            return
+        if token != self._token:
+            self._token = token
+            log.info("token file %s changed; expecting the new token", self.path)
+
+
 class BearerTokenInterceptor(aio.ServerInterceptor):
     """Refuses every call but health checks unless it carries the right bearer token."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str | Callable[[], str]) -> None:
         if not token:
             raise ValueError("empty token")
-        self._expected = f"Bearer {token}".encode()
+        self._token = token if callable(token) else (lambda: token)
 
     def authorized(self, metadata: Any) -> bool:
         """True when ``metadata`` holds the expected authorization header."""
         for key, value in metadata or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else bytes(value)
+                scheme, _, credentials = given.partition(b" ")
+                if scheme.lower() != b"bearer":
+                    return False
+                expected = self._token().encode()
                 # Constant-time, so the comparison does not leak how much of a guess matched.
-                return hmac.compare_digest(given, self._expected)
+                return hmac.compare_digest(credentials.lstrip(b" "), expected)
         return False
 
     async def intercept_service(
@@ -56,6 +120,7 @@ class BearerTokenInterceptor(aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        """Pass health checks and authorized calls through; answer the rest UNAUTHENTICATED."""
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
         if handler is None or method.startswith(HEALTH_SERVICE_PREFIX):

@@ -12,7 +12,9 @@ names the pod UID. The layout differs by cgroup driver and runtime::
 
 Paths may be nested (kind runs kubelet inside a container: ``kubelet.slice/
 kubelet-kubepods.slice/...``) and relative to a private cgroup namespace
-(``0::/../../kubepods-...``). When several containers nest, the innermost wins.
+(``0::/../../kubepods-...``). When several containers nest, the innermost wins;
+across the lines of a cgroup v1 file, the most deeply nested container wins,
+with the pod named on its own line.
 
 A bare ``<id>`` segment (the cgroupfs driver under kubelet) does not say which
 runtime made it, so its runtime is ``""``; only ``/docker/<id>`` implies Docker.
@@ -25,7 +27,7 @@ from functools import lru_cache
 
 from .models import ContainerRef
 
-__all__ = ["parse_cgroup", "parse_cgroup_path"]
+__all__ = ["clear_cache", "parse_cgroup", "parse_cgroup_path"]
 
 _HEX64 = r"[0-9a-f]{64}"
 
@@ -52,26 +54,39 @@ _RUNTIMES = {
 
 def parse_cgroup(text: str) -> ContainerRef | None:
     """Return the container (and pod) named by a ``/proc/<pid>/cgroup`` file, or None."""
-    best: ContainerRef | None = None
+    best: tuple[int, ContainerRef] | None = None
     # Lines look like "<hierarchy>:<controllers>:<path>"; the path itself may hold colons.
     for line in text.splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
-        ref = parse_cgroup_path(parts[2])
-        if ref is None:
+        found = _innermost(parts[2])
+        if found is None:
             continue
-        if ref.pod_uid is not None:
-            return ref
-        if best is None:
-            best = ref
-    return best
+        if best is None or found[0] > best[0]:
+            best = found
+        elif found[0] == best[0] and best[1].pod_uid is None and found[1].pod_uid is not None:
+            # Equally deep: some hosts leave a v1 hierarchy at a path without the pod.
+            best = found
+    return best[1] if best else None
+
+
+def parse_cgroup_path(path: str) -> ContainerRef | None:
+    """Return the innermost container (and its pod) named by one cgroup path, or None."""
+    found = _innermost(path)
+    return found[1] if found else None
+
+
+def clear_cache() -> None:
+    """Forget every parsed path; benchmarks use it to time parsing from cold."""
+    _innermost.cache_clear()
 
 
 @lru_cache(maxsize=4096)
-def parse_cgroup_path(path: str) -> ContainerRef | None:
-    """Return the innermost container (and its pod) named by one cgroup path, or None."""
+def _innermost(path: str) -> tuple[int, ContainerRef] | None:
+    """The innermost container on ``path`` and how many containers nest down to it."""
     found: ContainerRef | None = None
+    depth = 0
     pod: str | None = None
     parent = ""
     for segment in path.split("/"):
@@ -92,7 +107,8 @@ def parse_cgroup_path(path: str) -> ContainerRef | None:
             ref = ContainerRef(segment, "docker" if parent == "docker" else "", pod)
         if ref is not None:
             found = ref
+            depth += 1
             # A pod seen outside this container does not own containers nested inside it.
             pod = None
         parent = segment
-    return found
+    return (depth, found) if found is not None else None

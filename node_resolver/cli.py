@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
 from .nvml import NvmlGpuSource, NvmlUnavailableError
-from .pids import RESOLVER_KINDS, PidResolver, build_resolver
+from .pids import RESOLVER_KINDS, build_resolver
 from .sampler import Sampler
 from .service import AgentServer, split_host_port
 
@@ -105,7 +105,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token-file",
         metavar="PATH",
-        help="require 'authorization: Bearer <token>' on every call, token read from PATH",
+        help="require 'authorization: Bearer <token>' on every call, token read from PATH "
+        "(re-read when it changes)",
     )
     parser.add_argument(
         "--expose-cmdline",
@@ -115,8 +116,9 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level",
         default="INFO",
+        type=str.upper,
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        help="log verbosity (default: INFO)",
+        help="log verbosity, in either case (default: INFO)",
     )
 
 
@@ -137,15 +139,19 @@ def run_agent(args: argparse.Namespace) -> int:
     if not args.node_name:
         log.error("no node name: pass --node-name or set NODE_NAME")
         return 2
-    token = None
+    token: Callable[[], str] | None = None
     if args.token_file:
-        from .auth import read_token_file
-
         try:
-            token = read_token_file(args.token_file)
+            token = TokenFile(args.token_file).current
         except ValueError as exc:
             log.error("%s", exc)
             return 2
+    elif args.expose_cmdline:
+        log.warning(
+            "--expose-cmdline without --token-file: anyone who can reach %s can read every GPU "
+            "process's command line, secrets included",
+            args.listen,
+        )
     try:
         source = build_source(args)
     except (NvmlUnavailableError, FakeNvmlError) as exc:
@@ -158,22 +164,16 @@ def run_agent(args: argparse.Namespace) -> int:
         containerd_namespace=args.containerd_namespace,
         expose_cmdline=args.expose_cmdline,
     )
-    sampler = Sampler(
-        source,
-        resolver,
-        node_name=args.node_name,
-        interval=args.interval,
-        expose_cmdline=args.expose_cmdline,
-    )
+    sampler = Sampler(source, resolver, node_name=args.node_name, interval=args.interval)
     try:
         return asyncio.run(_serve(sampler, args.listen, token))
     finally:
         sampler.stop()
         source.close()
-        _close(resolver)
+        resolver.close()
 
 
-async def _serve(sampler: Sampler, listen: str, token: str | None) -> int:
+async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -199,13 +199,6 @@ async def _serve(sampler: Sampler, listen: str, token: str | None) -> int:
     await asyncio.to_thread(sampler.stop)
     log.info("agent stopped after %d scans and %d calls", sampler.scans, server.calls_served)
     return 0
-
-
-def _close(resolver: PidResolver) -> None:
-    close = getattr(resolver, "close", None)
-    if callable(close):
-        with contextlib.suppress(Exception):
-            close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,9 +4,15 @@ Proto3 ``optional`` fields carry "not available": an unset field decodes to
 None, never to zero. ``snapshot_from_proto`` runs on the server for every
 node in a query; it sticks to plain attribute reads and ``HasField``, which
 measured about twice as fast as building a dict from ``ListFields``.
+
+A GPU holding a value its protobuf field cannot carry (which a correct source
+never produces) is sent as that GPU's error, ``ENCODE_FAILED``, so the rest
+of the node still answers.
 """
 
 from __future__ import annotations
+
+import logging
 
 from .generated import agent_pb2
 from .models import (
@@ -18,6 +24,11 @@ from .models import (
     NodeSnapshot,
     ProcessType,
 )
+
+log = logging.getLogger(__name__)
+
+ENCODE_FAILED = "ENCODE_FAILED"
+_INT32_MAX = 2**31 - 1
 
 _TYPE_TO_PROTO = {
     ProcessType.COMPUTE: agent_pb2.PROCESS_TYPE_COMPUTE,
@@ -37,11 +48,20 @@ def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapsh
         node_name=snapshot.node_name,
         driver_version=sample.driver_version,
         cuda_driver_version=sample.cuda_driver_version,
-        gpus=[_gpu_to_proto(gpu) for gpu in sample.gpus],
+        gpus=[_gpu_or_error(gpu) for gpu in sample.gpus],
         sampled_at=snapshot.sampled_at,
         age_seconds=max(0.0, now - snapshot.sampled_at),
         error=sample.error or "",
     )
+
+
+def _gpu_or_error(gpu: GpuSample) -> agent_pb2.Gpu:
+    try:
+        return _gpu_to_proto(gpu)
+    except (ValueError, TypeError) as exc:
+        log.error("cannot encode GPU %s (%s), sending it as failed: %s", gpu.index, gpu.uuid, exc)
+        index = gpu.index if 0 <= gpu.index <= _INT32_MAX else 0
+        return agent_pb2.Gpu(index=index, uuid=gpu.uuid, error=ENCODE_FAILED)
 
 
 def _gpu_to_proto(gpu: GpuSample) -> agent_pb2.Gpu:

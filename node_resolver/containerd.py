@@ -20,16 +20,28 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import grpc
 
 from .generated import tasks_pb2, tasks_pb2_grpc
 
-__all__ = ["ContainerdError", "ContainerdPidMap", "ContainerdTasks", "boot_ticks"]
+__all__ = [
+    "SETTLE_SECONDS",
+    "ContainerdError",
+    "ContainerdPidMap",
+    "ContainerdTasks",
+    "PidMapSource",
+    "boot_ticks",
+]
 
 log = logging.getLogger(__name__)
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# containerd lists a new task's PIDs only once the task is registered, shortly after the
+# process appears; a process younger than this may still be missing for that reason.
+SETTLE_SECONDS = 2.0
 
 
 def boot_ticks() -> int:
@@ -116,20 +128,28 @@ def _describe(exc: grpc.RpcError) -> str:
     return f"{code.name if code else 'error'}: {details}"
 
 
+class PidMapSource(Protocol):
+    """Where ContainerdPidMap gets its map from: ContainerdTasks, or a stand-in in tests."""
+
+    socket_path: str
+
+    def pid_map(self) -> dict[int, str]:
+        """Return PID -> container ID for every running task; raises ContainerdError."""
+        ...
+
+
 class ContainerdPidMap:
     """A cached PID -> container ID map that refreshes only for processes it cannot vouch for."""
 
     def __init__(
         self,
-        tasks: ContainerdTasks,
+        tasks: PidMapSource,
         *,
-        settle_seconds: float = 2.0,
+        settle_seconds: float = SETTLE_SECONDS,
         retry_seconds: float = 5.0,
         clock: Callable[[], int] = boot_ticks,
     ) -> None:
         self.tasks = tasks
-        # containerd lists a new task's PIDs only once the task is registered, shortly after
-        # the process appears; a process this young may still be missing for that reason.
         self._settle_ticks = int(settle_seconds * _CLOCK_TICKS)
         self._retry_ticks = int(retry_seconds * _CLOCK_TICKS)
         self._clock = clock

@@ -14,8 +14,11 @@ changed while the agent runs. Its shape mirrors what NVML reports::
                               "migDeviceUuid": null}]}]}
 
 Unknown keys are ignored and a missing optional key means "not available".
-A GPU whose ``error`` is a string looks exactly like a GPU on which NVML
-returned that error; ``fieldErrors`` does the same for single fields.
+Numbers must fit what the agent's protobuf carries (utilizations are 0-100).
+A PID listed twice on one GPU (and MIG device) is merged as NVML's compute and
+graphics lists are: one entry, of type BOTH when the types differ. A GPU whose
+``error`` is a string looks exactly like a GPU on which NVML returned that
+error; ``fieldErrors`` does the same for single fields.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .gpu_source import merge_processes
 from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
 
 log = logging.getLogger(__name__)
@@ -55,8 +59,27 @@ FIELD_NAMES = {key: attr for key, (attr, _) in GPU_METRICS.items()} | {
 
 # Stands for "the file could not be read" among the bad versions of the file.
 MISSING = b"\0missing"
-# Integer fields that may be negative.
-SIGNED = frozenset({"temperatureC"})
+
+INT32 = (-(2**31), 2**31 - 1)
+UINT32 = (0, 2**32 - 1)
+UINT64 = (0, 2**64 - 1)
+PERCENT = (0, 100)
+# Integer key -> the range its protobuf field (or its meaning) allows; the same key has the
+# same type wherever it appears. A value outside would make every GetSnapshot call fail.
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "index": (0, INT32[1]),
+    "cudaDriverVersion": (0, INT32[1]),
+    "memoryTotalBytes": UINT64,
+    "memoryUsedBytes": UINT64,
+    "usedMemoryBytes": UINT64,
+    "utilizationGpu": PERCENT,
+    "utilizationMemory": PERCENT,
+    "smUtilization": PERCENT,
+    "temperatureC": INT32,
+    "gpuInstanceId": UINT32,
+    "computeInstanceId": UINT32,
+    "pid": UINT32,
+}
 
 
 class FakeNvmlError(ValueError):
@@ -165,8 +188,12 @@ class _Parser:
         )
         if not ok:
             raise self.fail(_at(where, key), f"expected {kind.__name__}, got {json.dumps(raw)}")
-        if kind is int and raw < 0 and key not in SIGNED:
-            raise self.fail(_at(where, key), f"expected a non-negative integer, got {raw}")
+        if kind is int:
+            low, high = INT_RANGES.get(key, UINT64)
+            if not low <= raw <= high:
+                raise self.fail(
+                    _at(where, key), f"expected an integer from {low} to {high}, got {raw}"
+                )
         return float(raw) if kind is float else raw
 
     def required(self, obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
@@ -219,10 +246,10 @@ class _Parser:
             self.mig_device(d, f"{where}.migDevices[{i}]")
             for i, d in enumerate(self.objects(data, "migDevices", where))
         ]
-        gpu.processes = [
+        gpu.processes = merge_processes(
             self.process(p, f"{where}.processes[{i}]")
             for i, p in enumerate(self.objects(data, "processes", where))
-        ]
+        )
         field_errors = data.get("fieldErrors") or {}
         if not isinstance(field_errors, dict) or not all(
             isinstance(v, str) for v in field_errors.values()

@@ -8,9 +8,10 @@ those.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
-from .models import NodeSample
+from .models import GpuProcess, NodeSample, ProcessType
 
 
 class GpuSource(Protocol):
@@ -23,3 +24,22 @@ class GpuSource(Protocol):
     def close(self) -> None:
         """Release the source (e.g. shut NVML down)."""
         ...
+
+
+def merge_processes(processes: Iterable[GpuProcess]) -> list[GpuProcess]:
+    """One entry per PID and MIG device: a PID in two lists becomes BOTH, keeping known values."""
+    merged: dict[tuple[int, str | None], GpuProcess] = {}
+    for process in processes:
+        key = (process.pid, process.mig_device_uuid)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = process
+            continue
+        if seen.type is not process.type:
+            seen.type = ProcessType.BOTH
+        # Both lists report the process's memory on this device; keep what is known.
+        if process.used_memory_bytes is not None:
+            seen.used_memory_bytes = max(seen.used_memory_bytes or 0, process.used_memory_bytes)
+        if seen.sm_utilization is None:
+            seen.sm_utilization = process.sm_utilization
+    return list(merged.values())

@@ -12,13 +12,17 @@ can be passed in instead; tests use that to drive this exact code.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .gpu_source import merge_processes
 from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 # NVML's "value not available" for unsigned 64-bit fields; pynvml maps it to
 # None for process memory, but older releases and other paths pass it through.
@@ -36,6 +40,16 @@ GPU_FATAL_ERRORS = frozenset(
     }
 )
 
+# NVML_SUCCESS: what nvmlDeviceGetProcessUtilization's sizing call returns when there are no
+# samples at all; pynvml raises it as an error all the same.
+NVML_SUCCESS = 0
+
+# The process lists, each with the field its failure is reported under.
+PROCESS_LISTS = (
+    (ProcessType.COMPUTE, "compute", "nvmlDeviceGetComputeRunningProcesses"),
+    (ProcessType.GRAPHICS, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+)
+
 MISSING_LIBRARY_HINT = (
     "the NVML library libnvidia-ml.so.1 was not found. In Kubernetes this usually means the "
     "agent pod was started without the NVIDIA container runtime (set runtimeClassName: nvidia "
@@ -47,6 +61,10 @@ MISSING_LIBRARY_HINT = (
 
 class NvmlUnavailableError(RuntimeError):
     """NVML could not be started, so the agent cannot read the GPUs; the message says why."""
+
+
+class _NeverRaisedError(Exception):
+    """Internal: stands in for exception classes an older pynvml does not define."""
 
 
 class _GpuFailedError(Exception):
@@ -87,6 +105,15 @@ class NvmlGpuSource:
         self._window = utilization_window
         self._clock = clock
         self._closed = False
+        # pynvml's unversioned process-list calls need the driver's _v3 entry points and raise
+        # this (not an NVMLError) on drivers without them; the _v2 calls work there.
+        self._mismatch: type[Exception] = getattr(
+            self._nvml, "NVMLLibraryMismatchError", _NeverRaisedError
+        )
+        self._legacy_process_lists = False
+        self._memory_v2 = getattr(self._nvml, "nvmlMemory_v2", None)
+        # (GPU index, error) pairs already logged, so a broken GPU is logged once, not per scan.
+        self._logged: set[tuple[int, str]] = set()
         # UUID and name per index from the last good read, so a GPU that is
         # lost later is still reported under its identity.
         self._identity: dict[int, tuple[str, str | None]] = {}
@@ -145,16 +172,23 @@ class NvmlGpuSource:
 
     def _sample_gpu(self, index: int) -> GpuSample:
         nvml = self._nvml
+        uuid: str | None = None
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        except nvml.NVMLError as exc:
-            return self._failed(index, self.error_name(exc))
-        gpu = GpuSample(index=index, uuid=uuid)
-        try:
+            gpu = GpuSample(index=index, uuid=uuid)
             self._fill(gpu, handle)
+        except nvml.NVMLError as exc:
+            return self._failed(index, self.error_name(exc), uuid=uuid)
         except _GpuFailedError as failure:
             return self._failed(index, failure.name, uuid=uuid)
+        except Exception as exc:
+            # Whatever else pynvml throws costs this GPU, not the node.
+            error = type(exc).__name__
+            if (index, error) not in self._logged:
+                self._logged.add((index, error))
+                log.warning("reading GPU %d failed", index, exc_info=True)
+            return self._failed(index, error, uuid=uuid)
         self._identity[index] = (uuid, gpu.name)
         return gpu
 
@@ -180,9 +214,7 @@ class NvmlGpuSource:
         nvml = self._nvml
         gpu.name = self._read(gpu, ("name",), lambda: _text(nvml.nvmlDeviceGetName(handle)))
         memory = self._read(
-            gpu,
-            ("memory_total_bytes", "memory_used_bytes"),
-            lambda: nvml.nvmlDeviceGetMemoryInfo(handle),
+            gpu, ("memory_total_bytes", "memory_used_bytes"), self._memory_info, handle
         )
         if memory is not None:
             gpu.memory_total_bytes = _u64(memory.total)
@@ -212,19 +244,35 @@ class NvmlGpuSource:
         mode = self._read(gpu, ("mig_enabled",), lambda: nvml.nvmlDeviceGetMigMode(handle))
         gpu.mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
         if gpu.mig_enabled:
+            # NVML does not support utilization queries in MIG mode: SM stays unknown.
             self._fill_mig(gpu, handle)
-        else:
-            gpu.processes = self._processes(gpu, handle, mig_device_uuid=None)
+            return
+        gpu.processes = self._processes(gpu, handle, field="processes", mig_device_uuid=None)
         sm = self._sm_utilization(gpu, handle)
         for process in gpu.processes:
             process.sm_utilization = sm.get(process.pid)
 
+    def _memory_info(self, handle: Any) -> Any:
+        nvml = self._nvml
+        if self._memory_v2 is not None:
+            # v2 leaves the driver's reserved memory out of "used", as nvidia-smi does.
+            try:
+                return nvml.nvmlDeviceGetMemoryInfo(handle, version=self._memory_v2)
+            except nvml.NVMLError as exc:
+                name = self.error_name(exc)
+                if name in GPU_FATAL_ERRORS:
+                    raise
+                if name == "FUNCTION_NOT_FOUND":  # a driver without v2: stop asking
+                    self._memory_v2 = None
+        return nvml.nvmlDeviceGetMemoryInfo(handle)
+
     def _fill_mig(self, gpu: GpuSample, handle: Any) -> None:
         nvml = self._nvml
         count = self._read(
-            gpu, ("mig_devices",), lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+            gpu, ("mig_devices", "processes"), lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
         )
         for slot in range(count or 0):
+            where = f"mig_devices[{slot}]"
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
             except nvml.NVMLError as exc:
@@ -233,61 +281,61 @@ class NvmlGpuSource:
                     continue
                 if name in GPU_FATAL_ERRORS:
                     raise _GpuFailedError(name) from exc
-                gpu.field_errors["mig_devices"] = name
+                # The slot's processes are missing too: the list is incomplete, not idle.
+                gpu.field_errors[where] = gpu.field_errors["processes"] = name
                 continue
-            uuid = self._read(gpu, ("mig_devices",), nvml.nvmlDeviceGetUUID, mig)
+            uuid = self._read(gpu, (where, "processes"), nvml.nvmlDeviceGetUUID, mig)
             if uuid is None:
                 continue
             device = MigDevice(index=slot, uuid=_text(uuid))
-            memory = self._read(gpu, ("mig_devices.memory",), nvml.nvmlDeviceGetMemoryInfo, mig)
+            memory = self._read(gpu, (f"{where}.memory",), self._memory_info, mig)
             if memory is not None:
                 device.memory_total_bytes = _u64(memory.total)
                 device.memory_used_bytes = _u64(memory.used)
             device.gpu_instance_id = _int(
-                self._read(
-                    gpu, ("mig_devices.gpu_instance_id",), nvml.nvmlDeviceGetGpuInstanceId, mig
-                )
+                self._read(gpu, (f"{where}.gpu_instance_id",), nvml.nvmlDeviceGetGpuInstanceId, mig)
             )
             device.compute_instance_id = _int(
                 self._read(
                     gpu,
-                    ("mig_devices.compute_instance_id",),
+                    (f"{where}.compute_instance_id",),
                     nvml.nvmlDeviceGetComputeInstanceId,
                     mig,
                 )
             )
             gpu.mig_devices.append(device)
-            gpu.processes.extend(self._processes(gpu, mig, mig_device_uuid=device.uuid))
+            gpu.processes.extend(
+                self._processes(gpu, mig, field=f"{where}.processes", mig_device_uuid=device.uuid)
+            )
 
     def _processes(
-        self, gpu: GpuSample, handle: Any, *, mig_device_uuid: str | None
+        self, gpu: GpuSample, handle: Any, *, field: str, mig_device_uuid: str | None
     ) -> list[GpuProcess]:
+        found = [
+            GpuProcess(
+                pid=int(info.pid),
+                type=kind,
+                used_memory_bytes=_u64(info.usedGpuMemory),
+                mig_device_uuid=mig_device_uuid,
+            )
+            for kind, list_name, function in PROCESS_LISTS
+            for info in self._process_list(gpu, f"{field}.{list_name}", function, handle) or ()
+        ]
+        return merge_processes(found)
+
+    def _process_list(self, gpu: GpuSample, field: str, function: str, handle: Any) -> Any:
         nvml = self._nvml
-        merged: dict[int, GpuProcess] = {}
-        lists = (
-            (ProcessType.COMPUTE, nvml.nvmlDeviceGetComputeRunningProcesses),
-            (ProcessType.GRAPHICS, nvml.nvmlDeviceGetGraphicsRunningProcesses),
-        )
-        for kind, read in lists:
-            infos = self._read(gpu, ("processes",), read, handle)
-            for info in infos or ():
-                pid = int(info.pid)
-                memory = _u64(info.usedGpuMemory)
-                process = merged.get(pid)
-                if process is None:
-                    merged[pid] = GpuProcess(
-                        pid=pid,
-                        type=kind,
-                        used_memory_bytes=memory,
-                        mig_device_uuid=mig_device_uuid,
-                    )
-                    continue
-                if process.type is not kind:
-                    process.type = ProcessType.BOTH
-                # Both lists report the process's memory on this device; keep what is known.
-                if memory is not None:
-                    process.used_memory_bytes = max(process.used_memory_bytes or 0, memory)
-        return list(merged.values())
+        if not self._legacy_process_lists:
+            try:
+                return self._read(gpu, (field,), getattr(nvml, function), handle)
+            except self._mismatch:
+                log.info("this NVML driver predates %s_v3; using the _v2 calls", function)
+                self._legacy_process_lists = True
+        legacy = getattr(nvml, f"{function}_v2", None)
+        if legacy is None:
+            gpu.field_errors[field] = "LIBRARY_MISMATCH"
+            return None
+        return self._read(gpu, (field,), legacy, handle)
 
     def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:
         """Latest SM utilization per PID from NVML samples newer than the window."""
@@ -298,8 +346,8 @@ class NvmlGpuSource:
             samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
         except nvml.NVMLError as exc:
             name = self.error_name(exc)
-            if name == "NOT_FOUND":  # an idle GPU: no samples in the window
-                return {}
+            if name == "NOT_FOUND" or getattr(exc, "value", None) == NVML_SUCCESS:
+                return {}  # an idle GPU: no samples in the window
             if name in GPU_FATAL_ERRORS:
                 raise _GpuFailedError(name) from exc
             if gpu.processes:

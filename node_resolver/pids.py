@@ -14,7 +14,8 @@ containerd). ``build_resolver`` picks one from the command line's
 
 Every process is read in one consistent pass keyed by (PID, start time), so a
 process that exits mid-scan is dropped quietly and a reused PID is never
-attributed to its previous owner's container.
+attributed to its previous owner's container. A process whose /proc entry
+exists but cannot be read is kept, unresolved.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Protocol
 from .cgroup import parse_cgroup
 from .containerd import ContainerdPidMap, ContainerdTasks
 from .models import ContainerRef
-from .procfs import ProcessGone, ProcFS, ProcSnapshot
+from .procfs import ProcessGone, ProcessUnreadable, ProcFS, ProcSnapshot
 
 __all__ = [
     "RESOLVER_KINDS",
@@ -52,8 +53,9 @@ class ResolvedProcess:
 
     pid: int
     # Start time in clock ticks since boot (/proc/<pid>/stat field 22); with
-    # the PID it identifies one process even when the PID is reused.
-    start_time: int
+    # the PID it identifies one process even when the PID is reused. None when
+    # the process's stat could not be read.
+    start_time: int | None
     name: str | None
     cmdline: str | None
     container: ContainerRef | None
@@ -66,6 +68,10 @@ class PidResolver(Protocol):
         """Resolve every PID that is still alive."""
         ...
 
+    def close(self) -> None:
+        """Release any connection the resolver holds."""
+        ...
+
 
 class ProcResolver:
     """Reads each PID from a /proc tree and asks ``locate`` where each process runs."""
@@ -73,20 +79,28 @@ class ProcResolver:
     def __init__(self, *, proc_root: str = "/proc", expose_cmdline: bool = False) -> None:
         self.procfs = ProcFS(proc_root)
         self.expose_cmdline = expose_cmdline
+        self._unreadable_logged = False
 
     def resolve(self, pids: Collection[int]) -> dict[int, ResolvedProcess]:
         """Resolve every PID that is still alive."""
         snapshots: list[ProcSnapshot] = []
+        unreadable: dict[int, ResolvedProcess] = {}
         for pid in sorted(set(pids)):
             try:
                 snapshots.append(self.procfs.snapshot(pid, cmdline=self.expose_cmdline))
             except ProcessGone:
                 continue
+            except ProcessUnreadable as exc:
+                # Alive but hidden from us: report it, unplaced, rather than drop it.
+                if not self._unreadable_logged:
+                    self._unreadable_logged = True
+                    log.warning("cannot read a GPU process, it stays unresolved: %s", exc)
+                unreadable[pid] = ResolvedProcess(pid, None, None, None, None)
             except ValueError as exc:
                 # A stat file we cannot parse names no process we can key; skip just this one.
                 log.warning("skipping PID %d: %s", pid, exc)
         placed = self.locate(snapshots) if snapshots else {}
-        return {
+        return unreadable | {
             snap.pid: ResolvedProcess(
                 snap.pid, snap.start_time, snap.name, snap.cmdline, placed.get(snap.pid)
             )

@@ -2,7 +2,9 @@
 
 The tree is usually the host's ``/proc`` (or ``/host/proc`` inside the agent's
 pod); tests and the demo point it at a directory of plain files laid out the
-same way. A process that is gone by the time we read it raises ``ProcessGone``.
+same way. A process that is gone by the time we read it raises ``ProcessGone``;
+one whose ``stat`` exists but cannot be read (EACCES, EIO, ...) raises
+``ProcessUnreadable``, because such a process is alive and must not vanish.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ __all__ = [
     "ProcSnapshot",
     "ProcStat",
     "ProcessGone",
+    "ProcessUnreadable",
     "parse_cmdline",
     "parse_stat",
 ]
@@ -25,11 +28,15 @@ __all__ = [
 CMDLINE_LIMIT = 4096
 
 # Errors that mean "this PID no longer names a live process".
-_GONE = (errno.ENOENT, errno.ESRCH, errno.ENOTDIR)
+_GONE = (errno.ENOENT, errno.ESRCH)
 
 
 class ProcessGone(Exception):
     """The process exited (or its PID was reused) while it was being read."""
+
+
+class ProcessUnreadable(Exception):
+    """The process's ``stat`` exists but could not be read; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +46,6 @@ class ProcStat:
     pid: int
     comm: str
     state: str
-    ppid: int
     # Clock ticks after boot (field 22): with the PID, it names one process.
     start_time: int
 
@@ -71,11 +77,10 @@ def parse_stat(text: str) -> ProcStat:
     if len(rest) < 20:
         raise ValueError(f"stat has {len(rest) + 2} fields, expected at least 22")
     try:
-        ppid = int(rest[1])
         start_time = int(rest[19])
     except ValueError:
-        raise ValueError("stat has a non-numeric ppid or starttime field") from None
-    return ProcStat(pid, text[open_at + 1 : close_at], rest[0], ppid, start_time)
+        raise ValueError("stat has a non-numeric starttime field") from None
+    return ProcStat(pid, text[open_at + 1 : close_at], rest[0], start_time)
 
 
 def parse_cmdline(raw: bytes) -> str:
@@ -90,11 +95,13 @@ class ProcFS:
         self.root = root
 
     def stat(self, pid: int) -> ProcStat:
-        """Read ``<pid>/stat``; raises ProcessGone if the process is gone or unreadable."""
+        """Read ``<pid>/stat``: ProcessGone if the process is gone, ProcessUnreadable on errors."""
         try:
             raw = self._read(pid, "stat", 4096)
         except OSError as exc:
-            raise ProcessGone(pid) from exc
+            if exc.errno in _GONE:
+                raise ProcessGone(pid) from exc
+            raise ProcessUnreadable(f"{self.root}/{pid}/stat: {exc.strerror}") from exc
         try:
             return parse_stat(raw.decode("utf-8", errors="replace"))
         except ValueError as exc:
@@ -116,7 +123,7 @@ class ProcFS:
         return None if raw is None else raw.decode("utf-8", errors="replace")
 
     def snapshot(self, pid: int, *, cmdline: bool = False) -> ProcSnapshot:
-        """Read one process consistently; raises ProcessGone if it exits or its PID is reused."""
+        """Read one process consistently; ProcessGone if it exits or its PID is reused."""
         first = self.stat(pid)
         if _exited(first) and not self._has_live_threads(pid):
             raise ProcessGone(pid)
@@ -127,14 +134,6 @@ class ProcFS:
         if self.stat(pid).start_time != first.start_time:
             raise ProcessGone(pid)
         return ProcSnapshot(pid, first.start_time, name, args, cgroup)
-
-    def pids(self) -> list[int]:
-        """List the PIDs in the tree, in ascending order."""
-        try:
-            names = os.listdir(self.root)
-        except OSError:
-            return []
-        return sorted(int(name) for name in names if name.isdigit())
 
     def _optional(self, pid: int, name: str, limit: int) -> bytes | None:
         try:

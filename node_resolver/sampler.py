@@ -19,6 +19,16 @@ from .pids import PidResolver
 
 log = logging.getLogger(__name__)
 
+# How long stop() waits for a scan in progress beyond one interval.
+STOP_GRACE_SECONDS = 5.0
+# Scans in a row in which none of NVML's PIDs exists before the agent calls it
+# misconfigured; one such scan happens whenever the only GPU process exits.
+MISSING_SCANS = 2
+PROC_HINT = (
+    "none of the {count} PIDs NVML reports exists in the /proc the agent reads: the agent pod "
+    "needs hostPID: true, and --proc-root must point at the host's /proc"
+)
+
 
 class Sampler:
     """Scans ``source`` every ``interval`` seconds in a daemon thread."""
@@ -30,7 +40,6 @@ class Sampler:
         *,
         node_name: str,
         interval: float = 1.0,
-        expose_cmdline: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if interval <= 0:
@@ -39,16 +48,16 @@ class Sampler:
         self.resolver = resolver
         self.node_name = node_name
         self.interval = interval
-        self.expose_cmdline = expose_cmdline
         self._clock = clock
         self._latest: NodeSnapshot | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._ready_lock = threading.Lock()
+        self._on_ready: list[Callable[[], None]] = []
         self._thread: threading.Thread | None = None
+        self._missing_scans = 0
         # Scans done so far; tests and benchmarks read it to count NVML work.
         self.scans = 0
-        # How long the last scan took (source plus PID resolution), in seconds.
-        self.last_scan_seconds = 0.0
 
     @property
     def ready(self) -> bool:
@@ -63,6 +72,14 @@ class Sampler:
         """Block until the first snapshot exists; False on timeout."""
         return self._ready.wait(timeout)
 
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the first snapshot exists: now, or from the sampling thread."""
+        with self._ready_lock:
+            if not self._ready.is_set():
+                self._on_ready.append(callback)
+                return
+        callback()
+
     def start(self) -> None:
         """Start the sampling thread; the first scan begins at once."""
         if self._thread is not None:
@@ -71,14 +88,21 @@ class Sampler:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop the thread and wait for it to finish its current scan."""
+        """Stop the thread, waiting for its current scan at most ``timeout`` seconds.
+
+        The default is one interval plus a few seconds. A scan stuck longer (a hung
+        driver call) is left behind in its daemon thread rather than blocking shutdown.
+        """
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._thread is None:
+            return
+        limit = self.interval + STOP_GRACE_SECONDS if timeout is None else timeout
+        self._thread.join(limit)
+        if self._thread.is_alive():
+            log.warning("a GPU scan is still running after %gs; not waiting for it", limit)
 
     def scan(self) -> NodeSnapshot:
         """Take one snapshot now and publish it; the thread calls this every interval."""
-        started = time.perf_counter()
         sampled_at = self._clock()
         try:
             sample = self.source.sample()
@@ -89,11 +113,18 @@ class Sampler:
         else:
             self._resolve(sample)
         snapshot = NodeSnapshot(node_name=self.node_name, sample=sample, sampled_at=sampled_at)
-        self.last_scan_seconds = time.perf_counter() - started
         self._latest = snapshot
         self.scans += 1
-        self._ready.set()
+        if not self._ready.is_set():
+            self._set_ready()
         return snapshot
+
+    def _set_ready(self) -> None:
+        with self._ready_lock:
+            self._ready.set()
+            callbacks, self._on_ready = self._on_ready, []
+        for callback in callbacks:
+            callback()
 
     def _resolve(self, sample: NodeSample) -> None:
         pids = {process.pid for gpu in sample.gpus for process in gpu.processes}
@@ -106,6 +137,10 @@ class Sampler:
             log.exception("PID resolution failed")
             sample.error = f"PID resolution failed: {type(exc).__name__}: {exc}"
             return
+        if self._all_missing(bool(resolved), len(pids)):
+            # Most likely the agent sees another /proc than NVML's: keep what NVML reports.
+            sample.error = PROC_HINT.format(count=len(pids))
+            return
         for gpu in sample.gpus:
             kept = []
             for process in gpu.processes:
@@ -113,10 +148,22 @@ class Sampler:
                 if found is None:  # exited since NVML listed it
                     continue
                 process.name = found.name
-                process.cmdline = found.cmdline if self.expose_cmdline else None
+                process.cmdline = found.cmdline
                 process.container = found.container
                 kept.append(process)
             gpu.processes = kept
+
+    def _all_missing(self, any_found: bool, count: int) -> bool:
+        """Track scans in which no PID was found; True once that looks like misconfiguration."""
+        if any_found:
+            if self._missing_scans >= MISSING_SCANS:
+                log.info("the PIDs NVML reports exist in /proc again")
+            self._missing_scans = 0
+            return False
+        self._missing_scans += 1
+        if self._missing_scans == MISSING_SCANS:
+            log.warning("%s", PROC_HINT.format(count=count))
+        return self._missing_scans >= MISSING_SCANS
 
     def _run(self) -> None:
         next_at = time.monotonic()

@@ -7,6 +7,7 @@ is encoded once per scan; a call only copies it and stamps its age.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -37,15 +38,21 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
     def __init__(self, sampler: Sampler, *, clock: Callable[[], float] = time.time) -> None:
         self._sampler = sampler
         self._clock = clock
-        self._encoded: tuple[NodeSnapshot, agent_pb2.Snapshot] | None = None
+        # The last snapshot and its encoding, or None when it could not be encoded.
+        self._encoded: tuple[NodeSnapshot, agent_pb2.Snapshot | None] | None = None
         # Calls answered so far; tests and benchmarks read it.
         self.calls_served = 0
 
-    def _encode(self, snapshot: NodeSnapshot) -> agent_pb2.Snapshot:
+    def _encode(self, snapshot: NodeSnapshot) -> agent_pb2.Snapshot | None:
         cached = self._encoded
         if cached is None or cached[0] is not snapshot:
-            cached = (snapshot, snapshot_to_proto(snapshot, now=snapshot.sampled_at))
-            self._encoded = cached
+            try:
+                encoded = snapshot_to_proto(snapshot, now=snapshot.sampled_at)
+            except Exception:
+                # Logged once per snapshot; calls get INTERNAL until a scan encodes again.
+                log.exception("cannot encode the snapshot taken at %s", snapshot.sampled_at)
+                encoded = None
+            cached = self._encoded = (snapshot, encoded)
         return cached[1]
 
     async def GetSnapshot(
@@ -56,8 +63,12 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         if snapshot is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "no GPU sample taken yet")
             raise AssertionError("unreachable: abort raises")
+        encoded = self._encode(snapshot)
+        if encoded is None:
+            await context.abort(grpc.StatusCode.INTERNAL, "the latest snapshot cannot be encoded")
+            raise AssertionError("unreachable: abort raises")
         reply = agent_pb2.Snapshot()
-        reply.CopyFrom(self._encode(snapshot))
+        reply.CopyFrom(encoded)
         reply.age_seconds = max(0.0, self._clock() - snapshot.sampled_at)
         self.calls_served += 1
         return reply
@@ -66,7 +77,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
 class AgentServer:
     """A running (or runnable) agent gRPC server over one sampler."""
 
-    def __init__(self, sampler: Sampler, *, token: str | None = None) -> None:
+    def __init__(self, sampler: Sampler, *, token: str | Callable[[], str] | None = None) -> None:
         self.sampler = sampler
         self.servicer = NodeAgentServicer(sampler)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
@@ -107,8 +118,16 @@ class AgentServer:
 
     async def _serving_when_ready(self) -> None:
         # Health turns SERVING once there is a snapshot to serve.
-        while not self.sampler.ready:
-            await asyncio.sleep(0.02)
+        ready = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            # Called from the sampling thread; the loop may be gone if the server stopped first.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(ready.set)
+
+        self.sampler.when_ready(wake)
+        await ready.wait()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, SERVING)
         self.serving = True

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import logging
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -17,6 +18,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from node_resolver.cli import add_agent_arguments
 from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.fake_proc import kubelet_cgroup
@@ -24,10 +26,12 @@ from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.models import ContainerRef, NodeSample
 from tests.support.agents import (
     AgentThread,
+    CountingSource,
     FakeProc,
     StaticResolver,
     agent_command,
     agent_env,
+    eventually,
     gpu_json,
     nvml_json,
     resolved,
@@ -40,27 +44,6 @@ CONTAINER = "b" * 64
 POD = "9d1b7c44-aaaa-bbbb-cccc-000011112222"
 TOKEN = "s3cret-token"
 SERVICE = "gpugraph.agent.v1.NodeAgent"
-
-
-def eventually(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-
-
-class CountingSource:
-    def __init__(self, inner: FakeGpuSource) -> None:
-        self.inner = inner
-        self.samples = 0
-
-    def sample(self) -> NodeSample:
-        self.samples += 1
-        return self.inner.sample()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @pytest.fixture
@@ -153,6 +136,42 @@ async def test_the_right_token_is_answered(secured: AgentThread) -> None:
         snapshot = await client.get_snapshot(timeout=10)
     assert snapshot.sample.gpus[0].processes[0].pid == 4242
     assert secured.server.calls_served == 1
+
+
+def test_the_bearer_scheme_is_matched_in_any_case(secured: AgentThread) -> None:
+    request = agent_pb2.GetSnapshotRequest()
+    with grpc.insecure_channel(secured.address) as channel:
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        for scheme in ("bearer", "BEARER", "Bearer"):
+            metadata = (("authorization", f"{scheme} {TOKEN}"),)
+            assert stub.GetSnapshot(request, metadata=metadata, timeout=10).gpus
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetSnapshot(request, metadata=(("authorization", f"Basic {TOKEN}"),), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_snapshot_that_cannot_be_encoded_is_internal_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unencodable:
+        def sample(self) -> NodeSample:
+            return NodeSample(cuda_driver_version=2**40)
+
+        def close(self) -> None:
+            pass
+
+    with (
+        caplog.at_level(logging.ERROR, logger="node_resolver.service"),
+        start_agent_thread(Unencodable(), interval=3600) as agent,
+        grpc.insecure_channel(agent.address) as channel,
+    ):
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        for _ in range(3):
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.GetSnapshot(agent_pb2.GetSnapshotRequest(), timeout=10)
+            assert caught.value.code() == grpc.StatusCode.INTERNAL
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "cannot encode" in errors[0].getMessage()
 
 
 def health_check(address: str, service: str = "") -> int:
@@ -259,6 +278,36 @@ def test_cli_token_file(tmp_path: Path, nvml_file: Path) -> None:
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert call(agent.address, token=TOKEN).gpus
         assert health_check(agent.address) == health_pb2.HealthCheckResponse.SERVING
+
+
+def cmdlines(address: str) -> dict[int, str | None]:
+    with grpc.insecure_channel(address) as channel:
+        reply = agent_pb2_grpc.NodeAgentStub(channel).GetSnapshot(
+            agent_pb2.GetSnapshotRequest(), timeout=10
+        )
+    return {p.pid: p.cmdline if p.HasField("cmdline") else None for p in reply.gpus[0].processes}
+
+
+def test_cli_sends_command_lines_only_with_expose_cmdline(tmp_path: Path) -> None:
+    proc = write_proc_tree(tmp_path / "proc", {4242: FakeProc(cmdline=("python", "--key=s"))})
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0, [{"pid": 4242}])]))
+    with start_agent_process(nvml, log_path=tmp_path / "hidden.log", proc_root=proc) as hidden:
+        assert cmdlines(hidden.address) == {4242: None}
+    assert "--expose-cmdline" not in hidden.logs()
+    with start_agent_process(
+        nvml, log_path=tmp_path / "shown.log", proc_root=proc, extra_args=["--expose-cmdline"]
+    ) as shown:
+        assert cmdlines(shown.address) == {4242: "python --key=s"}
+    # Without a token anyone can read them: said at startup.
+    assert "--expose-cmdline without --token-file" in shown.logs()
+
+
+@pytest.mark.parametrize(("given", "level"), [("debug", "DEBUG"), ("Warning", "WARNING")])
+def test_log_level_in_either_case(given: str, level: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_agent_arguments(parser)
+    assert parser.parse_args(["--log-level", given]).log_level == level
 
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

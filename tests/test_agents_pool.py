@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from api.agents import CHANNEL_OPTIONS, AgentPool, Backoff, NodeIpDiscovery, PodIpDiscovery
+from api.agents import (
+    CHANNEL_OPTIONS,
+    AgentPool,
+    Backoff,
+    NodeIpDiscovery,
+    PodIpDiscovery,
+    TokenFile,
+)
 from api.kube.cache import ClusterCache
 from api.kube.objects import make_node, make_pod, pod_uid_for
 from api.kube.parse import node_record, pod_record
 from api.metrics import Metrics
+from api.settings import SettingsError
 from graph_schema.context import AgentUnavailableError
 from node_resolver.client import AgentClient
+from node_resolver.models import NodeSnapshot
+from tests.support import graph
 from tests.support.server import GIB, AgentNode, Gpu, Proc, node_ips
 
 
@@ -145,8 +158,10 @@ async def test_concurrent_and_repeated_fetches_within_the_ttl_share_one_call(
         clock.advance(0.5)
         later = await pool.fetch(agent.name)
         assert agent.calls == 1
-        # A cached answer reports its age including the time it sat in the cache.
-        assert later.age_seconds >= results[0].age_seconds + 0.5
+        # The very same object, so graph objects built from it are reused...
+        assert all(r is later for r in results)
+        # ...and its age counts the time it sat in the cache.
+        assert pool.snapshot_age(agent.name, later) == later.age_seconds + 0.5
         clock.advance(0.6)
         await pool.fetch(agent.name)
         assert agent.calls == 2
@@ -370,3 +385,198 @@ def test_pool_rejects_bad_settings() -> None:
         AgentPool(NodeIpDiscovery(ClusterCache()), timeout=0)
     with pytest.raises(ValueError, match="TTL"):
         AgentPool(NodeIpDiscovery(ClusterCache()), ttl=-1)
+
+
+class FixedClient:
+    """An agent client answering every call with the same snapshot."""
+
+    def __init__(self, snapshot: NodeSnapshot) -> None:
+        self.snapshot = snapshot
+        self.calls = 0
+
+    async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
+        self.calls += 1
+        return self.snapshot
+
+    def close(self) -> None:
+        pass
+
+
+async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import graph_schema.views
+    from graph_schema import build_schema, make_context
+
+    cluster = graph.MemoryCluster()
+    clients: dict[str, FixedClient] = {}
+    for i, name in enumerate(("node-a", "node-b")):
+        cluster.add_node(graph.node_record(name, ip=f"10.0.0.{i + 1}"))
+        clients[f"10.0.0.{i + 1}:50051"] = FixedClient(
+            graph.snapshot(name, [graph.gpu_sample(name, 0)])
+        )
+    builds: list[str] = []
+    real_build = graph_schema.views.build_gpus
+
+    def counting_build(node_name: str, *args: Any) -> Any:
+        builds.append(node_name)
+        return real_build(node_name, *args)
+
+    monkeypatch.setattr(graph_schema.views, "build_gpus", counting_build)
+    clock = ManualClock()
+    pool = AgentPool(
+        NodeIpDiscovery(cluster, 50051),
+        ttl=10.0,
+        clock=clock,
+        client_factory=lambda target, token: clients[target],
+    )
+    schema = build_schema()
+    query = "{ nodes { name gpus { uuid } agent { snapshotAgeSeconds } } }"
+    ages = []
+    for _ in range(5):
+        result = await schema.execute(
+            query, context_value=make_context(cluster, pool, schema.state)
+        )
+        assert result.errors is None, result.errors
+        ages.append(result.data["nodes"][0]["agent"]["snapshotAgeSeconds"])  # type: ignore[index]
+        clock.advance(1.0)
+    await pool.close()
+    assert sorted(builds) == ["node-a", "node-b"]
+    assert [c.calls for c in clients.values()] == [1, 1]
+    # Served from the cache, the snapshot still ages.
+    assert ages == [0.25, 1.25, 2.25, 3.25, 4.25]
+
+
+def rotate(path: Path, text: str) -> None:
+    """Replace the file the way Kubernetes updates a Secret: a new file swapped in."""
+    fresh = path.with_name(path.name + ".new")
+    fresh.write_text(text)
+    os.replace(fresh, path)
+
+
+def test_a_rotated_token_is_picked_up_after_the_check_interval(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "token"
+    path.write_text("first\n")
+    clock = ManualClock()
+    token = TokenFile(path, check_every=5.0, clock=clock)
+    assert token.current() == "first"
+
+    rotate(path, "second")
+    clock.advance(4.0)
+    assert token.current() == "first"  # not looked at yet
+    clock.advance(1.0)
+    assert token.current() == "second"
+
+    # A broken rotation keeps the token in use, and says so.
+    rotate(path, "  \n")
+    clock.advance(5.0)
+    with caplog.at_level(logging.WARNING, logger="api.agents.token"):
+        assert token.current() == "second"
+    assert "keeping the old token" in caplog.text
+    path.unlink()
+    clock.advance(5.0)
+    assert token.current() == "second"
+
+    path.write_text("third")
+    clock.advance(5.0)
+    assert token.current() == "third"
+
+
+def test_an_unusable_token_file_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="--agent-token-file: cannot read"):
+        TokenFile(tmp_path / "missing")
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(SettingsError, match="is empty"):
+        TokenFile(tmp_path / "empty")
+
+
+class Client:
+    def __init__(self, node_name: str, token: str | None) -> None:
+        self.token = token
+        self.closed = False
+        self._snapshot = graph.snapshot(node_name, [graph.gpu_sample(node_name, 0)])
+
+    async def get_snapshot(self, *, timeout: float) -> object:
+        return self._snapshot
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_the_pool_rebuilds_its_channels_with_a_rotated_token(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("first")
+    clock = ManualClock()
+    cluster = graph.MemoryCluster()
+    cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
+    made: list[Client] = []
+
+    def factory(target: str, token: str | None) -> Client:
+        made.append(Client("node-a", token))
+        return made[-1]
+
+    pool = AgentPool(
+        NodeIpDiscovery(cluster, 50051),
+        ttl=0,
+        token=TokenFile(path, check_every=5.0, clock=clock),
+        client_factory=factory,  # type: ignore[arg-type]
+        clock=clock,
+    )
+    await pool.fetch("node-a")
+    await pool.fetch("node-a")
+    assert [c.token for c in made] == ["first"]
+
+    rotate(path, "second")
+    clock.advance(5.0)
+    await pool.fetch("node-a")
+    assert [c.token for c in made] == ["first", "second"]
+    assert made[0].closed and not made[1].closed
+    await pool.close()
+
+
+class FlakyClient:
+    def __init__(self, node_name: str) -> None:
+        self.up = False
+        self._snapshot = graph.snapshot(node_name, [])
+
+    async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
+        if not self.up:
+            raise ConnectionRefusedError("connection refused")
+        return self._snapshot
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_down_agent_is_logged_as_a_warning_once_and_again_when_it_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = graph.MemoryCluster()
+    cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
+    client = FlakyClient("node-a")
+    clock = ManualClock()
+    pool = AgentPool(
+        NodeIpDiscovery(cluster, 50051),
+        ttl=0,
+        backoff=Backoff(initial=1.0, clock=clock),
+        client_factory=lambda target, token: client,
+        clock=clock,
+    )
+    with caplog.at_level(logging.DEBUG, logger="api.agents.pool"):
+        for _ in range(3):
+            with pytest.raises(AgentUnavailableError):
+                await pool.fetch("node-a")
+            clock.advance(60)
+        client.up = True
+        await pool.fetch("node-a")
+        await pool.fetch("node-a")
+    await pool.close()
+    records = [(r.levelname, r.getMessage().split(",")[0]) for r in caplog.records]
+    assert records == [
+        ("WARNING", "agent on node node-a failed"),
+        ("DEBUG", "agent on node node-a failed"),
+        ("DEBUG", "agent on node node-a failed"),
+        ("WARNING", "agent on node node-a answers again"),
+    ]

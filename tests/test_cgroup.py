@@ -188,6 +188,30 @@ def test_v1_prefers_a_line_that_names_the_pod() -> None:
     assert parse_cgroup(text) == ContainerRef(CID, "", POD)
 
 
+def test_v1_the_most_deeply_nested_container_wins_across_lines() -> None:
+    # One hierarchy names the pod and the outer container, another a container nested inside.
+    text = "\n".join(
+        [
+            f"5:cpu,cpuacct:/kubepods/burstable/pod{POD}/{OUTER}",
+            f"4:memory:/docker/{OUTER}/system.slice/docker-{INNER}.scope",
+            "0::/",
+        ]
+    )
+    # The pod named on the other line owns the outer container, not this one.
+    assert parse_cgroup(text) == ContainerRef(INNER, "docker", None)
+
+
+def test_v1_a_nested_container_keeps_the_pod_named_on_its_own_line() -> None:
+    text = "\n".join(
+        [
+            f"5:cpu:/kubepods/pod{POD}/{OUTER}",
+            f"4:memory:/docker/{OUTER}",
+            f"3:pids:/docker/{OUTER}/kubepods/pod{POD}/{INNER}",
+        ]
+    )
+    assert parse_cgroup(text) == ContainerRef(INNER, "", POD)
+
+
 def test_v1_only_one_controller_places_the_process() -> None:
     text = "\n".join(
         [

@@ -27,6 +27,7 @@ NON_DEFAULT: dict[str, Any] = {
         "interval": 2.5,
         "exposeCmdline": True,
         "containerd": {
+            "enabled": True,
             "socketPath": "/run/k3s/containerd/containerd.sock",
             "namespace": "k8s.io",
         },
@@ -36,6 +37,7 @@ NON_DEFAULT: dict[str, Any] = {
     },
     "server": {
         "replicas": 3,
+        "listenHost": "::",
         "port": 9000,
         "agentTimeout": 0.5,
         "snapshotTtl": 0,
@@ -46,6 +48,33 @@ NON_DEFAULT: dict[str, Any] = {
         "limits": {"maxDepth": 8, "maxBodyBytes": 2097152},
         "extraArgs": ["--log-level", "debug"],
     },
+}
+
+# Integers past 1e6 reach Helm as float64, which would print as 1e+06 without `| int64`.
+LARGE: dict[str, Any] = {
+    "server": {
+        "maxSubscriptions": 1_000_000,
+        "limits": {
+            "maxDepth": 1_000_000,
+            "maxAliases": 2_000_000,
+            "maxTokens": 10_000_000,
+            "maxResultItems": 5_000_000,
+            "maxBodyBytes": 1_073_741_824,
+            "requestTimeout": 1_000_000,
+        },
+    },
+}
+
+# Every value set that changes which objects or fields the chart renders.
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "non-default": NON_DEFAULT,
+    "large-integers": LARGE,
+    "node-ip": {"server": {"agentDiscovery": "node-ip"}},
+    "auth-disabled": {"auth": {"enabled": False}, "networkPolicy": {"enabled": False}},
+    "existing-secret": {"auth": {"existingSecret": "my-token"}},
+    "containerd": {"agent": {"containerd": {"enabled": True}}},
+    "no-containerd": {"agent": {"containerd": {"enabled": False}, "pidResolver": "cgroup"}},
 }
 
 
@@ -113,12 +142,8 @@ def volume(spec: dict[str, Any], name: str) -> dict[str, Any]:
     return v
 
 
-@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["default", "non-default"])
-def test_every_manifest_validates_against_kubernetes_schemas(
-    chart: helm.Chart, values: dict[str, Any]
-) -> None:
-    docs = render(chart, values)
-    kinds = sorted(d["kind"] for d in docs)
+def test_default_install_renders_every_kind(chart: helm.Chart) -> None:
+    kinds = sorted(d["kind"] for d in render(chart))
     assert kinds == sorted(
         [
             "ClusterRole",
@@ -132,13 +157,20 @@ def test_every_manifest_validates_against_kubernetes_schemas(
             "ServiceAccount",
         ]
     )
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_every_manifest_validates_against_kubernetes_schemas(
+    chart: helm.Chart, values: dict[str, Any]
+) -> None:
+    docs = render(chart, values)
     for version in KUBE_VERSIONS:
         for doc in docs:
             # strict: unknown fields (typos in templates) fail too.
             kubernetes_validate.validate(doc, version, strict=True)
 
 
-@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["default", "non-default"])
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_lint_is_clean(values: dict[str, Any]) -> None:
     report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version="v1.33.0")
     assert report["errors"] == []
@@ -167,14 +199,10 @@ def test_agent_daemonset_sees_the_host_and_asks_for_no_gpu(chart: helm.Chart) ->
     assert volume(spec, "host-proc")["hostPath"]["path"] == "/proc"
     assert flag(agent["args"], "--proc-root") == "/host/proc"
     assert flag(agent["args"], "--pid-resolver") == "auto"
-
-    sock = mount_of(agent, "containerd-socket")
-    assert flag(agent["args"], "--containerd-socket") == sock["mountPath"]
-    assert volume(spec, "containerd-socket")["hostPath"] == {
-        "path": "/run/containerd/containerd.sock",
-        "type": "Socket",
-    }
-    assert flag(agent["args"], "--containerd-namespace") == "k8s.io"
+    # The containerd socket is root on the node: mounted only on request.
+    assert "containerd-socket" not in {v["name"] for v in spec["volumes"]}
+    assert "containerd-socket" not in {m["name"] for m in agent["volumeMounts"]}
+    assert "--containerd-socket" not in agent["args"]
 
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
@@ -211,7 +239,7 @@ def test_non_default_values_reach_the_agent(chart: helm.Chart) -> None:
     args = agent["args"]
     assert agent["image"] == "registry.local/gpugraph:1.2.3"
     assert agent["imagePullPolicy"] == "Always"
-    assert flag(args, "--listen") == "0.0.0.0:6000"
+    assert flag(args, "--listen") == "[::]:6000"
     assert flag(args, "--pid-resolver") == "containerd"
     assert flag(args, "--interval") == "2.5"
     assert "--expose-cmdline" in args
@@ -226,14 +254,18 @@ def test_non_default_values_reach_the_agent(chart: helm.Chart) -> None:
     assert agent["readinessProbe"]["grpc"]["port"] == 6000
 
 
-def test_containerd_socket_can_be_left_out(chart: helm.Chart) -> None:
-    docs = render(chart, {"agent": {"containerd": {"enabled": False}, "pidResolver": "cgroup"}})
+def test_containerd_socket_is_mounted_when_enabled(chart: helm.Chart) -> None:
+    docs = render(chart, {"agent": {"containerd": {"enabled": True}}})
     spec = pod_spec(docs, "DaemonSet")
     agent = container(docs, "DaemonSet")
-    assert "containerd-socket" not in {v["name"] for v in spec["volumes"]}
-    assert "containerd-socket" not in {m["name"] for m in agent["volumeMounts"]}
-    assert "--containerd-socket" not in agent["args"]
-    assert flag(agent["args"], "--pid-resolver") == "cgroup"
+    sock = mount_of(agent, "containerd-socket")
+    assert flag(agent["args"], "--containerd-socket") == sock["mountPath"]
+    assert volume(spec, "containerd-socket")["hostPath"] == {
+        "path": "/run/containerd/containerd.sock",
+        "type": "Socket",
+    }
+    assert flag(agent["args"], "--containerd-namespace") == "k8s.io"
+    assert flag(agent["args"], "--pid-resolver") == "auto"
 
 
 def test_probes(chart: helm.Chart) -> None:
@@ -251,6 +283,8 @@ def test_probes(chart: helm.Chart) -> None:
     assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert server["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     assert flag(server["args"], "--listen") == "0.0.0.0:8000"
+    # gRPC's [::] is dual-stack, and falls back to IPv4 without IPv6.
+    assert flag(agent["args"], "--listen") == "[::]:50051"
 
 
 def test_rbac_is_exactly_read_only_pods_and_nodes(chart: helm.Chart) -> None:
@@ -307,7 +341,7 @@ def test_non_default_values_reach_the_server(chart: helm.Chart) -> None:
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 3
     args = container(docs, "Deployment")["args"]
-    assert flag(args, "--listen") == "0.0.0.0:9000"
+    assert flag(args, "--listen") == "[::]:9000"
     assert flag(args, "--agent-port") == "6000"
     assert flag(args, "--agent-timeout") == "0.5"
     assert flag(args, "--snapshot-ttl") == "0"
@@ -348,7 +382,7 @@ def test_network_policy_admits_only_the_server_to_the_agent_port(
     assert rule["ports"] == [{"protocol": "TCP", "port": agent_port}]
 
 
-@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["default", "non-default"])
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_rendered_args_are_accepted_by_the_real_command_line(
     chart: helm.Chart, values: dict[str, Any]
 ) -> None:
@@ -363,10 +397,18 @@ def test_rendered_args_are_accepted_by_the_real_command_line(
     assert serve.command == "serve"
     settings = settings_from_args(serve)
     assert settings.agent_port == container(docs, "DaemonSet")["ports"][0]["containerPort"]
-    assert settings.agent_namespace == NAMESPACE
-    assert settings.max_body_bytes == values.get("server", {}).get("limits", {}).get(
-        "maxBodyBytes", 1048576
-    )
+    server = {**chart.values["server"], **values.get("server", {})}
+    limits = {**chart.values["server"]["limits"], **server.get("limits", {})}
+    assert settings.max_body_bytes == limits["maxBodyBytes"]
+    assert settings.max_depth == limits["maxDepth"]
+    assert settings.max_aliases == limits["maxAliases"]
+    assert settings.max_tokens == limits["maxTokens"]
+    assert settings.max_result_items == limits["maxResultItems"]
+    assert settings.request_timeout == limits["requestTimeout"]
+    assert settings.max_subscriptions == server["maxSubscriptions"]
+    assert (settings.listen_host, settings.listen_port) == (server["listenHost"], server["port"])
+    if server["agentDiscovery"] == "pod-ip":
+        assert settings.agent_namespace == NAMESPACE
 
 
 def test_network_policy_can_be_disabled(chart: helm.Chart) -> None:
@@ -439,6 +481,29 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("cors origins not a list", {"server": {"corsOrigins": "https://a"}}, "/server/corsOrigins"),
     ("zero max depth", {"server": {"limits": {"maxDepth": 0}}}, "/server/limits/maxDepth"),
     ("probe with a check of its own", {"agent": {"livenessProbe": {"exec": {}}}}, "'exec'"),
+    (
+        "containerd resolver without the socket",
+        {"agent": {"pidResolver": "containerd", "containerd": {"enabled": False}}},
+        "/agent/containerd/enabled",
+    ),
+    (
+        "selector label in agent pod labels",
+        {"agent": {"podLabels": {"app.kubernetes.io/component": "server"}}},
+        "/agent/podLabels/app.kubernetes.io~1component",
+    ),
+    (
+        "selector label in server pod labels",
+        {"server": {"podLabels": {"app.kubernetes.io/instance": "other"}}},
+        "/server/podLabels/app.kubernetes.io~1instance",
+    ),
+    (
+        "chart label in common labels",
+        {"commonLabels": {"app.kubernetes.io/name": "x"}},
+        "/commonLabels/app.kubernetes.io~1name",
+    ),
+    ("agent block removed", {"agent": None}, "missing property 'agent'"),
+    ("limits block removed", {"server": {"limits": None}}, "missing property 'limits'"),
+    ("bracketed listen host", {"server": {"listenHost": "[::]"}}, "/server/listenHost"),
 ]
 
 
@@ -459,6 +524,19 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], po
 def test_default_values_pass_the_schema(chart: helm.Chart) -> None:
     chart.validate_schema(chart.values)
     chart.validate_schema(NON_DEFAULT)
+
+
+def test_labels_of_ones_own_are_allowed(chart: helm.Chart) -> None:
+    docs = render(
+        chart,
+        {
+            "commonLabels": {"team": "ml-platform"},
+            "agent": {"podLabels": {"sidecar.istio.io/inject": "false"}},
+        },
+    )
+    assert pod_labels(docs, "DaemonSet")["team"] == "ml-platform"
+    assert pod_labels(docs, "DaemonSet")["sidecar.istio.io/inject"] == "false"
+    assert one(docs, "Service")["metadata"]["labels"]["team"] == "ml-platform"
 
 
 def test_notes_name_the_service(chart: helm.Chart) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node_resolver.codec import snapshot_from_proto, snapshot_to_proto
+from node_resolver.codec import ENCODE_FAILED, snapshot_from_proto, snapshot_to_proto
 from node_resolver.generated import agent_pb2
 from node_resolver.models import (
     ContainerRef,
@@ -122,6 +125,27 @@ def test_an_unspecified_type_from_another_agent_reads_as_compute() -> None:
     pb = agent_pb2.Snapshot(node_name="n", gpus=[agent_pb2.Gpu(processes=[agent_pb2.Process()])])
     decoded = snapshot_from_proto(pb)
     assert decoded.sample.gpus[0].processes[0].type is ProcessType.COMPUTE
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        GpuSample(index=1, uuid="GPU-bad", utilization_gpu=2**32),
+        GpuSample(index=2**31, uuid="GPU-bad", memory_used_bytes=2**64),
+        GpuSample(index=1, uuid="GPU-bad", processes=[GpuProcess(pid=1, sm_utilization=-1)]),
+    ],
+)
+def test_a_gpu_the_wire_cannot_carry_is_sent_as_failed_and_logged(
+    bad: GpuSample, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = GpuSample(index=0, uuid="GPU-good", utilization_gpu=50)
+    snapshot = NodeSnapshot("n", NodeSample(gpus=[good, bad]), sampled_at=1.0)
+    with caplog.at_level(logging.ERROR, logger="node_resolver.codec"):
+        decoded = over_the_wire(snapshot, now=1.0)
+    assert decoded.sample.gpus[0] == good
+    failed = decoded.sample.gpus[1]
+    assert (failed.uuid, failed.error, failed.utilization_gpu) == ("GPU-bad", ENCODE_FAILED, None)
+    assert "GPU-bad" in caplog.text
 
 
 optional_u64 = st.none() | st.integers(0, 2**64 - 1)

@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,16 +24,17 @@ import grpc
 import pytest
 
 from node_resolver.containerd import ContainerdPidMap, ContainerdTasks, boot_ticks
+from node_resolver.fake_nvml import write_fake_nvml
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.models import ContainerRef
 from node_resolver.pids import CgroupResolver, ContainerdResolver, build_resolver
 from node_resolver.procfs import ProcFS
 from tests.support import require
+from tests.support.agents import gpu_json, nvml_json, start_agent_process
 from tests.support.containerd import Container, LocalContainerd, missing_prerequisite
 
 pytestmark = pytest.mark.containerd
 
-REPO = Path(__file__).resolve().parent.parent
 EVENTUALLY = 30.0
 
 
@@ -208,104 +207,42 @@ def test_containerd_going_away_keeps_what_is_known_and_never_raises(
 # -- through the agent ---------------------------------------------------------
 
 
-def write_fake_nvml(path: Path, gpu0: list[int], gpu1: list[int]) -> None:
+def write_gpus(path: Path, gpu0: list[int], gpu1: list[int]) -> None:
     """A two-GPU fake NVML file listing the given host PIDs."""
 
     def gpu(index: int, pids: list[int]) -> dict[str, object]:
-        return {
-            "index": index,
-            "uuid": f"GPU-0000000{index}-aaaa-bbbb-cccc-dddddddddddd",
-            "name": "NVIDIA H200",
-            "memoryTotalBytes": 150754820096,
-            "memoryUsedBytes": (1 << 30) * len(pids),
-            "utilizationGpu": 50,
-            "processes": [
-                {"pid": pid, "usedMemoryBytes": 1 << 30, "type": "COMPUTE", "smUtilization": 10}
-                for pid in pids
-            ],
-        }
+        processes = [{"pid": pid, "usedMemoryBytes": 1 << 30, "smUtilization": 10} for pid in pids]
+        return gpu_json(index, processes, memoryUsedBytes=(1 << 30) * len(pids))
 
-    body = {
-        "driverVersion": "550.90.07",
-        "cudaDriverVersion": 12040,
-        "gpus": [gpu(0, gpu0), gpu(1, gpu1)],
+    write_fake_nvml(path, nvml_json([gpu(0, gpu0), gpu(1, gpu1)]))
+
+
+Processes = dict[int, tuple[str, str, str, int]]
+
+
+def processes(address: str) -> Processes:
+    """PID -> (container ID, pod UID, runtime, GPU index) in the agent's latest snapshot."""
+    with grpc.insecure_channel(address) as channel:
+        reply = agent_pb2_grpc.NodeAgentStub(channel).GetSnapshot(
+            agent_pb2.GetSnapshotRequest(), timeout=10
+        )
+    return {
+        p.pid: (p.container_id, p.pod_uid, p.runtime, gpu.index)
+        for gpu in reply.gpus
+        for p in gpu.processes
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body))
-    tmp.replace(path)
 
 
-class Agent:
-    """The real agent (``python -m node_resolver``) as a subprocess on a loopback port."""
-
-    def __init__(self, workdir: Path, nvml: Path, resolver: str, socket: Path) -> None:
-        self.log = workdir / f"agent-{resolver}.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "node_resolver",
-                    "--node-name", "n1",
-                    "--listen", "127.0.0.1:0",
-                    "--nvml-fake", str(nvml),
-                    "--pid-resolver", resolver,
-                    "--containerd-socket", str(socket),
-                    "--interval", "0.2",
-                ],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-        self.address = self._wait_for_address()
-        self.channel = grpc.insecure_channel(self.address)
-        self.stub = agent_pb2_grpc.NodeAgentStub(self.channel)
-
-    def _wait_for_address(self) -> str:
-        deadline = time.monotonic() + EVENTUALLY
-        while time.monotonic() < deadline:
-            match = re.search(r"listening on (\S+)", self.log.read_text(errors="replace"))
-            if match:
-                return match.group(1)
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"agent did not start:\n{self.log.read_text(errors='replace')}")
-
-    def snapshot(self) -> agent_pb2.Snapshot:
-        return self.stub.GetSnapshot(agent_pb2.GetSnapshotRequest(), timeout=10)
-
-    def processes(self) -> dict[int, tuple[str, str, str, int]]:
-        """PID -> (container ID, pod UID, runtime, GPU index) in the latest snapshot."""
-        return {
-            p.pid: (p.container_id, p.pod_uid, p.runtime, gpu.index)
-            for gpu in self.snapshot().gpus
-            for p in gpu.processes
-        }
-
-    def wait_until(
-        self, check: Callable[[dict[int, tuple[str, str, str, int]]], bool]
-    ) -> dict[int, tuple[str, str, str, int]]:
-        """Poll snapshots until ``check`` holds; returns that snapshot's processes."""
-        deadline = time.monotonic() + EVENTUALLY
-        seen: dict[int, tuple[str, str, str, int]] = {}
-        while time.monotonic() < deadline:
-            try:
-                seen = self.processes()
-            except grpc.RpcError as exc:
-                # Before its first scan the agent answers UNAVAILABLE.
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-            else:
-                if check(seen):
-                    return seen
-            time.sleep(0.1)
-        raise AssertionError(f"condition never held; last snapshot: {seen}")
-
-    def close(self) -> None:
-        self.channel.close()
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+def wait_until(address: str, check: Callable[[Processes], bool]) -> Processes:
+    """Poll snapshots until ``check`` holds; returns that snapshot's processes."""
+    deadline = time.monotonic() + EVENTUALLY
+    seen: Processes = {}
+    while time.monotonic() < deadline:
+        seen = processes(address)
+        if check(seen):
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"condition never held; last snapshot: {seen}")
 
 
 @pytest.mark.parametrize("resolver", ["cgroup", "containerd"])
@@ -317,12 +254,17 @@ def test_agent_reports_containers_and_pods_then_drops_killed_ones(
     pids = sorted(expected)
     gpu0, gpu1 = pids[::2], pids[1::2]
     nvml = tmp_path / "nvml.json"
-    write_fake_nvml(nvml, gpu0, gpu1)
+    write_gpus(nvml, gpu0, gpu1)
     runtime = "containerd" if resolver == "containerd" else ""
 
-    agent = Agent(tmp_path, nvml, resolver, scene.containerd.socket)
-    try:
-        seen = agent.wait_until(lambda procs: set(procs) == set(pids))
+    agent = start_agent_process(
+        nvml,
+        log_path=tmp_path / f"agent-{resolver}.log",
+        pid_resolver=resolver,
+        extra_args=["--containerd-socket", str(scene.containerd.socket)],
+    )
+    with agent:
+        seen = wait_until(agent.address, lambda procs: set(procs) == set(pids))
         for pid, (container_id, pod_uid) in expected.items():
             want_runtime = runtime if container_id else ""
             want_gpu = 0 if pid in gpu0 else 1
@@ -331,13 +273,11 @@ def test_agent_reports_containers_and_pods_then_drops_killed_ones(
 
         scene.containerd.kill(victim)
         # The fake NVML file still lists the PID; the agent drops it because it is gone.
-        after = agent.wait_until(lambda procs: victim.pids[0] not in procs)
+        after = wait_until(agent.address, lambda procs: victim.pids[0] not in procs)
         assert set(after) == set(pids) - {victim.pids[0]}
         listed = {p["pid"] for g in json.loads(nvml.read_text())["gpus"] for p in g["processes"]}
         assert victim.pids[0] in listed
-    finally:
-        agent.close()
-    assert agent.process.returncode == 0, agent.log.read_text(errors="replace")
+        assert agent.stop() == 0, agent.logs()
 
 
 def test_harness_cleans_up_after_itself(tmp_path: Path) -> None:

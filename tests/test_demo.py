@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import signal
@@ -61,9 +62,15 @@ class RunningDemo:
     url: str
     tmpdir: Path
     output: list[str]
+    reader: threading.Thread
 
     def text(self) -> str:
         return "".join(self.output)
+
+    def all_output(self) -> str:
+        """Everything the demo printed, once it has exited."""
+        self.reader.join(STOP_TIMEOUT)
+        return self.text()
 
     def query(self, query: str) -> dict[str, Any]:
         response = httpx.post(f"{self.url}/graphql", json={"query": query}, timeout=10)
@@ -89,8 +96,9 @@ def start_demo(tmp_path: Path, *extra: str) -> RunningDemo:
     output: list[str] = []
     assert process.stdout is not None
     stdout = process.stdout
-    threading.Thread(target=lambda: output.extend(stdout), daemon=True).start()
-    return RunningDemo(process, f"http://127.0.0.1:{port}", tmpdir, output)
+    reader = threading.Thread(target=lambda: output.extend(stdout), daemon=True)
+    reader.start()
+    return RunningDemo(process, f"http://127.0.0.1:{port}", tmpdir, output, reader)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +150,10 @@ CLUSTER = """
 def test_banner_names_graphiql_and_three_queries(demo: RunningDemo) -> None:
     text = demo.text()
     assert f"{demo.url}/graphql" in text
+    # What is notable about the cluster, named so the user can look for it.
+    assert re.search(r"^  agent down +gpu-node-3\b", text, flags=re.M)
+    assert re.search(r"^  unrequested +pod research/notebook-alice\b", text, flags=re.M)
+    assert re.search(r"^  no pod +PID 48213 on gpu-node-0\b", text, flags=re.M)
     assert len(re.findall(r"^--- example \d ---$", text, flags=re.M)) == 3
     page = httpx.get(f"{demo.url}/graphql", headers={"accept": "text/html"}, timeout=10)
     assert page.status_code == 200 and "graphiql" in page.text.lower()
@@ -245,8 +257,14 @@ def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert any(running.tmpdir.iterdir()), "the demo should keep its files in TMPDIR"
         assert httpx.get(f"{running.url}/readyz", timeout=10).status_code == 200
+        # Touches the node that is down on purpose, which the default output keeps quiet about.
+        nodes = running.query("{ nodes { name gpus { index } } }")["data"]["nodes"]
+        assert [n["gpus"] for n in nodes].count(None) == 1
         running.process.send_signal(signal.SIGINT)
         assert running.process.wait(STOP_TIMEOUT) == 0, running.text()
+        output = running.all_output()
+        assert "WARNING" not in output, output
+        assert output.rstrip().endswith("gpugraph demo stopped; temporary files removed")
         # Nothing left behind: no process of its session, no temp files.
         deadline = time.monotonic() + 10
         while session_members(running.process.pid):
@@ -308,7 +326,56 @@ def test_a_taken_listen_address_is_a_clear_error(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "stopped" not in result.stdout, "nothing had started"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_log_level_is_accepted_in_any_case() -> None:
+    from api.cli import build_parser
+
+    args = build_parser("demo").parse_args(["demo", "--log-level", "DEBUG"])
+    assert args.log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:8123"),
+        ("::", "http://[::1]:8123"),
+        ("::1", "http://[::1]:8123"),
+    ],
+)
+def test_urls_point_at_an_address_the_server_listens_on(host: str, url: str) -> None:
+    from api.demo.runner import Demo, DemoConfig
+
+    demo = Demo(DemoConfig(nodes=3, gpus_per_node=2, listen_host=host))
+    demo.listen_port = 8123
+    assert demo.base_url == url
+
+
+async def test_stop_runs_every_step_even_when_one_fails(tmp_path: Path) -> None:
+    from api.demo.runner import Demo, DemoConfig
+
+    class BrokenApiServer:
+        def stop(self) -> None:
+            raise OSError("stub API server would not stop")
+
+    async def crashed() -> None:
+        raise RuntimeError("the ticker crashed")
+
+    demo = Demo(DemoConfig(nodes=3, gpus_per_node=2))
+    demo._ticker = asyncio.create_task(crashed())
+    await asyncio.sleep(0)  # let it crash
+    assert demo._ticker.done()
+    demo.api = BrokenApiServer()  # type: ignore[assignment]
+    demo.tmp = tmp_path / "demo"
+    demo.tmp.mkdir()
+    with pytest.raises(OSError, match="would not stop"):
+        await demo.stop()
+    # The failing step neither stopped the others nor is retried by a second stop().
+    assert not (tmp_path / "demo").exists()
+    assert demo.api is None and demo._ticker is None and demo.tmp is None
+    await demo.stop()
 
 
 README = (ROOT / "README.md").read_text()

@@ -36,6 +36,7 @@ class Instruction:
 class Stage:
     image: str
     name: str | None
+    platform: str | None = None
     instructions: list[Instruction] = field(default_factory=list)
 
     def all(self, keyword: str) -> list[str]:
@@ -68,8 +69,11 @@ def parse_dockerfile(text: str) -> list[Stage]:
         elif keyword == "FROM":
             image = re.sub(r"\$\{(\w+)\}", lambda m: global_args[m.group(1)], args)
             parts = image.split()
+            platform = (
+                parts.pop(0).partition("=")[2] if parts[0].startswith("--platform=") else None
+            )
             alias = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
-            stages.append(Stage(image=parts[0], name=alias))
+            stages.append(Stage(image=parts[0], name=alias, platform=platform))
         else:
             assert stages, f"{keyword} before the first FROM"
             stages[-1].instructions.append(Instruction(keyword, args))
@@ -128,6 +132,26 @@ def test_base_images_are_pinned_by_tag() -> None:
     runtime = STAGES[-1]
     assert runtime.image.startswith("python:3.11") and "slim" in runtime.image
     assert BY_NAME["web"].image.startswith("node:20")
+
+
+def test_only_the_python_stages_are_built_per_target_platform() -> None:
+    # The web stage's output is platform-independent JavaScript: build it natively
+    # once instead of under emulation for every --platform.
+    assert BY_NAME["web"].platform == "$BUILDPLATFORM"
+    assert BY_NAME["builder"].platform is None and STAGES[-1].platform is None
+
+
+def test_build_dependencies_are_pinned_too() -> None:
+    builder = BY_NAME["builder"]
+    env = " ".join(builder.all("ENV"))
+    for variable in ("PIP_CONSTRAINT", "PIP_BUILD_CONSTRAINT"):
+        assert f"{variable}=/src/constraints.txt" in env, f"the builder does not set {variable}"
+    assert "/src" in builder.all("WORKDIR")
+    for spec in PYPROJECT["build-system"]["requires"]:
+        req = Requirement(spec)
+        key = canonicalize_name(req.name)
+        assert key in PINS, f"build requirement {req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(PINS[key]), f"{req.name}=={PINS[key]} is outside {spec}"
 
 
 def test_web_assets_are_built_and_baked_in() -> None:
@@ -266,8 +290,10 @@ def test_ci_script_installs_what_the_tests_need_and_runs_the_readme_command() ->
     assert os.access(script, os.X_OK), ".ci/run must be executable"
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
     text = script.read_text()
-    for package in ("containerd", "runc", "busybox-static", "chromium", "nodejs", "npm"):
+    for package in ("containerd", "runc", "busybox-static", "chromium"):
         assert re.search(rf"\b{package}\b", text), f".ci/run does not install {package}"
+    # Debian bookworm's nodejs is 18, too old for the federation gateway.
+    assert "want_package nodejs" not in text
     assert "export GPUGRAPH_REQUIRE_ALL=1" in text
     steps = re.findall(r"^(?:timeout .*?)?make (\S+)$", text, flags=re.M)
     assert steps == ["test", "bench-small"]
@@ -301,3 +327,90 @@ def test_bench_small_runs_benchmarks_that_exist() -> None:
     assert scripts, "bench-small runs no benchmark"
     for script in scripts:
         assert (ROOT / script).is_file(), f"make bench-small runs missing {script}"
+
+
+def ci_node_setup(node_home: Path) -> str:
+    """The part of .ci/run that provides Node.js, installing into ``node_home``."""
+    text = (ROOT / ".ci" / "run").read_text()
+    start = text.index("\nNODE_MAJOR=")
+    end = text.index("\n", text.index('echo "using node', start))
+    block = text[start:end]
+    assert "NODE_HOME=/opt/gpugraph-node" in block
+    return block.replace("NODE_HOME=/opt/gpugraph-node", f"NODE_HOME={node_home}")
+
+
+def fake_node(directory: Path, version: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, output in (("node", f"v{version}"), ("npm", "10.8.2")):
+        script = directory / name
+        script.write_text(f"#!/bin/sh\necho {output}\n")
+        script.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("system_version", "expected"),
+    [("18.20.4", "v20.18.0"), ("20.19.5", "v20.19.5"), ("22.3.0", "v22.3.0")],
+)
+def test_ci_script_uses_the_system_node_only_when_it_is_20_or_newer(
+    tmp_path: Path, system_version: str, expected: str
+) -> None:
+    # NODE_HOME already holds the Node 20 that .ci/run installs, so nothing is downloaded.
+    node_home = tmp_path / "node-home"
+    fake_node(node_home / "bin", "20.18.0")
+    fake_node(tmp_path / "system", system_version)
+    script = f"set -euo pipefail\n{ci_node_setup(node_home)}\nnode --version\n"
+    path = f"{tmp_path / 'system'}:/usr/bin:/bin"
+    result = subprocess.run(
+        ["bash", "-c", script],
+        env={"PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == expected
+    assert "installing Node.js" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("version", "problem"),
+    [("18.20.4", "v18.20.4; the gateway needs 20 or newer"), ("20.18.0", "npm packages")],
+)
+def test_gateway_reports_a_node_too_old_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, problem: str
+) -> None:
+    from tests.federation import gateway
+
+    fake_node(tmp_path, version)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(gateway, "HERE", tmp_path)  # and no node_modules there
+    missing = gateway.gateway_missing()
+    assert missing is not None and problem in missing
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_a_venv_without_pip_is_removed_with_a_clear_error(tmp_path: Path) -> None:
+    # python3 without python3-venv (Debian): `-m venv` fails after making an interpreter.
+    python = tmp_path / "python3"
+    python.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ] && [ "$2" = venv ]; then\n'
+        '  mkdir -p "$3/bin"\n'
+        '  printf "#!/bin/sh\\nexit 1\\n" > "$3/bin/python"; chmod +x "$3/bin/python"\n'
+        "  echo 'ensurepip is not available' >&2; exit 1\n"
+        "fi\n"
+    )
+    python.chmod(0o755)
+    venv = tmp_path / "venv"
+    result = subprocess.run(
+        ["make", f"VENV={venv}", f"PYTHON={python}", f"{venv}/bin/python"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "python3-venv" in result.stderr
+    assert not venv.exists(), "a broken venv would make the next make skip creating it"

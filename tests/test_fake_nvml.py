@@ -128,6 +128,60 @@ def test_wrong_shapes_at_startup_name_the_bad_value(path: Path, data: object, wh
     assert str(path) in str(caught.value)
 
 
+def one_gpu(**fields: object) -> dict[str, object]:
+    return {"gpus": [{"index": 0, "uuid": "x", **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (one_gpu(utilizationGpu=101), "utilizationGpu"),
+        (one_gpu(utilizationMemory=2**32), "utilizationMemory"),
+        (one_gpu(memoryUsedBytes=2**64), "memoryUsedBytes"),
+        (one_gpu(temperatureC=-(2**40)), "temperatureC"),
+        ({"gpus": [{"index": 2**31, "uuid": "x"}]}, r"gpus\[0\]\.index"),
+        ({"cudaDriverVersion": 2**31, "gpus": []}, "cudaDriverVersion"),
+        (one_gpu(processes=[{"pid": 2**32}]), r"processes\[0\]\.pid"),
+        (one_gpu(processes=[{"pid": 1, "smUtilization": 200}]), "smUtilization"),
+        (one_gpu(migDevices=[{"index": 0, "uuid": "m", "gpuInstanceId": -1}]), "gpuInstanceId"),
+    ],
+)
+def test_numbers_outside_what_the_agent_can_send_are_rejected(
+    path: Path, data: object, where: str
+) -> None:
+    path.write_text(json.dumps(data))
+    with pytest.raises(FakeNvmlError, match=f"{where}: expected an integer from"):
+        FakeGpuSource(path)
+
+
+def test_an_out_of_range_edit_keeps_the_last_good_data(path: Path) -> None:
+    write_fake_nvml(path, nvml_json([gpu_json(0, utilizationGpu=12)]))
+    source = FakeGpuSource(path)
+    write_fake_nvml(path, nvml_json([gpu_json(0, utilizationGpu=2**32)]))
+    assert source.sample().gpus[0].utilization_gpu == 12
+    assert source.reloads == 0
+
+
+def test_a_pid_listed_twice_on_one_device_is_merged_as_nvml_does(path: Path) -> None:
+    processes = [
+        {"pid": 1, "type": "COMPUTE", "usedMemoryBytes": 5, "smUtilization": 30},
+        {"pid": 1, "type": "GRAPHICS", "usedMemoryBytes": 7},
+        {"pid": 2, "migDeviceUuid": "MIG-a"},
+        {"pid": 2, "migDeviceUuid": "MIG-b"},
+        {"pid": 3},
+        {"pid": 3},
+    ]
+    write_fake_nvml(path, nvml_json([gpu_json(0, processes)]))
+    (gpu,) = FakeGpuSource(path).sample().gpus
+    assert gpu.processes == [
+        GpuProcess(pid=1, type=ProcessType.BOTH, used_memory_bytes=7, sm_utilization=30),
+        # The same PID on two MIG devices is two entries, one per device.
+        GpuProcess(pid=2, mig_device_uuid="MIG-a"),
+        GpuProcess(pid=2, mig_device_uuid="MIG-b"),
+        GpuProcess(pid=3),
+    ]
+
+
 def test_missing_file_at_startup_is_an_error(path: Path) -> None:
     with pytest.raises(FakeNvmlError, match="cannot read"):
         FakeGpuSource(path)

@@ -152,11 +152,14 @@ def test_gone_relists_and_keeps_serving_old_data_meanwhile() -> None:
         with watched_cache(server, page_size=10) as (cache, watcher):
             stop = threading.Event()
             observed: list[int] = []
+            # A failed assert in the thread would go unseen; the test checks this list.
+            not_ready: list[int] = []
 
             def reader() -> None:
                 while not stop.is_set():
                     observed.append(len(cache.pods()))
-                    assert cache.ready
+                    if not cache.ready:
+                        not_ready.append(len(observed))
                     time.sleep(0.001)
 
             thread = threading.Thread(target=reader)
@@ -182,6 +185,7 @@ def test_gone_relists_and_keeps_serving_old_data_meanwhile() -> None:
                 thread.join()
             assert watcher.pods.stats.relists == 1
             assert min(observed) == 30
+            assert not_ready == []
             # The resumed watch starts from the new list's version.
             assert eventually(lambda: watcher.pods.resource_version == str(server.resource_version))
 

@@ -33,7 +33,10 @@ class SimMig:
     ci: int
     total: int = 20 << 30
     used: int = 1 << 30
+    reserved: int = 0
     compute: list[tuple[int, int | None]] = field(default_factory=list)
+    # NVML function name -> error code it returns for this MIG device
+    errors: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -44,6 +47,8 @@ class SimGpu:
     name: str = "NVIDIA H200"
     total: int = 150754820096
     used: int = 2147483648
+    # Memory the driver holds back: v1 of nvmlDeviceGetMemoryInfo counts it as used, v2 not.
+    reserved: int = 0
     util_gpu: int = 87
     util_mem: int = 40
     temperature: int = 55
@@ -53,10 +58,15 @@ class SimGpu:
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
     # (pid, timestamp in microseconds, SM %)
     samples: list[tuple[int, int, int]] = field(default_factory=list)
+    # What the sizing call of nvmlDeviceGetProcessUtilization returns with no samples.
+    idle_return: int = pynvml.NVML_ERROR_NOT_FOUND
     mig_mode: int | None = None  # None: MIG not supported on this GPU
-    mig: list[SimMig | None] = field(default_factory=list)
+    # A slot holds a MIG device, None (empty: NOT_FOUND) or the error code its lookup returns.
+    mig: list[SimMig | int | None] = field(default_factory=list)
     # NVML function name -> error code it returns for this GPU
     errors: dict[str, int] = field(default_factory=dict)
+    # NVML function name -> exception pynvml raises outside its NVMLError family
+    crashes: dict[str, Exception] = field(default_factory=dict)
     lost: bool = False
 
 
@@ -69,15 +79,26 @@ class Handle:
 class StandInNvml:
     """Builds a module object with pynvml's names, backed by simulated GPUs."""
 
-    def __init__(self, gpus: list[SimGpu], *, init_error: int | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[SimGpu],
+        *,
+        init_error: int | None = None,
+        driver_has_v3: bool = True,
+        driver_has_memory_v2: bool = True,
+    ) -> None:
         self.gpus = gpus
         self.init_error = init_error
+        self.driver_has_v3 = driver_has_v3
+        self.driver_has_memory_v2 = driver_has_memory_v2
         self.count_error: int | None = None
         self.calls: list[str] = []
         self.util_since: list[int] = []
+        self.memory_versions: list[int | None] = []
+        self.unversioned_calls: list[str] = []
         self.module = types.ModuleType("pynvml")
         for name in dir(pynvml):
-            if name.startswith(("NVML_", "NVMLError")):
+            if name.startswith(("NVML_", "NVMLError", "NVMLLibraryMismatchError", "nvmlMemory_v")):
                 setattr(self.module, name, getattr(pynvml, name))
         for name in dir(self):
             if name.startswith("nvml"):
@@ -88,8 +109,11 @@ class StandInNvml:
         self.calls.append(fn)
         if handle.gpu.lost:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        if fn in handle.gpu.errors:
-            raise pynvml.NVMLError(handle.gpu.errors[fn])
+        if fn in handle.gpu.crashes:
+            raise handle.gpu.crashes[fn]
+        errors = handle.mig.errors if handle.mig else handle.gpu.errors
+        if fn in errors:
+            raise pynvml.NVMLError(errors[fn])
 
     def nvmlInit(self) -> None:
         if self.init_error is not None:
@@ -126,10 +150,17 @@ class StandInNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: Handle, version: int | None = None) -> Any:
         self._check("nvmlDeviceGetMemoryInfo", handle)
+        self.memory_versions.append(version)
         source = handle.mig or handle.gpu
-        return types.SimpleNamespace(
-            total=source.total, used=source.used, free=source.total - source.used
-        )
+        if version:
+            # pynvml looks the _v2 symbol up; a driver without it has no such function.
+            if not self.driver_has_memory_v2:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            assert version == pynvml.nvmlMemory_v2
+            used = source.used
+        else:
+            used = source.used + source.reserved
+        return types.SimpleNamespace(total=source.total, used=used, free=source.total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> Any:
         self._check("nvmlDeviceGetUtilizationRates", handle)
@@ -163,6 +194,8 @@ class StandInNvml:
         mig = handle.gpu.mig[index]
         if mig is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        if isinstance(mig, int):
+            raise pynvml.NVMLError(mig)
         return Handle(handle.gpu, mig)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Handle) -> int:
@@ -185,31 +218,49 @@ class StandInNvml:
             for pid, mem in entries
         ]
 
+    def _unversioned(self, fn: str) -> None:
+        # pynvml's @throwOnVersionMismatch: the unversioned call wraps the _v3 symbol.
+        self.unversioned_calls.append(fn)
+        if not self.driver_has_v3:
+            raise pynvml.NVMLLibraryMismatchError(f"use a versioned function such as {fn}_v2")
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
+        self._unversioned("nvmlDeviceGetComputeRunningProcesses")
+        return self.nvmlDeviceGetComputeRunningProcesses_v2(handle)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Handle) -> list[Any]:
         self._check("nvmlDeviceGetComputeRunningProcesses", handle)
         return self._infos(handle.mig.compute if handle.mig else handle.gpu.compute)
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Handle) -> list[Any]:
+        self._unversioned("nvmlDeviceGetGraphicsRunningProcesses")
+        return self.nvmlDeviceGetGraphicsRunningProcesses_v2(handle)
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: Handle) -> list[Any]:
         self._check("nvmlDeviceGetGraphicsRunningProcesses", handle)
         return [] if handle.mig else self._infos(handle.gpu.graphics)
 
     def nvmlDeviceGetProcessUtilization(self, handle: Handle, timeStamp: int) -> list[Any]:
         self._check("nvmlDeviceGetProcessUtilization", handle)
-        if handle.mig is not None:
+        # NVML documents utilization queries as not supported in MIG mode.
+        if handle.mig is not None or handle.gpu.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         self.util_since.append(timeStamp)
         fresh = [s for s in handle.gpu.samples if s[1] > timeStamp]
         if not fresh:
-            # What NVML does on an idle GPU: no samples newer than timeStamp.
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+            # What NVML does on an idle GPU: no samples newer than timeStamp. Depending on the
+            # driver the sizing call returns NOT_FOUND or SUCCESS; pynvml raises either.
+            raise pynvml.NVMLError(handle.gpu.idle_return)
         return [
             types.SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
             for pid, ts, sm in fresh
         ]
 
 
-def source_for(*gpus: SimGpu, window: float = 2.0) -> tuple[NvmlGpuSource, StandInNvml]:
-    nvml = StandInNvml(list(gpus))
+def source_for(
+    *gpus: SimGpu, window: float = 2.0, **driver: bool
+) -> tuple[NvmlGpuSource, StandInNvml]:
+    nvml = StandInNvml(list(gpus), **driver)
     return NvmlGpuSource(nvml.module, utilization_window=window, clock=lambda: NOW), nvml
 
 
@@ -228,8 +279,10 @@ def test_reads_every_metric_and_converts_power_to_watts() -> None:
     ]
 
 
-def test_idle_gpu_not_found_from_process_utilization_means_no_samples() -> None:
-    source, nvml = source_for(SimGpu("GPU-a", compute=[(100, 1 << 30)], samples=[]))
+@pytest.mark.parametrize("idle_return", [pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS])
+def test_idle_gpu_without_process_utilization_samples_is_not_an_error(idle_return: int) -> None:
+    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], samples=[], idle_return=idle_return)
+    source, nvml = source_for(sim)
     (gpu,) = source.sample().gpus
     assert gpu.error is None
     assert "processes.sm_utilization" not in gpu.field_errors
@@ -326,7 +379,7 @@ def test_mig_processes_are_read_per_mig_device() -> None:
             SimMig("MIG-c", gi=2, ci=0, compute=[(200, 2 << 30), (201, None)]),
         ],
     )
-    source, _ = source_for(sim)
+    source, nvml = source_for(sim)
     (gpu,) = source.sample().gpus
     assert gpu.error is None and gpu.mig_enabled is True
     assert [
@@ -341,8 +394,111 @@ def test_mig_processes_are_read_per_mig_device() -> None:
         200: ("MIG-c", 2 << 30),
         201: ("MIG-c", None),
     }
-    # Process utilization is not available per MIG device; SM is unknown, not an error.
+    # NVML does not support utilization queries in MIG mode; SM is unknown, not an error.
     assert all(p.sm_utilization is None for p in gpu.processes)
+    assert gpu.field_errors == {}
+    assert "nvmlDeviceGetProcessUtilization" not in nvml.calls
+
+
+def test_a_failed_mig_enumeration_marks_the_process_list_incomplete() -> None:
+    sim = SimGpu("GPU-mig", mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE, mig=[SimMig("MIG-a", 1, 0)])
+    sim.errors["nvmlDeviceGetMaxMigDeviceCount"] = pynvml.NVML_ERROR_NO_PERMISSION
+    source, _ = source_for(sim)
+    (gpu,) = source.sample().gpus
+    assert gpu.error is None and gpu.processes == [] and gpu.mig_devices == []
+    # No processes here means "could not read them", not an idle GPU.
+    assert gpu.field_errors == {"mig_devices": "NO_PERMISSION", "processes": "NO_PERMISSION"}
+
+
+def test_mig_device_errors_are_kept_apart_by_mig_index() -> None:
+    first = SimMig("MIG-a", gi=1, ci=0, compute=[(100, 1)])
+    first.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    third = SimMig("MIG-c", gi=2, ci=0, compute=[(200, 1)])
+    third.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_NO_PERMISSION
+    third.errors["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_UNKNOWN
+    sim = SimGpu(
+        "GPU-mig",
+        mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
+        mig=[first, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, third],
+    )
+    source, _ = source_for(sim)
+    (gpu,) = source.sample().gpus
+    assert gpu.error is None
+    assert [d.uuid for d in gpu.mig_devices] == ["MIG-a", "MIG-c"]
+    assert [p.pid for p in gpu.processes] == [100]
+    assert gpu.field_errors == {
+        "mig_devices[0].memory": "NOT_SUPPORTED",
+        "mig_devices[1]": "INSUFFICIENT_RESOURCES",
+        "processes": "INSUFFICIENT_RESOURCES",
+        "mig_devices[2].memory": "NO_PERMISSION",
+        "mig_devices[2].processes.compute": "UNKNOWN",
+    }
+
+
+def test_compute_and_graphics_list_failures_are_reported_apart() -> None:
+    sim = SimGpu("GPU-a", compute=[(100, 1)], graphics=[(200, 2)])
+    sim.errors["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_NO_PERMISSION
+    source, _ = source_for(sim)
+    (gpu,) = source.sample().gpus
+    assert [(p.pid, p.type) for p in gpu.processes] == [(200, ProcessType.GRAPHICS)]
+    assert gpu.field_errors == {
+        "processes.compute": "NO_PERMISSION",
+        "mig_enabled": "NOT_SUPPORTED",
+    }
+
+
+def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls() -> None:
+    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], graphics=[(100, 1 << 30), (200, None)])
+    source, nvml = source_for(sim, driver_has_v3=False)
+    for _ in range(2):
+        (gpu,) = source.sample().gpus
+        assert gpu.error is None and "processes.compute" not in gpu.field_errors
+        assert {p.pid: p.type for p in gpu.processes} == {
+            100: ProcessType.BOTH,
+            200: ProcessType.GRAPHICS,
+        }
+    # The mismatch is learnt once; later scans go straight to the _v2 calls.
+    assert nvml.unversioned_calls == ["nvmlDeviceGetComputeRunningProcesses"]
+
+
+def test_a_pynvml_without_v2_fallbacks_costs_only_the_process_lists() -> None:
+    source, nvml = source_for(SimGpu("GPU-a", compute=[(100, 1)]), driver_has_v3=False)
+    del nvml.module.nvmlDeviceGetComputeRunningProcesses_v2
+    del nvml.module.nvmlDeviceGetGraphicsRunningProcesses_v2
+    (gpu,) = source.sample().gpus
+    assert gpu.error is None and gpu.processes == [] and gpu.utilization_gpu == 87
+    assert gpu.field_errors["processes.compute"] == "LIBRARY_MISMATCH"
+    assert gpu.field_errors["processes.graphics"] == "LIBRARY_MISMATCH"
+
+
+def test_an_unexpected_exception_on_one_gpu_is_that_gpus_error_only() -> None:
+    healthy = SimGpu("GPU-ok", compute=[(100, 1)])
+    broken = SimGpu("GPU-odd", name="NVIDIA A100")
+    broken.crashes["nvmlDeviceGetTemperature"] = RuntimeError("ctypes went sideways")
+    source, _ = source_for(healthy, broken)
+    node = source.sample()
+    ok, failed = node.gpus
+    assert node.error is None
+    assert ok.error is None and [p.pid for p in ok.processes] == [100]
+    assert failed == GpuSample(index=1, uuid="GPU-odd", error="RuntimeError")
+
+
+def test_memory_is_read_with_v2_which_leaves_reserved_memory_out() -> None:
+    source, nvml = source_for(SimGpu("GPU-a", used=2 << 30, reserved=1 << 30))
+    (gpu,) = source.sample().gpus
+    assert gpu.memory_used_bytes == 2 << 30
+    assert nvml.memory_versions == [pynvml.nvmlMemory_v2]
+
+
+def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
+    sim = SimGpu("GPU-a", used=2 << 30, reserved=1 << 30)
+    source, nvml = source_for(sim, driver_has_memory_v2=False)
+    for _ in range(2):
+        (gpu,) = source.sample().gpus
+        assert gpu.memory_used_bytes == 3 << 30 and gpu.memory_total_bytes == sim.total
+        assert "memory_used_bytes" not in gpu.field_errors
+    # v2 is asked once; after FUNCTION_NOT_FOUND only v1.
+    assert nvml.memory_versions == [pynvml.nvmlMemory_v2, None, None]
 
 
 def test_mig_capable_gpu_with_mig_off_reads_the_whole_gpu() -> None:

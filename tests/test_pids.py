@@ -18,6 +18,7 @@ from node_resolver.pids import (
     ChainResolver,
     ContainerdResolver,
     ProcResolver,
+    ResolvedProcess,
     build_resolver,
 )
 
@@ -70,20 +71,6 @@ def test_missing_and_vanished_pids_are_dropped_quietly(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_reused_pid_is_not_attributed_to_the_old_container(tree: Path) -> None:
-    resolver = build_resolver("auto", proc_root=str(tree), containerd_socket=str(tree / "none"))
-    assert resolver.resolve([100])[100].container == ContainerRef(CID_A, "", POD_A)
-    # PID 100 exits and a host process gets the same PID.
-    remove_process(tree, 100)
-    write_process(tree, 100, comm="bash", start_time=7000, cgroup="0::/user.slice/s.scope\n")
-    again = resolver.resolve([100])[100]
-    assert (again.start_time, again.name, again.container) == (7000, "bash", None)
-    # ...and then a process in another pod.
-    remove_process(tree, 100)
-    write_process(tree, 100, comm="infer", start_time=8000, cgroup=cgroupfs(POD_B, CID_B))
-    assert resolver.resolve([100])[100].container == ContainerRef(CID_B, "", POD_B)
-
-
 def test_cmdline_only_when_exposed(tree: Path) -> None:
     hidden = CgroupResolver(proc_root=str(tree)).resolve([100])[100]
     shown = CgroupResolver(proc_root=str(tree), expose_cmdline=True).resolve([100])[100]
@@ -114,6 +101,39 @@ def test_unreadable_cgroup_leaves_the_process_unplaced_but_reported(tree: Path) 
     resolved = CgroupResolver(proc_root=str(tree)).resolve([200])
     assert resolved[200].container is None
     assert resolved[200].name == "infer"
+
+
+def test_an_unreadable_stat_keeps_the_process_unresolved_and_warns_once(
+    tree: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reading a directory fails with EISDIR: the entry exists, so the process is alive.
+    for pid in (100, 200):
+        (tree / str(pid) / "stat").unlink()
+        (tree / str(pid) / "stat").mkdir()
+    resolver = CgroupResolver(proc_root=str(tree))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            resolved = resolver.resolve([100, 200, 300, 999])
+            assert set(resolved) == {100, 200, 300}
+            assert resolved[100] == ResolvedProcess(100, None, None, None, None)
+            assert resolved[300].name == "Xorg"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "unresolved" in warnings[0]
+
+
+def test_chain_resolver_closes_every_resolver(tree: Path) -> None:
+    closed: list[str] = []
+
+    class Recording(ProcResolver):
+        def __init__(self, name: str) -> None:
+            super().__init__(proc_root=str(tree))
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    ChainResolver([Recording("cgroup"), Recording("containerd")], proc_root=str(tree)).close()
+    assert closed == ["cgroup", "containerd"]
 
 
 def test_base_resolver_places_nothing(tree: Path) -> None:

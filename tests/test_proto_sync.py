@@ -38,3 +38,14 @@ def test_the_check_fails_when_a_proto_changes(tmp_path: Path) -> None:
     result = run_check(copy)
     assert result.returncode == 1
     assert "agent_pb2.py" in result.stderr
+
+
+def test_the_check_fails_on_a_module_no_proto_generates(tmp_path: Path) -> None:
+    copy = tmp_path / "repo"
+    for part in ("tools", "proto", "node_resolver/generated"):
+        shutil.copytree(ROOT / part, copy / part)
+    # Left behind after a .proto was removed or renamed.
+    (copy / "node_resolver" / "generated" / "old_pb2.py").write_text("# stale\n")
+    result = run_check(copy)
+    assert result.returncode == 1
+    assert "old_pb2.py" in result.stderr and "__init__.py" not in result.stderr

@@ -11,7 +11,8 @@ from tests.support.graph import SmallWorld
 async def test_service_sdl_carries_the_keys() -> None:
     world = SmallWorld()
     result = await world.schema.execute(
-        "{ _service { sdl } }", context_value=make_context(world.cluster, world.agents)
+        "{ _service { sdl } }",
+        context_value=make_context(world.cluster, world.agents, world.schema.state),
     )
     assert result.errors is None
     assert result.data is not None
@@ -43,7 +44,7 @@ async def test_entities_resolve_pod_node_and_gpu() -> None:
           }
         }""",
         variable_values={"r": representations},
-        context_value=make_context(world.cluster, world.agents),
+        context_value=make_context(world.cluster, world.agents, world.schema.state),
     )
     assert result.errors is None
     assert result.data is not None
@@ -67,7 +68,7 @@ async def test_pod_reference_without_a_key_is_a_clear_error() -> None:
     result = await world.schema.execute(
         'query { _entities(representations: [{__typename: "Pod", name: "x"}]) '
         "{ ... on Pod { name } } }",
-        context_value=make_context(world.cluster, world.agents),
+        context_value=make_context(world.cluster, world.agents, world.schema.state),
     )
     assert result.errors is not None
     assert result.errors[0].message == "a Pod reference needs uid, or namespace and name"

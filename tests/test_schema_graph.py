@@ -112,7 +112,7 @@ async def test_one_fetch_per_node_for_an_all_nodes_query() -> None:
     result = await schema.execute(
         "{ nodes { name driverVersion agent { reachable } gpus { uuid pods { name } "
         "processes { pod { name node { gpus { uuid } } gpus { uuid } } } } } }",
-        context_value=make_context(sc.cluster, sc.snapshots),
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.errors is None
     assert result.data is not None
@@ -126,7 +126,7 @@ async def test_one_fetch_per_node_for_a_many_pods_query() -> None:
     result = await schema.execute(
         "{ pods { name gpus { uuid } gpuProcesses { pid } node { gpus { uuid } } "
         "containers { gpuProcesses { pid } } } }",
-        context_value=make_context(sc.cluster, sc.snapshots),
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.errors is None
     assert result.data is not None
@@ -256,7 +256,7 @@ async def test_pods_filters_by_namespace_and_node(world: SmallWorld) -> None:
 
 
 async def test_malformed_label_selector_is_a_clear_error(world: SmallWorld) -> None:
-    ctx = make_context(world.cluster, world.agents)
+    ctx = make_context(world.cluster, world.agents, world.schema.state)
     result = await world.schema.execute(
         '{ pods(labelSelector: "app in (a,b") { name } }', context_value=ctx
     )

@@ -17,8 +17,9 @@ DEFAULT_LIMITS = SchemaLimits()
 async def execute(query: str, limits: SchemaLimits = DEFAULT_LIMITS) -> tuple[object, list[str]]:
     cluster = MemoryCluster()
     cluster.add_node(node_record("n1"))
-    result = await build_schema(limits).execute(
-        query, context_value=make_context(cluster, MemorySnapshots())
+    schema = build_schema(limits)
+    result = await schema.execute(
+        query, context_value=make_context(cluster, MemorySnapshots(), schema.state)
     )
     return result.data, [e.message for e in result.errors or []]
 
@@ -93,8 +94,10 @@ class ExplodingCluster(MemoryCluster):
 
 async def test_internal_errors_are_masked_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
-        result = await build_schema().execute(
-            "{ nodes { name } }", context_value=make_context(ExplodingCluster(), MemorySnapshots())
+        schema = build_schema()
+        result = await schema.execute(
+            "{ nodes { name } }",
+            context_value=make_context(ExplodingCluster(), MemorySnapshots(), schema.state),
         )
     assert result.data is None
     assert result.errors is not None

@@ -21,9 +21,10 @@ async def test_dead_agent_nulls_only_its_node_with_an_error_naming_it(
     sc = three_nodes
     dead = sc.node_names[1]
     sc.snapshots.kill(dead, "connection refused")
-    result = await build_schema().execute(
+    schema = build_schema()
+    result = await schema.execute(
         "{ nodes { name gpus { uuid processes { pod { name } } } agent { reachable error } } }",
-        context_value=make_context(sc.cluster, sc.snapshots),
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.data is not None
     nodes = result.data["nodes"]
@@ -49,11 +50,12 @@ async def test_pod_fields_that_need_a_dead_agent_are_null_with_errors(
     dead = sc.node_names[0]
     sc.snapshots.kill(dead)
     pod_name = f"w-{dead}-0-0"
-    result = await build_schema().execute(
+    schema = build_schema()
+    result = await schema.execute(
         'query($n: String!) { pod(namespace: "ns-0", name: $n) { name gpus { uuid } '
         "gpuProcesses { pid } node { name driverVersion } } }",
         variable_values={"n": pod_name},
-        context_value=make_context(sc.cluster, sc.snapshots),
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.data == {
         "pod": {"name": pod_name, "gpus": None, "gpuProcesses": None,
@@ -74,9 +76,10 @@ async def test_aggregate_lists_keep_other_nodes_and_name_the_dead_one(
     sc = three_nodes
     dead = sc.node_names[2]
     sc.snapshots.kill(dead, "deadline exceeded")
-    result = await build_schema().execute(
+    schema = build_schema()
+    result = await schema.execute(
         "{ gpus { uuid } gpuProcesses { pid } }",
-        context_value=make_context(sc.cluster, sc.snapshots),
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.data is not None
     assert len(result.data["gpus"]) == 4
@@ -96,9 +99,10 @@ async def test_unexpected_fetch_failure_names_the_node_but_hides_details(
     broken = sc.node_names[0]
     sc.snapshots.break_with(broken, RuntimeError("secret internal detail"))
     with caplog.at_level(logging.ERROR):
-        result = await build_schema().execute(
+        schema = build_schema()
+        result = await schema.execute(
             "{ nodes { name gpus { uuid } } }",
-            context_value=make_context(sc.cluster, sc.snapshots),
+            context_value=make_context(sc.cluster, sc.snapshots, schema.state),
         )
     assert result.data is not None
     assert [n["gpus"] is None for n in result.data["nodes"]] == [True, False, False]
@@ -112,9 +116,10 @@ async def test_node_wide_sampling_failure_is_reported(three_nodes: SyntheticClus
     sc = three_nodes
     name = sc.node_names[0]
     sc.snapshots.put(snapshot(name, [], error="NVML_ERROR_DRIVER_NOT_LOADED"))
-    result = await build_schema().execute(
+    schema = build_schema()
+    result = await schema.execute(
         f'{{ node(name: "{name}") {{ gpus {{ uuid }} agent {{ reachable error }} }} }}',
-        context_value=make_context(sc.cluster, sc.snapshots),
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.data == {
         "node": {"gpus": None,
@@ -132,14 +137,15 @@ async def test_gpu_on_a_dead_node_reports_the_node(three_nodes: SyntheticCluster
     uuid = f"GPU-{sc.node_names[1]}-0"
     # Learn where the GPU lives, then lose its node.
     first = await schema.execute(
-        "{ nodes { gpus { uuid } } }", context_value=make_context(sc.cluster, sc.snapshots)
+        "{ nodes { gpus { uuid } } }",
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert first.errors is None
     sc.snapshots.kill(sc.node_names[1])
     result = await schema.execute(
         'query($u: String!) { gpu(uuid: $u) { uuid } other: gpu(uuid: "GPU-elsewhere") { uuid } }',
         variable_values={"u": uuid},
-        context_value=make_context(sc.cluster, sc.snapshots),
+        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.data == {"gpu": None, "other": None}
     assert result.errors is not None

@@ -49,7 +49,11 @@ async def test_ticks_reflect_changing_snapshots(ticks: list[float]) -> None:
     node = sc.node_names[0]
     schema = build_schema()
     stream = await subscribe(
-        schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES, node=node, every=1.0
+        schema,
+        make_context(sc.cluster, sc.snapshots, schema.state),
+        GPU_UPDATES,
+        node=node,
+        every=1.0,
     )
     first = await next_data(stream)
     (gpu,) = first["gpuUpdates"]
@@ -70,16 +74,27 @@ async def test_ticks_reflect_changing_snapshots(ticks: list[float]) -> None:
     await stream.aclose()
 
 
-async def test_all_nodes_and_dead_ones_left_out(ticks: list[float]) -> None:
+async def test_a_dead_node_is_left_out_and_named_in_that_ticks_errors(
+    ticks: list[float],
+) -> None:
     sc = synthetic_cluster(3, gpus_per_node=2, processes_per_gpu=1)
+    dead = sc.node_names[0]
     schema = build_schema()
-    stream = await subscribe(schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES)
+    stream = await subscribe(
+        schema, make_context(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES
+    )
     assert len((await next_data(stream))["gpuUpdates"]) == 6
-    sc.snapshots.kill(sc.node_names[0])
-    data = await next_data(stream)
-    assert [g["uuid"] for g in data["gpuUpdates"]] == [
+    sc.snapshots.kill(dead)
+    tick = await asyncio.wait_for(stream.__anext__(), timeout=5)
+    assert [g["uuid"] for g in tick.data["gpuUpdates"]] == [
         f"GPU-{n}-{i}" for n in sc.node_names[1:] for i in range(2)
     ]
+    assert [(e.message, e.path) for e in tick.errors] == [
+        (f"agent on node {dead!r} unavailable: connection refused", ["gpuUpdates"])
+    ]
+    # The error belongs to that tick only: once the node is back, the next tick is clean.
+    sc.snapshots.revive(dead)
+    assert len((await next_data(stream))["gpuUpdates"]) == 6
     await stream.aclose()
 
 
@@ -90,7 +105,7 @@ async def test_pod_gpu_usage(ticks: list[float]) -> None:
     schema = build_schema()
     stream = await subscribe(
         schema,
-        make_context(sc.cluster, sc.snapshots),
+        make_context(sc.cluster, sc.snapshots, schema.state),
         """subscription($ns: String!, $name: String!) {
           podGpuUsage(namespace: $ns, name: $name) {
             name gpus { uuid } gpuProcesses { pid usedMemoryBytes }
@@ -116,7 +131,7 @@ async def test_unsubscribe_frees_the_slot(ticks: list[float]) -> None:
     schema = build_schema()
     limiter = schema.state.subscriptions
     streams = [
-        await subscribe(schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES)
+        await subscribe(schema, make_context(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES)
         for _ in range(3)
     ]
     for s in streams:
@@ -130,7 +145,7 @@ async def test_unsubscribe_frees_the_slot(ticks: list[float]) -> None:
 async def test_cap_refuses_new_subscriptions_clearly(ticks: list[float]) -> None:
     sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
     schema = build_schema(SchemaLimits(max_subscriptions=2))
-    ctx = make_context(sc.cluster, sc.snapshots)
+    ctx = make_context(sc.cluster, sc.snapshots, schema.state)
     held = [await subscribe(schema, ctx, GPU_UPDATES) for _ in range(2)]
     for s in held:
         await next_data(s)
@@ -161,7 +176,7 @@ async def test_interval_is_clamped(ticks: list[float], asked: float | None, slep
     sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
     schema = build_schema()
     stream = await subscribe(
-        schema, make_context(sc.cluster, sc.snapshots), GPU_UPDATES, every=asked
+        schema, make_context(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES, every=asked
     )
     await next_data(stream)
     await next_data(stream)

@@ -17,6 +17,7 @@ import pytest
 
 from api.cli import build_parser, main, settings_from_args
 from api.settings import Settings
+from graph_schema import SchemaLimits
 from tests.support.server import GraphTestCluster, standard_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,7 @@ def test_defaults_match_the_issue() -> None:
     assert settings.snapshot_ttl == 1.0
     assert (settings.max_depth, settings.max_aliases, settings.max_tokens) == (12, 30, 5000)
     assert settings.max_body_bytes == 1_048_576
+    assert settings.max_result_items == 200_000 == SchemaLimits().max_result_items
     assert settings.max_subscriptions == 200
     assert settings.cors_origins == ()
     assert settings.graphiql is True
@@ -55,6 +57,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--max-depth", "5",
         "--max-aliases", "6",
         "--max-tokens", "700",
+        "--max-result-items", "1000",
         "--max-body-bytes", "8000",
         "--request-timeout", "3",
         "--max-subscriptions", "9",
@@ -77,6 +80,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         max_depth=5,
         max_aliases=6,
         max_tokens=700,
+        max_result_items=1000,
         max_body_bytes=8000,
         request_timeout=3.0,
         max_subscriptions=9,
@@ -93,6 +97,10 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         (["--listen", "8000"], "expected HOST:PORT"),
         (["--agent-discovery", "dns"], "invalid choice"),
         (["--agent-timeout", "0"], "must be positive"),
+        (["--agent-timeout", "nan"], "must be positive"),
+        (["--agent-timeout", "10"], "agent-timeout (10 s) must be shorter than request-timeout"),
+        (["--max-result-items", "0"], "max-result-items must be at least 1"),
+        (["--log-level", "verbose"], "invalid choice"),
         (["--snapshot-ttl", "-1"], "must not be negative"),
         (["--max-depth", "0"], "must be at least 1"),
         (["--agent-port", "70000"], "between 1 and 65535"),
@@ -108,6 +116,11 @@ def test_bad_flags_are_refused_clearly(
         main(["serve", *argv])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["debug", "DEBUG", "Debug"])
+def test_the_log_level_is_accepted_in_any_case(given: str) -> None:
+    assert parse_serve("--log-level", given).log_level == "debug"
 
 
 def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:

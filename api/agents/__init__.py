@@ -9,6 +9,7 @@ from .discovery import (
     join_host_port,
 )
 from .pool import CHANNEL_OPTIONS, AgentClientLike, AgentPool, ClientFactory
+from .token import TokenFile
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -20,5 +21,6 @@ __all__ = [
     "Discovery",
     "NodeIpDiscovery",
     "PodIpDiscovery",
+    "TokenFile",
     "join_host_port",
 ]

@@ -52,6 +52,14 @@ class Backoff:
             return None
         return state.last_error, left
 
+    def failing(self, key: str) -> bool:
+        """Whether ``key`` failed and has not succeeded since."""
+        return key in self._states
+
+    def keys(self) -> set[str]:
+        """Every key with failures on record."""
+        return set(self._states)
+
     def backing_off(self) -> int:
         """How many keys are skipped right now."""
         now = self.clock()

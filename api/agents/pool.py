@@ -25,6 +25,7 @@ from node_resolver.models import NodeSnapshot
 from ..metrics import Metrics
 from .backoff import Backoff
 from .discovery import AddressUnknownError, Discovery
+from .token import TokenFile
 
 __all__ = ["CHANNEL_OPTIONS", "AgentClientLike", "AgentPool", "ClientFactory"]
 
@@ -65,6 +66,13 @@ class _Cached:
     received_at: float
 
 
+@dataclasses.dataclass(slots=True)
+class _Channel:
+    address: str
+    token: str | None
+    client: AgentClientLike
+
+
 class AgentPool:
     """Fetches node snapshots from agents; implements graph_schema's SnapshotSource."""
 
@@ -73,7 +81,7 @@ class AgentPool:
         discovery: Discovery,
         *,
         timeout: float = 2.0,
-        token: str | None = None,
+        token: str | TokenFile | None = None,
         ttl: float = 1.0,
         backoff: Backoff | None = None,
         metrics: Metrics | None = None,
@@ -92,7 +100,7 @@ class AgentPool:
         self._backoff = backoff if backoff is not None else Backoff(clock=clock)
         self._metrics = metrics
         self._client_factory = client_factory or _default_client_factory
-        self._clients: dict[str, tuple[str, AgentClientLike]] = {}
+        self._clients: dict[str, _Channel] = {}
         self._cache: dict[str, _Cached] = {}
         self._inflight: dict[str, asyncio.Task[NodeSnapshot]] = {}
         self._closed = False
@@ -114,7 +122,9 @@ class AgentPool:
         cached = self._cache.get(node_name)
         if cached is not None and now - cached.received_at < self.ttl:
             self._count("cached")
-            return _aged(cached, now)
+            # The very object every other reader got: the graph objects built
+            # from it are cached by identity (see graph_schema.views).
+            return cached.snapshot
         task = self._inflight.get(node_name)
         if task is not None:
             self._count("shared")
@@ -133,6 +143,13 @@ class AgentPool:
         # Shielded: a waiter whose own request is cancelled (client gone, time
         # limit hit) must not cancel the call the other waiters share.
         return await asyncio.shield(task)
+
+    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
+        """How old ``snapshot`` is now: its age when received plus the time since."""
+        cached = self._cache.get(node_name)
+        if cached is None or cached.snapshot is not snapshot:
+            return snapshot.age_seconds
+        return snapshot.age_seconds + max(0.0, self._clock() - cached.received_at)
 
     def _call_done(self, node_name: str, task: asyncio.Task[NodeSnapshot]) -> None:
         if self._inflight.get(node_name) is task:
@@ -166,39 +183,62 @@ class AgentPool:
             # the next call after the backoff builds a fresh one.
             await self._drop_client(node_name)
             self._cache.pop(node_name, None)
+            # A node that stays down would otherwise log on every retry.
+            level = logging.DEBUG if self._backoff.failing(node_name) else logging.WARNING
             delay = self._backoff.failed(node_name, reason)
-            log.warning(
-                "agent on node %s failed, skipping it for %.1f s: %s", node_name, delay, reason
+            log.log(
+                level,
+                "agent on node %s failed, skipping it for %.1f s: %s",
+                node_name,
+                delay,
+                reason,
             )
             raise AgentUnavailableError(node_name, reason) from None
         finally:
             if self._metrics is not None:
                 self._metrics.agent_calls.labels(node=node_name, outcome=outcome).inc()
                 self._metrics.agent_call_seconds.observe(time.perf_counter() - started)
-        self._backoff.succeeded(node_name)
+        if self._backoff.failing(node_name):
+            log.warning("agent on node %s answers again", node_name)
+            self._backoff.succeeded(node_name)
         self._cache[node_name] = _Cached(snapshot, self._clock())
         return snapshot
 
     async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
+        token = self._token.current() if isinstance(self._token, TokenFile) else self._token
         current = self._clients.get(node_name)
         if current is not None:
-            if current[0] == address:
-                return current[1]
-            # The agent moved (a new pod IP): the old channel points nowhere.
-            log.info("agent on node %s moved from %s to %s", node_name, current[0], address)
+            if current.address == address and current.token == token:
+                return current.client
+            if current.address != address:
+                # The agent moved (a new pod IP): the old channel points nowhere.
+                log.info(
+                    "agent on node %s moved from %s to %s", node_name, current.address, address
+                )
+            # A rotated token: the channel's calls carry the old one.
             await self._drop_client(node_name)
-        client = self._client_factory(address, self._token)
-        self._clients[node_name] = (address, client)
+        client = self._client_factory(address, token)
+        self._clients[node_name] = _Channel(address, token, client)
         return client
 
     async def _drop_client(self, node_name: str) -> None:
         entry = self._clients.pop(node_name, None)
         if entry is not None:
-            await _close_quietly(entry[1])
+            await _close_quietly(entry.client)
 
     def channel_count(self) -> int:
         """How many agent channels are open."""
         return len(self._clients)
+
+    def node_names(self) -> set[str]:
+        """Every node the pool holds something for: a channel, a snapshot, failures."""
+        return set(self._clients) | set(self._cache) | self._backoff.keys()
+
+    async def forget(self, node_name: str) -> None:
+        """Close the node's channel and drop its snapshot and failures (it left the cluster)."""
+        await self._drop_client(node_name)
+        self._cache.pop(node_name, None)
+        self._backoff.forget(node_name)
 
     async def close(self) -> None:
         """Cancel calls in flight and close every channel."""
@@ -218,13 +258,6 @@ class AgentPool:
 
 class _WrongNodeError(Exception):
     """The agent answered for another node (an address reused by another agent)."""
-
-
-def _aged(cached: _Cached, now: float) -> NodeSnapshot:
-    waited = now - cached.received_at
-    if waited <= 0:
-        return cached.snapshot
-    return dataclasses.replace(cached.snapshot, age_seconds=cached.snapshot.age_seconds + waited)
 
 
 def _is_deadline(exc: BaseException) -> bool:

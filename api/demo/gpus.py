@@ -11,7 +11,7 @@ from typing import Any
 
 from .scenario import DemoNode, DemoProcess
 
-__all__ = ["GPU_MEMORY_BYTES", "GPU_NAME", "fake_nvml_document"]
+__all__ = ["GPU_NAME", "fake_nvml_document"]
 
 GPU_NAME = "NVIDIA H200"
 GPU_MEMORY_BYTES = 150_754_820_096

@@ -33,10 +33,14 @@ from typing import TextIO
 import uvicorn
 
 from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
+from node_resolver.address import join_host_port
+from node_resolver.cli import _interval
 
+from ..agents import AgentPool
+from ..cli import LOG_LEVELS, _listen
 from ..kube.stub_server import StubApiServer, write_kubeconfig
 from ..settings import Settings, parse_listen
-from .gpus import fake_nvml_document
+from .gpus import GPU_NAME, fake_nvml_document
 from .proc_tree import write_proc_tree
 from .queries import example_queries
 from .scenario import MIN_GPUS, MIN_NODES, DemoCluster, DemoNode, build_cluster
@@ -64,7 +68,6 @@ class DemoConfig:
     listen_port: int = 8000
     interval: float = 1.0
     log_level: str = "warning"
-    graphiql: bool = True
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -80,21 +83,15 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def _listen(text: str) -> tuple[str, int]:
-    try:
-        return parse_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+class _QuietDownNode(logging.Filter):
+    """Drops the agent pool's reports about the node whose agent is down on purpose."""
 
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self.node = node
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0.1 <= value <= 60:
-        raise argparse.ArgumentTypeError(f"must be between 0.1 and 60 seconds, got {text}")
-    return value
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"node {self.node} " not in record.getMessage()
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +127,8 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--log-level",
-        choices=("critical", "error", "warning", "info", "debug"),
+        type=str.lower,
+        choices=LOG_LEVELS,
         default="warning",
         help="log verbosity of the server and agents (default warning)",
     )
@@ -151,6 +149,10 @@ def run_demo(args: argparse.Namespace) -> int:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # The banner says which node is down on purpose; its failures are news only at info.
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        down = build_cluster(config.nodes, config.gpus_per_node).down_node
+        logging.getLogger(AgentPool.__module__).addFilter(_QuietDownNode(down))
     try:
         return asyncio.run(run_demo_async(config))
     except DemoError as exc:
@@ -167,8 +169,10 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
     for sig in signals:
         loop.add_signal_handler(sig, demo.request_stop, sig)
     serving: asyncio.Task[None] | None = None
+    started = False
     try:
         await demo.start()
+        started = True
         if demo.stopping.is_set():
             return 0
         serving = asyncio.create_task(demo.serve(), name="gpugraph-server")
@@ -187,10 +191,13 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
             # Its outcome was reported above; here it only has to be over.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
-        await demo.stop()
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-        print("gpugraph demo stopped; temporary files removed", file=stream, flush=True)
+        try:
+            await demo.stop()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        if started:
+            print("gpugraph demo stopped; temporary files removed", file=stream, flush=True)
 
 
 class _Server(uvicorn.Server):
@@ -312,7 +319,6 @@ class Demo:
             agent_discovery="node-ip",
             agent_port=self.agent_port,
             agent_token_file=self.token_file,
-            graphiql=self.config.graphiql,
             log_level=self.config.log_level,
         )
 
@@ -338,12 +344,10 @@ class Demo:
 
     @property
     def base_url(self) -> str:
+        # A wildcard is reached on loopback; "::" listens on IPv6 only.
         host = self.config.listen_host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.listen_port}"
+        host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        return f"http://{join_host_port(host, self.listen_port)}"
 
     async def wait_ready(self, serving: asyncio.Task[None]) -> str | None:
         """Wait until /readyz answers 200; the GraphiQL URL, or None if stopped first."""
@@ -365,9 +369,10 @@ class Demo:
         from ..graphiql import assets_present
 
         c = self.config
+        cluster = self.cluster
         lines = [
             "",
-            f"gpugraph demo: {c.nodes} nodes x {c.gpus_per_node} fake H200 GPUs, "
+            f"gpugraph demo: {c.nodes} nodes x {c.gpus_per_node} fake {GPU_NAME} GPUs, "
             f"changing every {c.interval:g}s",
         ]
         for node in self.cluster.nodes:
@@ -383,34 +388,61 @@ class Demo:
         ]
         if not assets_present():
             lines.append("  (GraphiQL's assets are not built: run `make web`; the page explains)")
+        shared_node, shared_uuid = cluster.shared_gpu
+        orphan_node, orphan_pid = cluster.orphan
+        lines += [
+            "",
+            "What to look for:",
+            f"  shared GPU    {shared_uuid} on {shared_node}, used by two pods",
+            f"  no pod        PID {orphan_pid} on {orphan_node} holds GPU memory outside any pod",
+            f"  unrequested   pod {'/'.join(cluster.unrequested)} uses a GPU it never requested",
+            f"  agent down    {cluster.down_node}: its gpus are null, with an error naming it",
+        ]
         lines += ["", "Paste one of these into GraphiQL:", ""]
-        for n, query in enumerate(example_queries(self.cluster), 1):
+        for n, query in enumerate(example_queries(cluster), 1):
             lines += [f"--- example {n} ---", query, ""]
         lines.append("Press Ctrl-C to stop.")
         return "\n".join(lines)
 
     async def _stop_agents(self) -> None:
         agents, self.agents = self.agents, []
-        for agent in agents:
-            with contextlib.suppress(Exception):
-                await agent.server.stop(0.5)
-            await asyncio.to_thread(agent.sampler.stop, 5.0)
-            agent.sampler.source.close()
+        # Every step of every agent runs even if one fails; the first failure is raised.
+        async with contextlib.AsyncExitStack() as steps:
+            for agent in reversed(agents):
+                steps.callback(agent.sampler.source.close)
+                steps.push_async_callback(asyncio.to_thread, agent.sampler.stop, 5.0)
+                steps.push_async_callback(agent.server.stop, 0.5)
+
+    async def _stop_ticker(self) -> None:
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.cancel()
+            try:
+                await ticker
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                # Shutdown goes on regardless; the crash is only worth a log line.
+                log.warning("the fake-GPU updater had failed", exc_info=True)
+
+    def _stop_api(self) -> None:
+        api, self.api = self.api, None
+        if api is not None:
+            api.stop()
+
+    def _remove_tmp(self) -> None:
+        tmp, self.tmp = self.tmp, None
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     async def stop(self) -> None:
-        """Stop everything started and delete the temp dir; safe to call more than once."""
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-            self._ticker = None
-        await self._stop_agents()
-        if self.api is not None:
-            self.api.stop()
-            self.api = None
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self.tmp = None
+        """Stop everything started and delete the temp dir; each step runs even if one fails."""
+        async with contextlib.AsyncExitStack() as steps:
+            # Run last to first: the ticker, the agents, the API server, the temp dir.
+            steps.callback(self._remove_tmp)
+            steps.callback(self._stop_api)
+            steps.push_async_callback(self._stop_agents)
+            steps.push_async_callback(self._stop_ticker)
 
 
 def _http_ok(url: str) -> bool:

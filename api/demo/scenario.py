@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from api.kube.objects import container_id_for, make_node, make_pod
+from api.kube.objects import make_node, make_pod
 from node_resolver.fake_proc import kubelet_cgroup
 
 __all__ = [
@@ -143,7 +143,9 @@ class _Builder:
         )
         self.pods.append(obj)
         uid: str = obj["metadata"]["uid"]
-        return uid, container_id_for(uid, container).split("://", 1)[1]
+        # "containerd://<64 hex>" as the kubelet reports it; cgroups carry only the hex.
+        container_id: str = obj["status"]["containerStatuses"][0]["containerID"]
+        return uid, container_id.split("://", 1)[1]
 
 
 def _node_ip(index: int) -> str:

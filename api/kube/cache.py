@@ -134,6 +134,8 @@ class ClusterCache:
         self._sorted_nodes: tuple[NodeRecord, ...] | None = None
         self._sorted_pods: dict[_PodFilter, tuple[PodRecord, ...]] = {}
         self._listeners: list[ChangeListener] = []
+        # Bumped by every change, so a sorted listing made outside the lock
+        # is cached only if nothing changed while it was made.
         self._version = 0
         self._ready = threading.Event()
         self.stats = CacheStats()
@@ -148,11 +150,6 @@ class ClusterCache:
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until ready (or ``timeout`` seconds); True if ready."""
         return self._ready.wait(timeout)
-
-    @property
-    def version(self) -> int:
-        """A counter bumped by every change; equal values mean nothing changed."""
-        return self._version
 
     @property
     def pod_count(self) -> int:
@@ -201,21 +198,28 @@ class ClusterCache:
             found = self._sorted_pods.get(key)
             if found is not None:
                 return found
+            version = self._version
             index = self._pods
-            candidates: Iterable[PodRecord]
+            candidates: list[PodRecord]
             if node_name is not None:
-                candidates = index.by_node.get(node_name, {}).values()
+                candidates = list(index.by_node.get(node_name, {}).values())
                 if namespace is not None:
                     candidates = [p for p in candidates if p.namespace == namespace]
             elif namespace is not None:
-                candidates = index.by_namespace.get(namespace, {}).values()
+                candidates = list(index.by_namespace.get(namespace, {}).values())
             else:
-                candidates = index.by_uid.values()
-            result = tuple(sorted(candidates, key=_pod_sort_key))
-            if len(self._sorted_pods) >= _SORTED_CACHE_LIMIT:
-                self._sorted_pods.clear()
-            self._sorted_pods[key] = result
-            return result
+                candidates = list(index.by_uid.values())
+        # Sorted outside the lock: sorting 100k pods would stall the watch threads.
+        candidates.sort(key=_pod_sort_key)
+        result = tuple(candidates)
+        with self._lock:
+            # Cached only if nothing changed meanwhile; a change would have
+            # invalidated it before it was stored.
+            if self._version == version:
+                if len(self._sorted_pods) >= _SORTED_CACHE_LIMIT:
+                    self._sorted_pods.clear()
+                self._sorted_pods[key] = result
+        return result
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         """Every cached pod called ``name``, across namespaces, sorted by namespace."""

@@ -18,6 +18,8 @@ from typing import IO
 HERE = Path(__file__).resolve().parent
 GATEWAY_SCRIPT = HERE / "gateway.mjs"
 INSTALL_COMMAND = "cd tests/federation && npm ci"
+# package.json's engines: the gateway's packages need Node.js 20 or newer.
+MIN_NODE_MAJOR = 20
 
 
 @dataclass
@@ -38,11 +40,34 @@ class GatewayError(Exception):
 
 def gateway_missing() -> str | None:
     """Why the gateway cannot run here, or None when Node.js and its packages are installed."""
-    if shutil.which("node") is None:
+    node = shutil.which("node")
+    if node is None:
         return "Node.js (`node`) is not on PATH"
+    version = _node_version(node)
+    if version is None:
+        return f"cannot tell the version of Node.js at {node} (`node --version` failed)"
+    if int(version.split(".")[0]) < MIN_NODE_MAJOR:
+        return (
+            f"Node.js at {node} is v{version}; the gateway needs {MIN_NODE_MAJOR} or newer "
+            "(.ci/run installs one)"
+        )
     if not (HERE / "node_modules" / "@apollo" / "gateway" / "package.json").is_file():
         return f"the gateway's npm packages are not installed; run `{INSTALL_COMMAND}`"
     return None
+
+
+def _node_version(node: str) -> str | None:
+    """``node --version`` without the leading v, e.g. "20.18.0"; None if it cannot be read."""
+    try:
+        result = subprocess.run(
+            [node, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = result.stdout.strip().removeprefix("v")
+    if result.returncode != 0 or not version.split(".")[0].isdigit():
+        return None
+    return version
 
 
 def _pump(stream: IO[str], lines: Queue[str | None], sink: list[str]) -> None:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from node_resolver.fake_proc import HOST_CGROUP, write_process
 from node_resolver.gpu_source import GpuSource
-from node_resolver.models import ContainerRef
+from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
@@ -40,6 +40,35 @@ from node_resolver.service import AgentServer
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 30.0
 LISTENING = "agent listening on "
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    """Wait until ``condition()`` holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+class CountingSource:
+    """Wraps a GPU source, counting scans and failing on demand (set ``fail_with``)."""
+
+    def __init__(self, inner: GpuSource) -> None:
+        self.inner = inner
+        self.samples = 0
+        self.fail_with: Exception | None = None
+
+    def sample(self) -> NodeSample:
+        """The inner source's sample, or ``fail_with`` raised."""
+        self.samples += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self.inner.sample()
+
+    def close(self) -> None:
+        """Close the inner source."""
+        self.inner.close()
 
 
 # -- PID resolution without a real host ---------------------------------------
@@ -57,6 +86,9 @@ class StaticResolver:
         self.calls += 1
         return {pid: self.processes[pid] for pid in pids if pid in self.processes}
 
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 class AllAliveResolver:
     """A PidResolver that finds every PID alive, in no container, named ``proc-<pid>``."""
@@ -64,6 +96,9 @@ class AllAliveResolver:
     def resolve(self, pids: Collection[int]) -> dict[int, ResolvedProcess]:
         """Resolve every PID."""
         return {pid: ResolvedProcess(pid, 1, f"proc-{pid}", None, None) for pid in pids}
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def resolved(
@@ -147,7 +182,7 @@ def start_agent_thread(
     node_name: str = "node-a",
     resolver: PidResolver | None = None,
     host: str = "127.0.0.1",
-    token: str | None = None,
+    token: str | Callable[[], str] | None = None,
     interval: float = 0.2,
     start_sampler: bool = True,
 ) -> AgentThread:

@@ -44,10 +44,19 @@ class MemoryCluster:
         self._pods: dict[tuple[str, str], PodRecord] = {}
         self._by_uid: dict[str, PodRecord] = {}
         self._by_container: dict[str, PodRecord] = {}
+        self._by_node: dict[str, dict[tuple[str, str], PodRecord]] = {}
 
     @property
     def ready(self) -> bool:
         return self._ready
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
 
     def add_node(self, record: NodeRecord) -> None:
         self._nodes[record.name] = record
@@ -59,6 +68,8 @@ class MemoryCluster:
         self.remove_pod(record.namespace, record.name)
         self._pods[(record.namespace, record.name)] = record
         self._by_uid[record.uid] = record
+        if record.node_name is not None:
+            self._by_node.setdefault(record.node_name, {})[(record.namespace, record.name)] = record
         for c in record.containers:
             if c.container_id:
                 self._by_container[c.container_id] = record
@@ -68,6 +79,8 @@ class MemoryCluster:
         if old is None:
             return
         self._by_uid.pop(old.uid, None)
+        if old.node_name is not None:
+            self._by_node[old.node_name].pop((namespace, name), None)
         for c in old.containers:
             if c.container_id:
                 self._by_container.pop(c.container_id, None)
@@ -90,12 +103,8 @@ class MemoryCluster:
     def pods(
         self, namespace: str | None = None, node_name: str | None = None
     ) -> Sequence[PodRecord]:
-        return [
-            self._pods[k]
-            for k in sorted(self._pods)
-            if (namespace is None or k[0] == namespace)
-            and (node_name is None or self._pods[k].node_name == node_name)
-        ]
+        pods = self._pods if node_name is None else self._by_node.get(node_name, {})
+        return [pods[k] for k in sorted(pods) if namespace is None or k[0] == namespace]
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         return [p for (_, n), p in sorted(self._pods.items()) if n == name]
@@ -149,6 +158,9 @@ class MemorySnapshots:
 
     def agent_address(self, node_name: str) -> str | None:
         return f"{node_name}.agents:50051" if node_name in self._snapshots else None
+
+    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
+        return snapshot.age_seconds
 
 
 def node_record(name: str, ip: str | None = None, gpus: int | None = 8) -> NodeRecord:
@@ -361,7 +373,7 @@ class SmallWorld:
         )
 
     async def query(self, query: str, **variables: Any) -> Any:
-        ctx = make_context(self.cluster, self.agents)
+        ctx = make_context(self.cluster, self.agents, self.schema.state)
         result = await self.schema.execute(query, variable_values=variables, context_value=ctx)
         assert result.errors is None, result.errors
         return result.data

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import itertools
+import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +21,9 @@ from typing import Any
 
 import httpx
 import uvicorn
+import websockets
 from starlette.applications import Starlette
+from websockets.typing import Subprotocol
 
 from api.kube.objects import container_id_for
 from api.settings import Settings
@@ -247,6 +252,52 @@ async def graphql(
     return result
 
 
+class GraphQLSocket:
+    """A minimal graphql-transport-ws client: operations one at a time on one socket."""
+
+    PROTOCOL = Subprotocol("graphql-transport-ws")
+
+    def __init__(self, ws: websockets.ClientConnection) -> None:
+        self.ws = ws
+        self._ids = itertools.count(1)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(cls, url: str) -> AsyncIterator[GraphQLSocket]:
+        """An acknowledged connection to the GraphQL WebSocket at ``url``."""
+        async with websockets.connect(url, subprotocols=[cls.PROTOCOL]) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            ack = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert ack["type"] == "connection_ack", ack
+            yield cls(ws)
+
+    async def subscribe(self, query: str, variables: Mapping[str, Any] | None = None) -> str:
+        """Start an operation; its id."""
+        op_id = str(next(self._ids))
+        payload: dict[str, Any] = {"query": query}
+        if variables is not None:
+            payload["variables"] = dict(variables)
+        await self.ws.send(json.dumps({"id": op_id, "type": "subscribe", "payload": payload}))
+        return op_id
+
+    async def receive(self, op_id: str) -> dict[str, Any]:
+        """The next ``next``, ``error`` or ``complete`` message of operation ``op_id``."""
+        while True:
+            message: dict[str, Any] = json.loads(await asyncio.wait_for(self.ws.recv(), 10))
+            if message.get("id") == op_id:
+                return message
+
+    async def query(self, query: str, variables: Mapping[str, Any] | None = None) -> Any:
+        """Run a query or mutation; its ``next`` payload, or ``{"errors": [...]}`` on error."""
+        op_id = await self.subscribe(query, variables)
+        message = await self.receive(op_id)
+        if message["type"] == "error":
+            return {"errors": message["payload"]}
+        assert message["type"] == "next", message
+        assert (await self.receive(op_id))["type"] == "complete"
+        return message["payload"]
+
+
 async def eventually(
     check: Any, *, timeout: float = 5.0, interval: float = 0.05, what: str = "condition"
 ) -> Any:
@@ -360,15 +411,22 @@ async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterat
     """Run the production server stack for ``settings`` on a free loopback port."""
     from api.serve import running
 
-    async with (
-        running(settings) as services,
-        serve_app(services.app, settings) as server,
-        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
-    ):
-        if wait_ready:
-            ready = await asyncio.to_thread(services.cache.wait_ready, 10.0)
-            assert ready, "the cache did not fill from the stub API server in 10 s"
-        yield Served(server.url, services, client)
+    # The server tunes the collector for itself once the cache is ready; the
+    # rest of the test session keeps CPython's defaults.
+    thresholds = gc.get_threshold()
+    try:
+        async with (
+            running(settings) as services,
+            serve_app(services.app, settings) as server,
+            httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+        ):
+            if wait_ready:
+                ready = await asyncio.to_thread(services.cache.wait_ready, 10.0)
+                assert ready, "the cache did not fill from the stub API server in 10 s"
+            yield Served(server.url, services, client)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestCluster:

@@ -71,3 +71,14 @@ app.kubernetes.io/component: server
 {{- define "gpugraph.tokenDir" -}}
 /var/run/secrets/gpugraph
 {{- end }}
+
+{{/* HOST:PORT for --listen from (list HOST PORT), an IPv6 host in brackets. */}}
+{{- define "gpugraph.joinHostPort" -}}
+{{- $host := index . 0 }}
+{{- $port := index . 1 }}
+{{- if contains ":" $host }}
+{{- printf "[%s]:%d" $host $port }}
+{{- else }}
+{{- printf "%s:%d" $host $port }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,149 @@
+"""Limits that bound one request's work, over HTTP POST, HTTP GET and the WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from api.app import create_app
+from api.metrics import Metrics
+from api.settings import Settings
+from tests.support.graph import (
+    MemoryCluster,
+    MemorySnapshots,
+    node_record,
+    pod_record,
+    snapshot,
+    synthetic_cluster,
+)
+from tests.support.server import GraphQLSocket, RunningServer, graphql, serve_app
+
+TEN_ALIASES = " ".join(
+    f"a{i}: pods {{ name namespace containers {{ name image }} }}" for i in range(10)
+)
+
+
+@dataclass
+class App:
+    server: RunningServer
+    client: httpx.AsyncClient
+    metrics: Metrics
+
+
+@pytest.fixture
+async def big_app() -> AsyncIterator[App]:
+    """20,000 pods on 100 nodes, and a budget of 50,000 result objects."""
+    cluster = MemoryCluster()
+    for n in range(100):
+        cluster.add_node(node_record(f"node-{n:03d}"))
+        for i in range(200):
+            cluster.add_pod(pod_record("ns", f"p-{n:03d}-{i:03d}", f"node-{n:03d}"))
+    settings = Settings(max_result_items=50_000)
+    metrics = Metrics()
+    app = create_app(settings, cluster, MemorySnapshots(), metrics=metrics)
+    async with (
+        serve_app(app, settings) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+    ):
+        yield App(server, client, metrics)
+
+
+def assert_over_budget(response: dict[str, object], limit: int) -> None:
+    assert response["data"] is None
+    errors = response["errors"]
+    assert isinstance(errors, list) and len(errors) == 1
+    assert f"more than {limit} result objects" in errors[0]["message"]
+    assert errors[0]["extensions"] == {"code": "RESULT_TOO_LARGE"}
+
+
+async def test_many_aliases_of_a_big_list_are_refused_by_the_result_budget(
+    big_app: App,
+) -> None:
+    # Each alias lists 20,000 pods and their 20,000 containers; the second one
+    # crosses the budget, and as pods is non-null the whole answer is refused.
+    refused, health = await asyncio.gather(
+        graphql(big_app.client, f"{{ {TEN_ALIASES} }}"), big_app.client.get("/healthz")
+    )
+    assert_over_budget(refused, 50_000)
+    assert refused["errors"][0]["path"] == ["a1"]  # type: ignore[index]
+    assert health.status_code == 200
+    # Within the budget, the same list is served.
+    one = await graphql(big_app.client, '{ pods(namespace: "ns") { name } }')
+    assert len(one["data"]["pods"]) == 20_000
+    assert (await big_app.client.get("/healthz")).json() == {"status": "ok"}
+
+
+async def test_a_nested_list_that_multiplies_is_refused_with_one_error(big_app: App) -> None:
+    # 20,000 pods x the 200 pods of each one's node: after the 20,000 pods, the
+    # budget has room for the pods of 150 nodes. Pod.node is nullable, so the
+    # pods past that stay, with their node null.
+    response = await graphql(big_app.client, "{ pods { name node { pods { name } } } }")
+    pods = response["data"]["pods"]
+    assert len(pods) == 20_000
+    assert sum(p["node"] is not None for p in pods) == 150
+    (error,) = response["errors"]
+    assert "more than 50000 result objects" in error["message"]
+    assert error["path"] == ["pods", 150, "node", "pods"]
+
+
+async def test_the_budget_counts_nodes_and_gpus_of_the_full_cluster_query() -> None:
+    from graph_schema import SchemaLimits, build_schema, make_context
+
+    sc = synthetic_cluster(10, gpus_per_node=8, processes_per_gpu=4)
+    query = "{ nodes { name gpus { uuid processes { pid pod { name namespace } } } } }"
+    # 10 nodes + 80 GPUs; processes and their pods ride along with their GPU.
+    for limit, fits in ((90, True), (89, False)):
+        schema = build_schema(SchemaLimits(max_result_items=limit))
+        result = await schema.execute(
+            query, context_value=make_context(sc.cluster, sc.snapshots, schema.state)
+        )
+        assert (result.errors is None) is fits, result.errors
+
+
+async def test_depth_and_alias_limits_hold_over_get_and_the_websocket(big_app: App) -> None:
+    deep = "{ " + "pods { node { " * 7 + "name" + " } }" * 7 + " }"
+    aliased = "{ " + " ".join(f"n{i}: nodes {{ name }}" for i in range(31)) + " }"
+    for query, message in ((deep, "exceeds maximum operation depth of 12"), (aliased, "aliases")):
+        over_get = (await big_app.client.get("/graphql", params={"query": query})).json()
+        assert over_get["data"] is None
+        assert message in over_get["errors"][0]["message"]
+        async with GraphQLSocket.connect(big_app.server.ws_url) as ws:
+            over_ws = await ws.query(query)
+        assert message in over_ws["errors"][0]["message"]
+    fine = await big_app.client.get("/graphql", params={"query": "{ nodes { name } }"})
+    assert len(fine.json()["data"]["nodes"]) == 100
+
+
+async def test_a_query_over_the_time_limit_fails_alone_over_http_and_websocket() -> None:
+    cluster = MemoryCluster()
+    cluster.add_node(node_record("slow"))
+    agents = MemorySnapshots(delay=60)  # answers far beyond the request's time limit
+    agents.put(snapshot("slow", []))
+    settings = Settings(agent_timeout=0.1, request_timeout=0.5)
+    metrics = Metrics()
+    app = create_app(settings, cluster, agents, metrics=metrics)
+    query = '{ node(name: "slow") { name gpus { uuid } } }'
+    expected = {
+        "message": "the request exceeded the server's 0.5 s time limit",
+        "extensions": {"code": "REQUEST_TIMEOUT"},
+    }
+    async with (
+        serve_app(app, settings) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+    ):
+        over_http = await graphql(client, query)
+        assert over_http["data"] is None
+        assert [{k: e[k] for k in expected} for e in over_http["errors"]] == [expected]
+        async with GraphQLSocket.connect(server.ws_url) as ws:
+            over_ws = await ws.query(query)
+            assert [{k: e[k] for k in expected} for e in over_ws["errors"]] == [expected]
+            # The socket still serves what does not need the slow agent.
+            assert await ws.query("{ nodes { name } }") == {"data": {"nodes": [{"name": "slow"}]}}
+        metrics_text = (await client.get("/metrics")).text
+    assert 'gpugraph_query_errors_total{kind="timeout"} 2.0' in metrics_text
+    # Counted alike over HTTP and WebSocket: two timeouts and one good query.
+    assert "gpugraph_query_seconds_count 3.0" in metrics_text
