@@ -22,7 +22,8 @@ _DEFAULTS = Settings()
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
-def _listen(text: str) -> tuple[str, int]:
+def listen_address(text: str) -> tuple[str, int]:
+    """argparse type for HOST:PORT."""
     try:
         return parse_listen(text)
     except ValueError as exc:
@@ -34,7 +35,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     parser.add_argument(
         "--listen",
-        type=_listen,
+        type=listen_address,
         default=(d.listen_host, d.listen_port),
         metavar="HOST:PORT",
         help=f"where to serve HTTP (default {d.listen})",

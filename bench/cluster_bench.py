@@ -130,6 +130,9 @@ class Preloaded:
     def agent_address(self, node_name: str) -> str | None:
         return None
 
+    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
+        return snapshot.age_seconds
+
 
 # ------------------------------------------------- plain strawberry reference
 
@@ -286,7 +289,9 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
     try:
 
         async def query() -> Any:
-            return await schema.execute(FULL_QUERY, context_value=make_context(cluster.cache, pool))
+            return await schema.execute(
+                FULL_QUERY, context_value=make_context(cluster.cache, pool, schema.state)
+            )
 
         await query()  # connect every channel once
         server, slowest, agent_calls, errors = [], [], [], 0
@@ -307,7 +312,8 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
         preloaded = Preloaded(snapshots)
         same_schema, same_result = await timed(
             lambda: preloaded_schema.execute(
-                FULL_QUERY, context_value=make_context(cluster.cache, preloaded)
+                FULL_QUERY,
+                context_value=make_context(cluster.cache, preloaded, preloaded_schema.state),
             ),
             repeat,
         )
@@ -325,7 +331,7 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
             r = await schema.execute(
                 TRAVERSAL_QUERY,
                 variable_values=variables,
-                context_value=make_context(cluster.cache, pool),
+                context_value=make_context(cluster.cache, pool, schema.state),
             )
             walk_calls.append(len(calls.durations))
             assert r.errors is None, r.errors

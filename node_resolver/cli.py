@@ -39,7 +39,8 @@ def _listen_address(value: str) -> str:
     return value
 
 
-def _interval(value: str) -> float:
+def positive_seconds(value: str) -> float:
+    """argparse type for a positive number of seconds."""
     try:
         seconds = float(value)
     except ValueError:
@@ -98,7 +99,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval",
         default=1.0,
-        type=_interval,
+        type=positive_seconds,
         metavar="SECONDS",
         help="seconds between GPU scans (default: 1)",
     )

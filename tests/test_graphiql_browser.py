@@ -255,6 +255,9 @@ def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
 async def _bare_server(settings: Settings) -> Any:
     """The production app over an empty cluster (no agent is ever asked)."""
     cache = ClusterCache()
+    # An empty but fully listed cluster: ready, with nothing in it.
+    cache.replace_nodes([])
+    cache.replace_pods([])
     pool = AgentPool(NodeIpDiscovery(cache))
     app = create_app(settings, cache, pool)
     async with serve_app(app, settings) as running:

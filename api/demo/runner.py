@@ -34,10 +34,10 @@ import uvicorn
 
 from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
 from node_resolver.address import join_host_port
-from node_resolver.cli import _interval
+from node_resolver.cli import positive_seconds
 
 from ..agents import AgentPool
-from ..cli import LOG_LEVELS, _listen
+from ..cli import LOG_LEVELS, listen_address
 from ..kube.stub_server import StubApiServer, write_kubeconfig
 from ..settings import Settings, parse_listen
 from .gpus import GPU_NAME, fake_nvml_document
@@ -113,14 +113,14 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--listen",
-        type=_listen,
+        type=listen_address,
         default=parse_listen(DEFAULT_LISTEN),
         metavar="HOST:PORT",
         help=f"where to serve HTTP; port 0 picks a free one (default {DEFAULT_LISTEN})",
     )
     parser.add_argument(
         "--interval",
-        type=_interval,
+        type=positive_seconds,
         default=1.0,
         metavar="SECONDS",
         help="how often the fake GPUs change and the agents scan them (default 1)",
