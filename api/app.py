@@ -7,6 +7,8 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, ClassVar
 
+import orjson
+from graphql import ExecutionResult
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -17,6 +19,7 @@ from starlette.types import Lifespan
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.extensions import SchemaExtension
+from strawberry.http import GraphQLRequestData
 from strawberry.types.graphql import OperationType
 
 from graph_schema import (
@@ -35,6 +38,7 @@ from .http_limits import BodySizeLimit
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .responses import json_response
 from .settings import Settings
+from .shared_results import SharedResults
 
 __all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "create_app"]
 
@@ -108,6 +112,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         snapshots: SnapshotSource,
         graphiql: bool,
         allowed_origins: Sequence[str] = (),
+        shared: SharedResults | None = None,
     ) -> None:
         super().__init__(
             schema,
@@ -118,12 +123,42 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         self.snapshots = snapshots
         # Server-wide: subscription slots and GPU location hints outlive requests.
         self.state: SharedState = schema.state
+        self.shared = shared if shared is not None else SharedResults(ttl=0.0)
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Any:
         """The request's (or socket's) context; the schema forks it for each operation."""
         return make_context(
             self.cluster, self.snapshots, self.state, request=request, response=response
         )
+
+    async def execute_single(  # type: ignore[override]
+        self,
+        request: Request,
+        request_adapter: Any,
+        sub_response: Any,
+        context: Any,
+        root_value: Any,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        """Execute one operation, shared with identical operations within the snapshot TTL."""
+        try:
+            variables = orjson.dumps(request_data.variables, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # not JSON-shaped (e.g. uploads): run it alone
+            variables = None
+        parent = super().execute_single
+
+        def execute() -> Any:
+            return parent(request, request_adapter, sub_response, context, root_value, request_data)
+
+        if variables is None or request_data.extensions:
+            return await execute()
+        key = (
+            request_adapter.method,
+            request_data.query,
+            request_data.operation_name,
+            variables,
+        )
+        return await self.shared.run(key, execute)
 
 
 def create_app(
@@ -158,6 +193,7 @@ def create_app(
         snapshots=snapshots,
         graphiql=settings.graphiql,
         allowed_origins=settings.cors_origins,
+        shared=SharedResults(ttl=settings.snapshot_ttl),
     )
 
     async def healthz(request: Request) -> Response:

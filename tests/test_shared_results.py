@@ -1,0 +1,137 @@
+"""Identical queries within the snapshot TTL share one execution."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from graphql import ExecutionResult, GraphQLError
+
+from api.shared_results import SharedResults
+from tests.support.graph import SmallWorld
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_concurrent_identical_operations_share_one_execution() -> None:
+    shared = SharedResults(ttl=0.0)
+    runs = 0
+    release = asyncio.Event()
+
+    async def execute() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return ExecutionResult(data={"n": runs})
+
+    waiters = [asyncio.ensure_future(shared.run("q", execute)) for _ in range(10)]
+    await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(*waiters)
+    assert runs == 1
+    assert {r.data["n"] for r in results if r.data} == {1}
+    # TTL 0: nothing is kept once the execution is over.
+    await shared.run("q", execute)
+    assert runs == 2
+
+
+async def test_results_are_reused_within_the_ttl_and_refreshed_after() -> None:
+    clock = Clock()
+    shared = SharedResults(ttl=1.0, clock=clock)
+    runs = 0
+
+    async def execute() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        return ExecutionResult(data={"n": runs})
+
+    assert (await shared.run("q", execute)).data == {"n": 1}
+    clock.now += 0.9
+    assert (await shared.run("q", execute)).data == {"n": 1}
+    assert (await shared.run("other", execute)).data == {"n": 2}
+    clock.now += 0.2
+    assert (await shared.run("q", execute)).data == {"n": 3}
+    assert shared.shared == 1
+
+
+async def test_total_failures_and_exceptions_are_not_kept() -> None:
+    shared = SharedResults(ttl=10.0, clock=Clock())
+    runs = 0
+
+    async def fail() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        return ExecutionResult(data=None, errors=[])
+
+    await shared.run("q", fail)
+    await shared.run("q", fail)
+    assert runs == 2
+
+    async def not_ready() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        error = GraphQLError("still loading", extensions={"code": "NOT_READY"})
+        return ExecutionResult(data={"pod": None}, errors=[error])
+
+    await shared.run("n", not_ready)
+    await shared.run("n", not_ready)
+    assert runs == 4
+
+    async def boom() -> ExecutionResult:
+        raise RuntimeError("boom")
+
+    for _ in range(2):
+        try:
+            await shared.run("b", boom)
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("the exception must reach every caller")
+
+
+async def test_one_caller_going_away_does_not_cancel_the_others() -> None:
+    shared = SharedResults(ttl=0.0)
+    release = asyncio.Event()
+
+    async def execute() -> ExecutionResult:
+        await release.wait()
+        return ExecutionResult(data={"ok": True})
+
+    first = asyncio.ensure_future(shared.run("q", execute))
+    second = asyncio.ensure_future(shared.run("q", execute))
+    await asyncio.sleep(0)
+    first.cancel()
+    release.set()
+    assert (await second).data == {"ok": True}
+
+
+async def test_the_app_shares_identical_queries_but_not_different_ones() -> None:
+    from api.app import create_app
+    from api.settings import Settings
+
+    world = SmallWorld()
+    app = create_app(Settings(snapshot_ttl=5.0), world.cluster, world.agents)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        query = {"query": "{ nodes { name gpus { uuid } } }"}
+        answers = await asyncio.gather(*(client.post("/graphql", json=query) for _ in range(20)))
+        assert {a.status_code for a in answers} == {200}
+        assert len({a.text for a in answers}) == 1
+        executions = sum(world.agents.calls.values())
+        assert executions == len(world.cluster.nodes())
+        # Different variables are a different operation.
+        one = {
+            "query": "query($n: String!) { node(name: $n) { name } }",
+            "variables": {"n": "node-a"},
+        }
+        two = {**one, "variables": {"n": "node-b"}}
+        a = (await client.post("/graphql", json=one)).json()
+        b = (await client.post("/graphql", json=two)).json()
+        assert a["data"]["node"]["name"] == "node-a"
+        assert b["data"]["node"]["name"] == "node-b"
