@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ import pytest
 from api.cli import build_parser, main, settings_from_args
 from api.settings import Settings
 from graph_schema import SchemaLimits
-from tests.support.server import GraphTestCluster, standard_cluster
+from tests.support.server import GraphTestCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,14 +136,6 @@ def test_a_missing_kubeconfig_is_a_clear_error(
     code = main(["serve", "--listen", "127.0.0.1:0", "--kubeconfig", str(tmp_path / "nope")])
     assert code == 1
     assert "no such file" in capsys.readouterr().err
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
-    cluster = standard_cluster(tmp_path)
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
 
 
 async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestCluster) -> None:

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.server import GraphTestCluster, Served, serving, standard_cluster
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
-    cluster = standard_cluster(tmp_path)
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
+from tests.support.server import GraphTestCluster, Served, serving
 
 
 @pytest.fixture

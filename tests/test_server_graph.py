@@ -4,23 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from api.kube.objects import pod_uid_for
-from tests.support.server import GIB, GraphTestCluster, eventually, serving, standard_cluster
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
-    cluster = standard_cluster(tmp_path)
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
-
+from tests.support.server import GIB, GraphTestCluster, eventually, serving
 
 WALK = """
 query Walk($namespace: String!, $name: String!) {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -13,14 +12,6 @@ import websockets
 from websockets.typing import Origin, Subprotocol
 
 from tests.support.server import GraphTestCluster, eventually, serving, standard_cluster
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
-    cluster = standard_cluster(tmp_path)
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
 
 
 def nested(depth: int) -> str:

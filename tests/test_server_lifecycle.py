@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from grpc import aio
 
 from api.kube.objects import make_node
@@ -19,16 +16,7 @@ from tests.support.server import (
     GraphTestCluster,
     eventually,
     serving,
-    standard_cluster,
 )
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
-    cluster = standard_cluster(tmp_path)
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
 
 
 async def test_before_the_first_list_lands_requests_say_not_ready(

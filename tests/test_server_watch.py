@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import pytest
 
 from api.kube.objects import make_pod, pod_uid_for
 from tests.support.server import (
@@ -17,17 +14,7 @@ from tests.support.server import (
     Proc,
     eventually,
     serving,
-    standard_cluster,
 )
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
-    cluster = standard_cluster(tmp_path)
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
-
 
 GPU_OF_NODE_2 = """
 { gpu(uuid: "GPU-node-2-0") { processes { pid pod { namespace name } } } }
