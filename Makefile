@@ -16,7 +16,7 @@ PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt \
 	PIP_BUILD_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo test install install-dev lint typecheck proto proto-check web web-if-npm \
-	npm-if-npm bench-small clean
+	npm-if-npm bench-small bench clean
 
 # Debian's python3 without python3-venv leaves a $(VENV) without pip behind; remove
 # it, so the next run starts over, and say what to install.
@@ -90,6 +90,12 @@ bench-small: install-dev
 	$(PY) bench/agent_bench.py --sizes 3
 	$(PY) bench/cache_bench.py --pods 2000
 	$(PY) bench/cluster_bench.py --small
+
+# Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
+bench: install-dev
+	$(PY) bench/cluster_bench.py
+	$(PY) bench/cache_bench.py
+	$(PY) bench/agent_bench.py --sizes 10,50,100
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \
