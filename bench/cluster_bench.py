@@ -22,6 +22,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -428,6 +429,7 @@ async def concurrency(
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
         cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     return {
         "nodes": nodes,
         "clients": clients,
