@@ -14,6 +14,9 @@ changed while the agent runs. Its shape mirrors what NVML reports::
                               "migDeviceUuid": null}]}]}
 
 Unknown keys are ignored and a missing optional key means "not available".
+The one exception is a process's ``type``: NVML always knows which list a
+process came from, so a missing type means COMPUTE, the list almost every
+CUDA process is in.
 Numbers must fit what the agent's protobuf carries (utilizations are 0-100).
 A PID listed twice on one GPU (and MIG device) is merged as NVML's compute and
 graphics lists are: one entry, of type BOTH when the types differ. A GPU whose

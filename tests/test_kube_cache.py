@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import threading
+import tracemalloc
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.kube import ClusterCache
+from api.kube import ClusterCache, pod_record
 from api.kube import cache as cache_module
+from api.kube.objects import make_pod
 from graph_schema.context import Cluster
 from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
 
@@ -286,3 +289,23 @@ def test_indexes_match_a_plain_model_after_any_sequence_of_writes(ops: list[tupl
                     owner = model.get((ns, name))
                     has = owner is not None and any(c.container_id == cid for c in owner.containers)
                     assert cache.pod_by_container_id(cid) is (owner if has else None)
+
+
+def test_slim_records_stay_small_enough_for_100k_pods() -> None:
+    """100k pods must fit well under 1 GB, so each cached pod must stay a few KB at most."""
+    count = 5_000
+    raw = [
+        orjson.dumps(make_pod(f"w-{i}", f"ns-{i % 7}", f"node-{i % 50}", gpu_limit=1))
+        for i in range(count)
+    ]
+    cache = ClusterCache()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cache.replace_pods(pod_record(orjson.loads(body)) for body in raw)
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache.pods()) == count
+    # ~650 bytes measured; 4 KB a pod would still be 400 MB at 100k pods.
+    assert retained / count < 4096, f"{retained / count:.0f} bytes per pod"
