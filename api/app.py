@@ -158,7 +158,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             request_data.operation_name,
             variables,
         )
-        return await self.shared.run(key, execute)
+        return await self.shared.run(key, execute, lambda: context.freshness.oldest)
 
 
 def create_app(

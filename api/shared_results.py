@@ -57,9 +57,17 @@ class SharedResults:
         self.shared = 0
 
     async def run(
-        self, key: Hashable, execute: Callable[[], Awaitable[ExecutionResult]]
+        self,
+        key: Hashable,
+        execute: Callable[[], Awaitable[ExecutionResult]],
+        data_since: Callable[[], float | None] = lambda: None,
     ) -> ExecutionResult:
-        """The result for ``key``: cached, joined in flight, or from a new execution."""
+        """The result for ``key``: cached, joined in flight, or from a new execution.
+
+        ``data_since``, asked once the execution is over, says when the oldest
+        data it used was fetched (on this object's clock); the result is kept
+        for ``ttl`` from then, so no answer is ever older than the TTL.
+        """
         done = self._done.get(key)
         if done is not None and self._clock() - done.at < self.ttl:
             self.shared += 1
@@ -68,16 +76,19 @@ class SharedResults:
         if future is None:
             future = asyncio.ensure_future(execute())
             self._inflight[key] = future
-            # Aged from when the execution started: that bounds how old its data is.
             started = self._clock()
-            future.add_done_callback(lambda f: self._finish(key, f, started))
+            future.add_done_callback(lambda f: self._finish(key, f, started, data_since))
         else:
             self.shared += 1
         # Shielded: one client going away must not cancel the others' answer.
         return await asyncio.shield(future)
 
     def _finish(
-        self, key: Hashable, future: asyncio.Future[ExecutionResult], started: float
+        self,
+        key: Hashable,
+        future: asyncio.Future[ExecutionResult],
+        started: float,
+        data_since: Callable[[], float | None],
     ) -> None:
         self._inflight.pop(key, None)
         if self.ttl <= 0 or future.cancelled() or future.exception() is not None:
@@ -85,7 +96,8 @@ class SharedResults:
         result = future.result()
         if not _keepable(result):
             return
-        self._done[key] = _Done(result, started)
+        since = data_since()
+        self._done[key] = _Done(result, started if since is None else min(since, started))
         self._done.move_to_end(key)
         while len(self._done) > self.max_entries:
             self._done.popitem(last=False)

@@ -18,7 +18,7 @@ from node_resolver.models import NodeSnapshot
 
 from .errors import ResultBudgetError
 from .interfaces import AgentUnavailableError, Cluster, SnapshotSource
-from .loaders import GpuLoader, SnapshotLoader
+from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .state import SharedState
 from .types import Gpu, NodeSampleError
 
@@ -43,6 +43,7 @@ class GraphContext:
         *,
         request: Any = None,
         response: Any = None,
+        freshness: Freshness | None = None,
     ) -> None:
         self.cluster = cluster
         self.snapshots = snapshots
@@ -55,6 +56,8 @@ class GraphContext:
         # schema's partial-results extension adds them to the response.
         self.partial_errors: list[GraphQLError] = []
         self.result_items = 0
+        # Shared with every context forked from this one.
+        self.freshness = freshness if freshness is not None else Freshness()
 
     def fork(self) -> GraphContext:
         """A fresh context for one operation of the same request or WebSocket."""
@@ -64,6 +67,7 @@ class GraphContext:
             self.state,
             request=self.request,
             response=self.response,
+            freshness=self.freshness,
         )
 
     def charge(self, items: int) -> None:
@@ -74,7 +78,9 @@ class GraphContext:
 
     def _snapshots(self) -> SnapshotLoader:
         if self._snapshot_loader is None:
-            self._snapshot_loader = SnapshotLoader(self.snapshots, self.state.gpu_nodes)
+            self._snapshot_loader = SnapshotLoader(
+                self.snapshots, self.state.gpu_nodes, self.freshness
+            )
         return self._snapshot_loader
 
     def new_tick(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -21,13 +22,32 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class Freshness:
+    """When the oldest snapshot an operation read reached the server (monotonic clock).
+
+    Shared between a request's context and the contexts forked from it, so
+    the HTTP app can tell how long an answer built from them stays fresh.
+    """
+
+    def __init__(self) -> None:
+        self.oldest: float | None = None
+
+    def note(self, received_at: float) -> None:
+        """Remember a snapshot that reached the server at ``received_at``."""
+        if self.oldest is None or received_at < self.oldest:
+            self.oldest = received_at
+
+
 class SnapshotLoader(DataLoader[str, NodeSnapshot]):
     """Batches snapshot reads into one concurrent ``fetch`` per distinct node."""
 
-    def __init__(self, source: SnapshotSource, gpu_nodes: dict[str, str]) -> None:
+    def __init__(
+        self, source: SnapshotSource, gpu_nodes: dict[str, str], freshness: Freshness
+    ) -> None:
         super().__init__()
         self.source = source
         self.gpu_nodes = gpu_nodes
+        self.freshness = freshness
 
     async def batch_load_fn(  # type: ignore[override]
         self, node_names: Sequence[str]
@@ -46,6 +66,10 @@ class SnapshotLoader(DataLoader[str, NodeSnapshot]):
             return AgentUnavailableError(node_name, f"internal error ({type(exc).__name__})")
         for gpu in snapshot.sample.gpus:
             self.gpu_nodes[gpu.uuid] = node_name
+        # snapshot_age is the age at receipt plus the time since; the time since
+        # is how long the server has been reusing it.
+        held = self.source.snapshot_age(node_name, snapshot) - snapshot.age_seconds
+        self.freshness.note(time.monotonic() - max(0.0, held))
         return snapshot
 
     async def load_all(self, node_names: Sequence[str]) -> list[NodeSnapshot | BaseException]:

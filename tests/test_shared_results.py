@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import httpx
 from graphql import ExecutionResult, GraphQLError
 
+from api.app import create_app
+from api.settings import Settings
 from api.shared_results import SharedResults
-from tests.support.graph import SmallWorld
+from graph_schema.loaders import Freshness, SnapshotLoader
+from tests.support.graph import SmallWorld, snapshot
 
 
 class Clock:
@@ -112,9 +117,6 @@ async def test_one_caller_going_away_does_not_cancel_the_others() -> None:
 
 
 async def test_the_app_shares_identical_queries_but_not_different_ones() -> None:
-    from api.app import create_app
-    from api.settings import Settings
-
     world = SmallWorld()
     app = create_app(Settings(snapshot_ttl=5.0), world.cluster, world.agents)
     transport = httpx.ASGITransport(app=app)
@@ -135,3 +137,42 @@ async def test_the_app_shares_identical_queries_but_not_different_ones() -> None
         b = (await client.post("/graphql", json=two)).json()
         assert a["data"]["node"]["name"] == "node-a"
         assert b["data"]["node"]["name"] == "node-b"
+
+
+async def test_a_result_expires_a_ttl_after_its_oldest_data_was_fetched() -> None:
+    clock = Clock()
+    shared = SharedResults(ttl=1.0, clock=clock)
+    runs = 0
+
+    async def execute() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        return ExecutionResult(data={"n": runs})
+
+    # The execution read a snapshot the server had already held for 0.8 s.
+    fetched = clock.now - 0.8
+    await shared.run("q", execute, lambda: fetched)
+    clock.now += 0.1
+    assert (await shared.run("q", execute, lambda: fetched)).data == {"n": 1}
+    clock.now += 0.2  # 1.1 s after the data was fetched: too old to hand out again
+    assert (await shared.run("q", execute, lambda: fetched)).data == {"n": 2}
+
+
+async def test_the_loader_records_how_long_the_server_held_a_snapshot() -> None:
+    class HeldFor:
+        """A source whose snapshots the server received 5 s ago."""
+
+        async def fetch(self, node_name: str) -> Any:
+            return snapshot(node_name, [])
+
+        def agent_address(self, node_name: str) -> str | None:
+            return None
+
+        def snapshot_age(self, node_name: str, snap: Any) -> float:
+            return snap.age_seconds + 5.0
+
+    freshness = Freshness()
+    loader = SnapshotLoader(HeldFor(), {}, freshness)
+    await loader.load("node-a")
+    assert freshness.oldest is not None
+    assert 4.0 < time.monotonic() - freshness.oldest < 6.0
