@@ -12,6 +12,7 @@ import html
 import json
 import logging
 import secrets
+import shlex
 from pathlib import Path
 
 from starlette.requests import Request
@@ -152,6 +153,9 @@ gpugraph (needs Node.js and npm):</p>
 <pre>{build_command}</pre>
 <p>or, without make:</p>
 <pre>{build_steps}</pre>
+<p>Both build into the checkout. For a copy installed with <code>pip install</code>, build
+straight into the folder this server reads:</p>
+<pre>{build_into}</pre>
 <p>then restart the server. The container image already includes them.</p>
 <p>The GraphQL API itself works: POST queries to this URL, or open a WebSocket
 (<code>graphql-transport-ws</code>) here for subscriptions.</p>
@@ -172,6 +176,11 @@ def _csp(nonce: str) -> str:
     )
 
 
+def build_into(static_dir: Path) -> str:
+    """The build command that writes the assets straight into ``static_dir``."""
+    return f"cd web && npm ci && node build.mjs {shlex.quote(str(static_dir))}"
+
+
 def graphiql_html(
     *,
     static_url: str = STATIC_URL,
@@ -189,6 +198,7 @@ def graphiql_html(
             static_dir=html.escape(str(directory)),
             build_command=html.escape(BUILD_COMMAND),
             build_steps=html.escape(BUILD_STEPS),
+            build_into=html.escape(build_into(directory)),
         )
     return _PAGE.format(
         title=html.escape(title),
@@ -232,7 +242,8 @@ class _MissingAssets:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = (
             f"GraphiQL assets are not built (nothing in {self.static_dir}); "
-            f"run `{BUILD_COMMAND}` ({BUILD_STEPS}) and restart the server.\n"
+            f"run `{BUILD_COMMAND}` in a checkout, or `{build_into(self.static_dir)}` "
+            "for an installed copy, and restart the server.\n"
         )
         await PlainTextResponse(message, status_code=404)(scope, receive, send)
 

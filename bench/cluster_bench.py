@@ -456,7 +456,7 @@ def agent_calls(metrics: httpx.Response) -> float:
 # ------------------------------------------------------------------- printing
 
 
-def report(full: list[dict[str, Any]], conc: dict[str, Any] | None) -> None:
+def report(full: list[dict[str, Any]], conc: dict[str, Any] | None, pods: int) -> None:
     print(
         f"\n# gpugraph cluster benchmark — {time.strftime('%Y-%m-%d')}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}\n"
@@ -497,7 +497,7 @@ def report(full: list[dict[str, Any]], conc: dict[str, Any] | None) -> None:
             f"{ms(c['p99'])} | {c['calls_per_s']:.1f} | {c['expected']:.1f} | {c['errors']} |"
         )
     print(
-        "\nKubernetes cache fill (30k-pod lists, in-process watcher): "
+        f"\nKubernetes cache fill ({pods:,}-pod lists, in-process watcher): "
         + ", ".join(f"N={r['nodes']}: {r['fill']:.2f} s" for r in full)
     )
 
@@ -508,7 +508,7 @@ def main() -> None:
     )
     parser.add_argument("--nodes", default="100,1000", help="comma-separated cluster sizes")
     parser.add_argument("--pods", type=int, default=30_000)
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=30, help="full-cluster queries per size")
     parser.add_argument("--traversals", type=int, default=100)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -527,7 +527,7 @@ def main() -> None:
         conc = asyncio.run(
             concurrency(args.concurrency_nodes, args.pods, args.clients, args.seconds, args.ttl)
         )
-    report(full, conc)
+    report(full, conc, args.pods)
     bad = [r for r in full if r["errors"] or r["walk_calls"] != 1] + (
         [conc] if conc and conc["errors"] else []
     )

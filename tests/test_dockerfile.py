@@ -318,6 +318,24 @@ def test_make_test_runs_every_check() -> None:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_demo_creates_the_venv_installs_and_runs_the_demo(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    dry = subprocess.run(
+        ["make", "-n", "-B", "demo", f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dry.returncode == 0, dry.stderr
+    plan = dry.stdout
+    creates = plan.index(f"-m venv {venv}")
+    installs = plan.index(f"{venv}/bin/python -m pip install -q -c constraints.txt -e .")
+    runs = plan.index(f"{venv}/bin/gpugraph demo")
+    assert creates < installs < runs
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_bench_small_runs_benchmarks_that_exist() -> None:
     dry = subprocess.run(
         ["make", "-n", "bench-small"], cwd=ROOT, capture_output=True, text=True, timeout=60

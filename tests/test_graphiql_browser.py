@@ -324,6 +324,8 @@ async def test_missing_assets_page_says_how_to_build(no_assets: Path) -> None:
         assert "GraphiQL assets are not built" in page.text
         assert BUILD_COMMAND in page.text and "npm ci" in page.text
         assert str(no_assets) in page.text
+        # An installed copy is told to build into the folder it actually reads.
+        assert f"node build.mjs {no_assets}" in page.text
         assert "<script" not in page.text  # nothing that could render blank
         asset = await client.get(f"{STATIC_URL}/graphiql.min.js")
         assert asset.status_code == 404
