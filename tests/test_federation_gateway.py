@@ -14,7 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.responses import JSONResponse
 
+from graph_schema import build_schema
 from tests.federation.cluster import (
     GPU_A0,
     GPU_A1,
@@ -174,3 +176,36 @@ def test_unreachable_subgraph_is_reported(tmp_path: Path) -> None:
     with pytest.raises(GatewayError) as failure, running_gateway({"jobs": f"{jobs_url}/"}):
         pytest.fail("the gateway started without its only subgraph")
     assert "jobs" in str(failure.value)
+
+
+class SdlOnly:
+    """A subgraph that answers only the gateway's ``_service { sdl }`` question."""
+
+    def __init__(self, sdl: str) -> None:
+        self.sdl = sdl
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = JSONResponse({"data": {"_service": {"sdl": self.sdl}}})
+        await body(scope, receive, send)
+
+
+def test_a_regressed_gpugraph_sdl_fails_composition_clearly(tmp_path: Path) -> None:
+    missing = gateway_missing()
+    require(missing is None, missing or "")
+    sdl = build_schema().execute_sync("{ _service { sdl } }").data["_service"]["sdl"]
+    # The regression: Pod loses the namespace+name key the jobs subgraph joins on.
+    regressed = sdl.replace(' @key(fields: "namespace name")', "", 1)
+    assert regressed != sdl
+    with (
+        serving(SdlOnly(regressed)) as gpugraph_url,
+        serving(JobsApp(JOBS)) as jobs_url,
+        pytest.raises(GatewayError) as failure,
+        running_gateway({"gpugraph": f"{gpugraph_url}/", "jobs": f"{jobs_url}/"}),
+    ):
+        pytest.fail("the gateway composed jobs with a gpugraph Pod it cannot enter")
+    # Without the key, jobs' Pod.namespace and Pod.name clash with gpugraph's.
+    assert any('"Pod.namespace"' in e and '"gpugraph"' in e for e in failure.value.errors), (
+        failure.value.errors
+    )
