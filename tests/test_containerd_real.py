@@ -220,17 +220,37 @@ def write_gpus(path: Path, gpu0: list[int], gpu1: list[int]) -> None:
 Processes = dict[int, tuple[str, str, str, int]]
 
 
-def processes(address: str) -> Processes:
-    """PID -> (container ID, pod UID, runtime, GPU index) in the agent's latest snapshot."""
+def snapshot(address: str) -> agent_pb2.Snapshot:
+    """The agent's latest snapshot, over real gRPC."""
     with grpc.insecure_channel(address) as channel:
-        reply = agent_pb2_grpc.NodeAgentStub(channel).GetSnapshot(
+        return agent_pb2_grpc.NodeAgentStub(channel).GetSnapshot(
             agent_pb2.GetSnapshotRequest(), timeout=10
         )
+
+
+def processes_of(reply: agent_pb2.Snapshot) -> Processes:
+    """PID -> (container ID, pod UID, runtime, GPU index) in a snapshot."""
     return {
         p.pid: (p.container_id, p.pod_uid, p.runtime, gpu.index)
         for gpu in reply.gpus
         for p in gpu.processes
     }
+
+
+def processes(address: str) -> Processes:
+    """The processes of the agent's latest snapshot."""
+    return processes_of(snapshot(address))
+
+
+def next_snapshot_after(address: str, moment: float) -> Processes:
+    """The processes of the first snapshot the agent sampled after ``moment`` (Unix time)."""
+    deadline = time.monotonic() + EVENTUALLY
+    while time.monotonic() < deadline:
+        reply = snapshot(address)
+        if reply.sampled_at > moment:
+            return processes_of(reply)
+        time.sleep(0.05)
+    raise AssertionError(f"no snapshot sampled after {moment}")
 
 
 def wait_until(address: str, check: Callable[[Processes], bool]) -> Processes:
@@ -272,7 +292,11 @@ def test_agent_reports_containers_and_pods_then_drops_killed_ones(
         assert seen[scene.host.pid][:2] == ("", "")
 
         scene.containerd.kill(victim)
-        # The fake NVML file still lists the PID; the agent drops it because it is gone.
+        killed_at = time.time()
+        # The fake NVML file still lists the PID; the agent drops it because it is
+        # gone, from the first snapshot sampled after the kill.
+        first = next_snapshot_after(agent.address, killed_at)
+        assert victim.pids[0] not in first
         after = wait_until(agent.address, lambda procs: victim.pids[0] not in procs)
         assert set(after) == set(pids) - {victim.pids[0]}
         listed = {p["pid"] for g in json.loads(nvml.read_text())["gpus"] for p in g["processes"]}
