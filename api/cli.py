@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import importlib
-import inspect
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -249,18 +248,7 @@ def _add_delegated(
         return
     add_arguments, run_command = loaded
     add_arguments(sub)
-
-    def delegated(args: argparse.Namespace) -> int:
-        result = run_command(args)
-        if inspect.isawaitable(result):
-            result = asyncio.run(_await(result))
-        return int(result or 0)
-
-    sub.set_defaults(handler=delegated)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
+    sub.set_defaults(handler=run_command)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -1,7 +1,8 @@
-"""HTTP-side limits: a cap on request bodies and a time limit per request.
+"""The HTTP-side limit: a cap on request bodies.
 
-Query-shape limits (depth, aliases, tokens) belong to the schema; these guard
-the transport, before and around GraphQL execution.
+Query-shape limits (depth, aliases, tokens, result items) belong to the
+schema, and the time limit to the app's ``QueryTimer``; this one guards the
+transport, before GraphQL sees anything.
 """
 
 from __future__ import annotations

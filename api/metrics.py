@@ -42,7 +42,7 @@ class Metrics:
             "gpugraph_snapshot_requests",
             "Snapshot requests by how they were served: called (a new agent call), "
             "shared (joined an in-flight call), cached (within the TTL), "
-            "backoff (refused while the agent is backing off), no_address.",
+            "backoff (refused while the agent is backing off).",
             ["source"],
             registry=r,
         )

@@ -14,8 +14,9 @@ from starlette.applications import Starlette
 
 from graph_schema import NodeRecord, PodRecord
 from graph_schema.context import Cluster
+from node_resolver.auth import TokenFile
 
-from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery, TokenFile
+from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
 from .app import create_app
 from .departures import DepartedNodes
 from .gc_tuning import tune_gc_for_serving
@@ -23,7 +24,7 @@ from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
 from .kube.watcher import ClusterWatcher
 from .metrics import Metrics
-from .settings import Settings
+from .settings import Settings, SettingsError
 
 __all__ = [
     "Services",
@@ -46,13 +47,22 @@ def build_discovery(settings: Settings, cluster: Cluster) -> Discovery:
     return NodeIpDiscovery(cluster, settings.agent_port)
 
 
+def agent_token(settings: Settings) -> TokenFile | None:
+    """The agent token file, re-read when it changes; SettingsError if unusable at start."""
+    if settings.agent_token_file is None:
+        return None
+    try:
+        return TokenFile(settings.agent_token_file)
+    except ValueError as exc:
+        raise SettingsError(f"--agent-token-file: {exc}") from None
+
+
 def build_pool(settings: Settings, cluster: Cluster, metrics: Metrics | None = None) -> AgentPool:
     """An agent pool configured from ``settings``; SettingsError if the token file is unusable."""
-    token = TokenFile(settings.agent_token_file) if settings.agent_token_file else None
     return AgentPool(
         build_discovery(settings, cluster),
         timeout=settings.agent_timeout,
-        token=token,
+        token=agent_token(settings),
         ttl=settings.snapshot_ttl,
         metrics=metrics,
     )

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from node_resolver.address import join_host_port, split_host_port
+
 __all__ = ["Discovery", "Settings", "SettingsError", "parse_listen"]
 
 Discovery = Literal["node-ip", "pod-ip"]
@@ -31,12 +33,11 @@ class Settings:
     agent_timeout: float = 2.0
     agent_token_file: Path | None = None
     snapshot_ttl: float = 1.0
-    # Query limits.
+    # Query limits, kept in step with graph_schema.limits.SchemaLimits' defaults
+    # (not imported: the agent command shares this module and must not load the schema).
     max_depth: int = 12
     max_aliases: int = 30
     max_tokens: int = 5000
-    # Kept in step with graph_schema.limits.DEFAULT_MAX_RESULT_ITEMS (not imported:
-    # the agent command shares this module and must not load the schema).
     max_result_items: int = 200_000
     # HTTP limits.
     max_body_bytes: int = 1_048_576
@@ -102,8 +103,7 @@ class Settings:
     @property
     def listen(self) -> str:
         """``HOST:PORT`` as given to ``--listen``."""
-        host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
-        return f"{host}:{self.listen_port}"
+        return join_host_port(self.listen_host, self.listen_port)
 
 
 def _flag(name: str) -> str:
@@ -111,15 +111,5 @@ def _flag(name: str) -> str:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (IPv6 hosts in brackets); ValueError on anything else."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host:
-        host = "0.0.0.0"
-    number = int(port)
-    if number > 65535:
-        raise ValueError(f"port out of range in {value!r}")
-    return host, number
+    """Split ``HOST:PORT`` (IPv6 hosts in brackets; ``:PORT`` means every IPv4 address)."""
+    return split_host_port(f"0.0.0.0{value}" if value.startswith(":") else value)

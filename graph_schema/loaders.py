@@ -1,4 +1,4 @@
-"""Per-request dataloaders: one agent call per node, and GPUs found by UUID."""
+"""Per-operation dataloaders: one agent call per node, and GPUs found by UUID."""
 
 from __future__ import annotations
 

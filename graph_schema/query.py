@@ -8,9 +8,16 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from .context import GraphContext
+from .context import Cluster, GraphContext
 from .selectors import parse_label_selector
 from .types import Gpu, GpuProcess, Node, Pod, ready_context
+
+
+def node_names(cluster: Cluster, node_name: str | None) -> list[str]:
+    """Every cached node's name, or just ``node_name`` if it is cached (else none)."""
+    if node_name is None:
+        return [n.name for n in cluster.nodes()]
+    return [node_name] if cluster.node(node_name) is not None else []
 
 
 async def gpus_of_nodes(ctx: GraphContext, info: Info, node_names: list[str]) -> list[Gpu]:
@@ -84,13 +91,7 @@ class Query:
     )
     async def gpus(self, info: Info, node_name: str | None = None) -> list[Gpu]:
         ctx = ready_context(info)
-        if node_name is not None:
-            if ctx.cluster.node(node_name) is None:
-                return []
-            names = [node_name]
-        else:
-            names = [n.name for n in ctx.cluster.nodes()]
-        gpus = await gpus_of_nodes(ctx, info, names)
+        gpus = await gpus_of_nodes(ctx, info, node_names(ctx.cluster, node_name))
         ctx.charge(len(gpus))
         return gpus
 
@@ -107,12 +108,10 @@ class Query:
             # Only nodes running pods of that namespace can have its processes.
             names = sorted(
                 {p.node_name for p in cluster.pods(namespace=namespace) if p.node_name}
-                & ({node_name} if node_name is not None else {n.name for n in cluster.nodes()})
+                & set(node_names(cluster, node_name))
             )
-        elif node_name is not None:
-            names = [node_name] if cluster.node(node_name) is not None else []
         else:
-            names = [n.name for n in cluster.nodes()]
+            names = node_names(cluster, node_name)
         gpus = await gpus_of_nodes(ctx, info, names)
         processes = [p for g in gpus for p in g.processes]
         if namespace is not None:

@@ -9,7 +9,7 @@ import strawberry
 from strawberry.types import Info
 
 from .limits import clamp_interval
-from .query import gpus_of_nodes
+from .query import gpus_of_nodes, node_names
 from .types import Gpu, Pod, ready_context
 
 
@@ -33,10 +33,7 @@ class Subscription:
                 # Fresh loaders each tick; the snapshot source's TTL sharing
                 # keeps many subscribers of one node to about one call a tick.
                 ctx.new_tick()
-                if node_name is not None:
-                    names = [node_name] if ctx.cluster.node(node_name) is not None else []
-                else:
-                    names = [n.name for n in ctx.cluster.nodes()]
+                names = node_names(ctx.cluster, node_name)
                 # The operation has a context of its own, so the errors of
                 # failing nodes go out with this tick's result.
                 gpus = await gpus_of_nodes(ctx, info, names)

@@ -3,7 +3,7 @@
 Gpu and GpuProcess objects are built once per agent snapshot (see ``views``)
 and every field below them resolves synchronously from that snapshot or the
 Kubernetes cache. The only agent reads are the async fields that need a
-node's snapshot, and they go through the request's loader: one call per node.
+node's snapshot, and they go through the operation's loader: one call per node.
 """
 
 from __future__ import annotations

@@ -14,13 +14,14 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 
+from .address import split_host_port
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
 from .nvml import NvmlGpuSource, NvmlUnavailableError
 from .pids import RESOLVER_KINDS, build_resolver
 from .sampler import Sampler
-from .service import AgentServer, split_host_port
+from .service import AgentServer
 
 log = logging.getLogger("node_resolver")
 

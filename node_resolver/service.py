@@ -139,7 +139,3 @@ class AgentServer:
         self.serving = False
         await self.health.enter_graceful_shutdown()
         await self._server.stop(grace)
-
-    async def wait_for_termination(self) -> None:
-        """Return when the server has stopped."""
-        await self._server.wait_for_termination()

@@ -17,14 +17,15 @@ from api.agents import (
     Backoff,
     NodeIpDiscovery,
     PodIpDiscovery,
-    TokenFile,
 )
 from api.kube.cache import ClusterCache
 from api.kube.objects import make_node, make_pod, pod_uid_for
 from api.kube.parse import node_record, pod_record
 from api.metrics import Metrics
-from api.settings import SettingsError
+from api.serve import agent_token
+from api.settings import Settings, SettingsError
 from graph_schema.context import AgentUnavailableError
+from node_resolver.auth import TokenFile
 from node_resolver.client import AgentClient
 from node_resolver.models import NodeSnapshot
 from tests.support import graph
@@ -460,7 +461,7 @@ def test_a_rotated_token_is_picked_up_after_the_check_interval(
     path = tmp_path / "token"
     path.write_text("first\n")
     clock = ManualClock()
-    token = TokenFile(path, check_every=5.0, clock=clock)
+    token = TokenFile(path, check_seconds=5.0, clock=clock)
     assert token.current() == "first"
 
     rotate(path, "second")
@@ -474,7 +475,7 @@ def test_a_rotated_token_is_picked_up_after_the_check_interval(
     clock.advance(5.0)
     with caplog.at_level(logging.WARNING, logger="api.agents.token"):
         assert token.current() == "second"
-    assert "keeping the old token" in caplog.text
+    assert "still expecting the previous token" in caplog.text
     path.unlink()
     clock.advance(5.0)
     assert token.current() == "second"
@@ -486,10 +487,10 @@ def test_a_rotated_token_is_picked_up_after_the_check_interval(
 
 def test_an_unusable_token_file_is_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="--agent-token-file: cannot read"):
-        TokenFile(tmp_path / "missing")
+        agent_token(Settings(agent_token_file=tmp_path / "missing"))
     (tmp_path / "empty").write_text("")
     with pytest.raises(SettingsError, match="is empty"):
-        TokenFile(tmp_path / "empty")
+        agent_token(Settings(agent_token_file=tmp_path / "empty"))
 
 
 class Client:
@@ -520,7 +521,7 @@ async def test_the_pool_rebuilds_its_channels_with_a_rotated_token(tmp_path: Pat
     pool = AgentPool(
         NodeIpDiscovery(cluster, 50051),
         ttl=0,
-        token=TokenFile(path, check_every=5.0, clock=clock),
+        token=TokenFile(path, check_seconds=5.0, clock=clock),
         client_factory=factory,  # type: ignore[arg-type]
         clock=clock,
     )

@@ -20,9 +20,10 @@ def test_container_id_prefix_is_stripped_for_each_runtime(runtime: str) -> None:
     assert record.containers[0].container_id == HEX
 
 
-def test_unknown_prefix_and_bare_ids_are_kept() -> None:
+def test_bare_ids_are_kept_and_any_runtime_scheme_is_stripped() -> None:
+    # The agent reports bare IDs whatever the runtime, so any scheme must go.
     assert strip_runtime_prefix(HEX) == HEX
-    assert strip_runtime_prefix(f"podman://{HEX}") == f"podman://{HEX}"
+    assert strip_runtime_prefix(f"podman://{HEX}") == HEX
 
 
 def test_pod_fields() -> None:

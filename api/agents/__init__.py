@@ -6,10 +6,8 @@ from .discovery import (
     Discovery,
     NodeIpDiscovery,
     PodIpDiscovery,
-    join_host_port,
 )
 from .pool import CHANNEL_OPTIONS, AgentClientLike, AgentPool, ClientFactory
-from .token import TokenFile
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -21,6 +19,4 @@ __all__ = [
     "Discovery",
     "NodeIpDiscovery",
     "PodIpDiscovery",
-    "TokenFile",
-    "join_host_port",
 ]

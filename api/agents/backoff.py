@@ -38,10 +38,6 @@ class Backoff:
         state.last_error = error
         return delay
 
-    def succeeded(self, key: str) -> None:
-        """Forget ``key``'s failures."""
-        self._states.pop(key, None)
-
     def blocked(self, key: str) -> tuple[str, float] | None:
         """While ``key`` is skipped, its last error and the seconds left; else None."""
         state = self._states.get(key)
@@ -66,5 +62,5 @@ class Backoff:
         return sum(1 for s in self._states.values() if s.retry_at > now)
 
     def forget(self, key: str) -> None:
-        """Drop ``key`` entirely, e.g. when its node leaves the cluster."""
+        """Drop ``key``'s failures: it answered again, or its node left the cluster."""
         self._states.pop(key, None)

@@ -19,7 +19,6 @@ __all__ = [
     "Discovery",
     "NodeIpDiscovery",
     "PodIpDiscovery",
-    "join_host_port",
 ]
 
 

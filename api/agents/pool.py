@@ -20,12 +20,12 @@ from typing import Protocol
 import grpc
 
 from graph_schema.context import AgentUnavailableError
+from node_resolver.auth import TokenFile
 from node_resolver.models import NodeSnapshot
 
 from ..metrics import Metrics
 from .backoff import Backoff
 from .discovery import AddressUnknownError, Discovery
-from .token import TokenFile
 
 __all__ = ["CHANNEL_OPTIONS", "AgentClientLike", "AgentPool", "ClientFactory"]
 
@@ -163,9 +163,7 @@ class AgentPool:
             address = self.discovery.address(node_name)
         except AddressUnknownError as exc:
             # Often a node that left the cluster: forget everything held for it.
-            await self._drop_client(node_name)
-            self._cache.pop(node_name, None)
-            self._backoff.forget(node_name)
+            await self.forget(node_name)
             raise AgentUnavailableError(node_name, str(exc)) from None
         client = await self._client_for(node_name, address)
         started = time.perf_counter()
@@ -200,7 +198,7 @@ class AgentPool:
                 self._metrics.agent_call_seconds.observe(time.perf_counter() - started)
         if self._backoff.failing(node_name):
             log.warning("agent on node %s answers again", node_name)
-            self._backoff.succeeded(node_name)
+            self._backoff.forget(node_name)
         self._cache[node_name] = _Cached(snapshot, self._clock())
         return snapshot
 

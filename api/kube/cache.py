@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 
 from graph_schema.records import NodeRecord, PodRecord
 
+from .parse import strip_runtime_prefix
+
 # (kind, change, record): kind is "pod" or "node"; change is "ADDED",
 # "MODIFIED", "DELETED" or "RELISTED" (record None: the whole kind was replaced).
 ChangeListener = Callable[[str, str, PodRecord | NodeRecord | None], None]
@@ -184,10 +186,8 @@ class ClusterCache:
 
     def pod_by_container_id(self, container_id: str) -> PodRecord | None:
         """The pod owning this container ID (a runtime prefix is ignored), if cached."""
-        if "://" in container_id:
-            container_id = container_id.split("://", 1)[1]
         with self._lock:
-            return self._pods.by_container.get(container_id)
+            return self._pods.by_container.get(strip_runtime_prefix(container_id))
 
     def pods(
         self, namespace: str | None = None, node_name: str | None = None

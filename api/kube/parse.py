@@ -16,7 +16,6 @@ from typing import Any
 from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
 
 GPU_RESOURCE = "nvidia.com/gpu"
-RUNTIME_PREFIXES = ("containerd://", "cri-o://", "docker://")
 
 # Pods of one ReplicaSet or StatefulSet carry identical labels; they share one dict.
 _LABEL_MEMO_LIMIT = 65_536
@@ -47,11 +46,9 @@ def _opt_shared(value: Any) -> str | None:
 
 
 def strip_runtime_prefix(container_id: str) -> str:
-    """A container ID without its ``containerd://``, ``cri-o://`` or ``docker://`` prefix."""
-    for prefix in RUNTIME_PREFIXES:
-        if container_id.startswith(prefix):
-            return container_id[len(prefix) :]
-    return container_id
+    """A container ID without its runtime prefix (``containerd://``, ``cri-o://``, ``docker://``…)."""
+    # Any scheme: the agent only ever reports the bare ID, whatever the runtime.
+    return container_id.split("://", 1)[-1]
 
 
 def _labels(raw: Any) -> dict[str, str]:
