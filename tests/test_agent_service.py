@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import pynvml
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
@@ -35,6 +34,7 @@ from tests.support.agents import (
     gpu_json,
     nvml_json,
     resolved,
+    skip_if_nvml_loads,
     start_agent_process,
     start_agent_thread,
     write_proc_tree,
@@ -373,13 +373,7 @@ def test_cli_on_a_port_in_use_fails(tmp_path: Path, nvml_file: Path) -> None:
 
 
 def test_cli_without_nvml_names_the_likely_cause() -> None:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        pass
-    else:
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver")
+    skip_if_nvml_loads()
     result = run_cli("--node-name", "n", "--listen", "127.0.0.1:0")
     assert result.returncode == 1
     assert "NVIDIA_VISIBLE_DEVICES=all" in result.stderr and "Traceback" not in result.stderr

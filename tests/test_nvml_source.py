@@ -19,6 +19,7 @@ import pytest
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.models import GpuSample, ProcessType
 from node_resolver.nvml import NVML_VALUE_NOT_AVAILABLE, NvmlGpuSource, NvmlUnavailableError
+from tests.support.agents import skip_if_nvml_loads
 
 NOW = 1_800_000_000.0  # the test clock, Unix seconds
 NOW_US = int(NOW * 1_000_000)
@@ -530,13 +531,7 @@ def test_missing_library_is_a_clear_startup_error() -> None:
 
 
 def test_missing_library_with_the_real_pynvml_module() -> None:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        pass
-    else:
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver")
+    skip_if_nvml_loads()
     with pytest.raises(NvmlUnavailableError, match="NVIDIA_VISIBLE_DEVICES=all"):
         NvmlGpuSource()
 

@@ -24,6 +24,17 @@ class Clock:
         return self.now
 
 
+class Executions:
+    """An execution that counts its runs and answers with the run number."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def __call__(self) -> ExecutionResult:
+        self.runs += 1
+        return ExecutionResult(data={"n": self.runs})
+
+
 async def test_concurrent_identical_operations_share_one_execution() -> None:
     shared = SharedResults(ttl=0.0)
     runs = 0
@@ -49,12 +60,7 @@ async def test_concurrent_identical_operations_share_one_execution() -> None:
 async def test_results_are_reused_within_the_ttl_and_refreshed_after() -> None:
     clock = Clock()
     shared = SharedResults(ttl=1.0, clock=clock)
-    runs = 0
-
-    async def execute() -> ExecutionResult:
-        nonlocal runs
-        runs += 1
-        return ExecutionResult(data={"n": runs})
+    execute = Executions()
 
     assert (await shared.run("q", execute)).data == {"n": 1}
     clock.now += 0.9
@@ -142,12 +148,7 @@ async def test_the_app_shares_identical_queries_but_not_different_ones() -> None
 async def test_a_result_expires_a_ttl_after_its_oldest_data_was_fetched() -> None:
     clock = Clock()
     shared = SharedResults(ttl=1.0, clock=clock)
-    runs = 0
-
-    async def execute() -> ExecutionResult:
-        nonlocal runs
-        runs += 1
-        return ExecutionResult(data={"n": runs})
+    execute = Executions()
 
     # The execution read a snapshot the server had already held for 0.8 s.
     fetched = clock.now - 0.8

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pynvml
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from node_resolver.fake_proc import HOST_CGROUP, write_process
@@ -371,3 +373,13 @@ def nvml_json(gpus: Sequence[Mapping[str, Any]], **fields: Any) -> dict:
     }
     data.update(fields)
     return data
+
+
+def skip_if_nvml_loads() -> None:
+    """Skip the calling test on a machine where the real NVML library loads (a GPU host)."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        return
+    pynvml.nvmlShutdown()
+    pytest.skip("this machine has an NVIDIA driver")
