@@ -18,11 +18,11 @@ from node_resolver.auth import TokenFile
 
 from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
 from .app import create_app
-from .departures import DepartedNodes
-from .gc_tuning import tune_gc_for_serving
 from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
 from .kube.watcher import ClusterWatcher
+from .lifecycle.departures import DepartedNodes
+from .lifecycle.gc_tuning import tune_gc_for_serving
 from .metrics import Metrics
 from .settings import Settings, SettingsError
 

@@ -37,9 +37,9 @@ import orjson
 import urllib3
 from kubernetes.client import ApiClient
 
+from api.demo.cluster import kubeconfig_for
 from api.kube import ClusterCache, ClusterWatcher, pod_record
 from api.kube.reflector import gc_paused
-from api.kube.stub_server import kubeconfig_for
 from graph_schema.records import PodRecord
 
 TARGET_FILL_S = 10.0
@@ -78,7 +78,15 @@ def start_stub(pods: int, nodes: int) -> tuple[subprocess.Popen[str], str]:
     """The stub API server in a child process, and its URL."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "api.kube.stub_server", "--pods", str(pods), "--nodes", str(nodes)],
+        [
+            sys.executable,
+            "-m",
+            "api.demo.cluster.apiserver",
+            "--pods",
+            str(pods),
+            "--nodes",
+            str(nodes),
+        ],
         cwd=repo,
         stdout=subprocess.PIPE,
         text=True,

@@ -46,9 +46,9 @@ from fleet import build_fleet  # noqa: E402
 from strawberry.schema.config import StrawberryConfig  # noqa: E402
 
 from api.agents import CHANNEL_OPTIONS, AgentPool, NodeIpDiscovery  # noqa: E402
-from api.gc_tuning import tune_gc_for_serving  # noqa: E402
+from api.demo.cluster import StubApiServer, write_kubeconfig  # noqa: E402
 from api.kube import ClusterCache, ClusterWatcher  # noqa: E402
-from api.kube.stub_server import StubApiServer, write_kubeconfig  # noqa: E402
+from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
 from graph_schema import build_schema, make_context  # noqa: E402
 from graph_schema.scalars import Bytes, BytesScalar  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402

@@ -11,8 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.kube.objects import container_id_for, pod_uid_for
-from api.kube.stub_server import make_node, make_pod
+from api.demo.cluster import make_node, make_pod
+from api.demo.cluster.manifests import container_id_for, pod_uid_for
 from node_resolver.models import ContainerRef, GpuProcess, GpuSample, NodeSample
 
 GPUS_PER_NODE = 8

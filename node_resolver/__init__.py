@@ -4,7 +4,6 @@ from .cli import add_agent_arguments, run_agent
 from .client import AgentClient
 from .codec import snapshot_from_proto, snapshot_to_proto
 from .fake_nvml import FakeGpuSource, FakeNvmlError, parse_fake_nvml, write_fake_nvml
-from .fake_proc import kubelet_cgroup, remove_process, stat_line, write_process
 from .gpu_source import GpuSource
 from .models import (
     ContainerRef,
@@ -41,13 +40,9 @@ __all__ = [
     "Sampler",
     "add_agent_arguments",
     "build_resolver",
-    "kubelet_cgroup",
     "parse_fake_nvml",
-    "remove_process",
     "run_agent",
     "snapshot_from_proto",
     "snapshot_to_proto",
-    "stat_line",
     "write_fake_nvml",
-    "write_process",
 ]

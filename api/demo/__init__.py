@@ -1,8 +1,19 @@
-"""``gpugraph demo``: a simulated GPU cluster on loopback, served by the real server."""
+"""``gpugraph demo``: a simulated GPU cluster on loopback, served by the real server.
 
-from .queries import example_queries
-from .runner import DemoConfig, DemoError, add_demo_arguments, run_demo, run_demo_async
-from .scenario import DemoCluster, DemoNode, DemoProcess, build_cluster, gpu_uuid
+``api.demo.cluster`` is the simulated cluster itself (stub API server, pod and
+node manifests, fake ``/proc``); the rest of this package stages a scenario on
+it and runs the real server and agents against it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .queries import example_queries
+    from .runner import DemoConfig, DemoError, add_demo_arguments, run_demo, run_demo_async
+    from .scenario import DemoCluster, DemoNode, DemoProcess, build_cluster, gpu_uuid
 
 __all__ = [
     "DemoCluster",
@@ -17,3 +28,28 @@ __all__ = [
     "run_demo",
     "run_demo_async",
 ]
+
+# Loaded on first use, so that importing the simulated cluster
+# (``api.demo.cluster``) does not import the server the runner drives.
+_EXPORTS = {
+    "example_queries": ".queries",
+    "DemoConfig": ".runner",
+    "DemoError": ".runner",
+    "add_demo_arguments": ".runner",
+    "run_demo": ".runner",
+    "run_demo_async": ".runner",
+    "DemoCluster": ".scenario",
+    "DemoNode": ".scenario",
+    "DemoProcess": ".scenario",
+    "build_cluster": ".scenario",
+    "gpu_uuid": ".scenario",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

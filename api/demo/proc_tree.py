@@ -6,8 +6,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from node_resolver.fake_proc import write_process
-
+from .cluster.fake_proc import write_process
 from .scenario import DemoProcess
 
 __all__ = ["write_proc_tree"]

@@ -38,8 +38,8 @@ from node_resolver.cli import positive_seconds
 
 from ..agents import AgentPool
 from ..cli import LOG_LEVELS, listen_address
-from ..kube.stub_server import StubApiServer, write_kubeconfig
 from ..settings import Settings, parse_listen
+from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document
 from .proc_tree import write_proc_tree
 from .queries import example_queries

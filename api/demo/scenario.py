@@ -17,8 +17,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from api.kube.objects import make_node, make_pod
-from node_resolver.fake_proc import kubelet_cgroup
+from .cluster.fake_proc import kubelet_cgroup
+from .cluster.manifests import make_node, make_pod
 
 __all__ = [
     "GIB",

@@ -3,7 +3,7 @@
 ``ClusterCache`` holds slim records and answers the graph's lookups;
 ``ClusterWatcher`` fills it with paginated lists and keeps it current with
 watches; ``load_kube_config`` finds the API server. The fake API server used
-by tests, the demo and the benchmarks lives in ``api.kube.stub_server``.
+by tests, the demo and the benchmarks lives in ``api.demo.cluster.apiserver``.
 """
 
 from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats

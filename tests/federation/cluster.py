@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from api.kube.objects import pod_uid_for
+from api.demo.cluster.manifests import pod_uid_for
 from graph_schema import SubscriptionLimiter
 from tests.support.server import GIB, Gpu, GraphTestCluster, Proc, Served, serving
 

@@ -32,7 +32,7 @@ import pynvml
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from node_resolver.fake_proc import HOST_CGROUP, write_process
+from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
 from node_resolver.gpu_source import GpuSource
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess

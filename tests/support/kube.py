@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from api.demo.cluster import StubApiServer
 from api.kube import ClusterCache, ClusterWatcher
-from api.kube.stub_server import StubApiServer
 
 EVENTUALLY_TIMEOUT = 2.0
 

@@ -25,10 +25,10 @@ import websockets
 from starlette.applications import Starlette
 from websockets.typing import Subprotocol
 
-from api.kube.objects import container_id_for
+from api.demo.cluster.fake_proc import kubelet_cgroup, remove_process, write_process
+from api.demo.cluster.manifests import container_id_for
 from api.settings import Settings
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
-from node_resolver.fake_proc import kubelet_cgroup, remove_process, write_process
 from node_resolver.pids import CgroupResolver
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
@@ -325,7 +325,7 @@ class GraphTestCluster:
     """
 
     def __init__(self, workdir: Path, *, token: str | None = None) -> None:
-        from api.kube.stub_server import StubApiServer
+        from api.demo.cluster import StubApiServer
 
         self.workdir = workdir
         self.token = token
@@ -338,7 +338,7 @@ class GraphTestCluster:
         self, name: str, gpus: Sequence[Gpu] = (), procs: Sequence[Proc] = ()
     ) -> AgentNode:
         """A node on the stub server with an agent (started by ``start``)."""
-        from api.kube.objects import make_node
+        from api.demo.cluster.manifests import make_node
 
         ip = node_ips(len(self.agents) + 1)[-1]
         agent = AgentNode(name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token)
@@ -350,7 +350,7 @@ class GraphTestCluster:
         self, name: str, namespace: str = "default", node: str | None = None, **kw: Any
     ) -> str:
         """A pod on the stub server; returns its UID."""
-        from api.kube.objects import make_pod, pod_uid_for
+        from api.demo.cluster.manifests import make_pod, pod_uid_for
 
         self.stub.add_pod(make_pod(name, namespace, node, **kw))
         uid: str = kw.get("uid") or pod_uid_for(namespace, name)
@@ -358,7 +358,7 @@ class GraphTestCluster:
 
     async def start(self) -> None:
         """Start the stub server and every agent (sharing the first agent's port)."""
-        from api.kube.stub_server import write_kubeconfig
+        from api.demo.cluster import write_kubeconfig
 
         self.stub.start()
         write_kubeconfig(str(self.kubeconfig), self.stub.url)
@@ -441,7 +441,7 @@ def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestClu
     - node-2: GPU-node-2-0, idle.
     - ml/pending-0: not scheduled to any node.
     """
-    from api.kube.objects import pod_uid_for
+    from api.demo.cluster.manifests import pod_uid_for
 
     cluster = GraphTestCluster(workdir, token=token)
     worker0 = pod_uid_for("ml", "worker-0")

@@ -1,0 +1,269 @@
+"""A small fake Kubernetes API server for tests, the demo and the benchmarks.
+
+It is a real HTTP server on a loopback port that speaks the API server's wire
+format for pods and nodes, so the official client talks to it unchanged:
+
+- ``GET /api/v1/pods``, ``/api/v1/namespaces/{ns}/pods``, ``/api/v1/nodes``:
+  ``PodList``/``NodeList`` carrying ``metadata.resourceVersion``, paginated by
+  ``limit`` with ``continue`` tokens over a consistent snapshot (``lists``);
+- ``?watch=true``: a chunked stream of ``{"type": ..., "object": ...}`` lines
+  after ``resourceVersion``, with ``BOOKMARK`` events when
+  ``allowWatchBookmarks=true``, ended after ``timeoutSeconds``; a watch from
+  a resourceVersion older than the bounded event history gets the
+  ``ERROR`` event with a ``410 Gone`` Status, as the real server sends it
+  (``watch``);
+- ``labelSelector`` (``k=v``, ``k!=v``, ``k``, ``!k``) and the
+  ``fieldSelector``s ``spec.nodeName``, ``metadata.name`` and
+  ``metadata.namespace`` (``selectors``).
+
+Test controls change objects (each change is a watch event), expire or drop
+the open watches, hold list requests, and count requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from kubernetes.client import Configuration
+
+from .kubeconfig import kubeconfig_for
+from .lists import Lister
+from .routes import route
+from .status import status
+from .store import NODES, PODS, ObjectStore
+from .transport import Exchange, HttpServer
+from .watch import stream_watch
+
+__all__ = ["StubApiServer"]
+
+
+class StubApiServer:
+    """A fake Kubernetes API server on ``127.0.0.1``; use as a context manager or start()/stop()."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        history_limit: int = 10_000,
+        bookmark_interval: float = 1.0,
+    ) -> None:
+        self.bookmark_interval = bookmark_interval
+        self._store = ObjectStore(history_limit)
+        self._cond = self._store.cond
+        self._lister = Lister(self._store)
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.request_log: deque[tuple[str, dict[str, str]]] = deque(maxlen=1000)
+        self._httpd = HttpServer((host, port), self)
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> StubApiServer:
+        """Serve in a daemon thread."""
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and end every open watch."""
+        self._store.stop()
+        self._lister.release()
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(5)
+        self._httpd.server_close()
+
+    def __enter__(self) -> StubApiServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def configuration(self) -> Configuration:
+        """A client Configuration pointing at this server."""
+        return kubeconfig_for(self.url)
+
+    # -- objects ---------------------------------------------------------------
+
+    @property
+    def history_limit(self) -> int:
+        """How many events watches can resume from; older resourceVersions get 410 Gone."""
+        return self._store.history_limit
+
+    @property
+    def list_delay(self) -> float:
+        """Seconds each list response waits before it is sent (a slow API server)."""
+        return self._lister.delay
+
+    @list_delay.setter
+    def list_delay(self, seconds: float) -> None:
+        self._lister.delay = seconds
+
+    @property
+    def resource_version(self) -> int:
+        """The latest resourceVersion handed out."""
+        return self._store.rv
+
+    def add_pod(self, pod: Mapping[str, Any]) -> int:
+        """Create a pod (ADDED); returns its resourceVersion."""
+        return self._store.write(PODS, pod, create=True)
+
+    def update_pod(self, pod: Mapping[str, Any]) -> int:
+        """Replace an existing pod (MODIFIED); returns its resourceVersion."""
+        return self._store.write(PODS, pod, create=False)
+
+    def delete_pod(self, namespace: str, name: str) -> int:
+        """Delete a pod (DELETED); returns the deletion's resourceVersion."""
+        return self._store.delete(PODS, (namespace, name))
+
+    def add_node(self, node: Mapping[str, Any]) -> int:
+        """Create a node (ADDED); returns its resourceVersion."""
+        return self._store.write(NODES, node, create=True)
+
+    def update_node(self, node: Mapping[str, Any]) -> int:
+        """Replace an existing node (MODIFIED); returns its resourceVersion."""
+        return self._store.write(NODES, node, create=False)
+
+    def delete_node(self, name: str) -> int:
+        """Delete a node (DELETED); returns the deletion's resourceVersion."""
+        return self._store.delete(NODES, ("", name))
+
+    def load(
+        self,
+        pods: Iterable[Mapping[str, Any]] = (),
+        nodes: Iterable[Mapping[str, Any]] = (),
+        *,
+        assign_uids: bool = True,
+    ) -> int:
+        """Add objects in bulk without watch events (as if they predate every watch).
+
+        With ``assign_uids=False`` objects are served exactly as given, even
+        without a UID, to feed clients malformed objects.
+        """
+        return self._store.load(pods, nodes, assign_uids=assign_uids)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as served now, if any."""
+        return self._store.get(PODS, (namespace, name))
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        """The node as served now, if any."""
+        return self._store.get(NODES, ("", name))
+
+    def inject_watch_line(self, resource: str, line: bytes) -> int:
+        """Send ``line`` verbatim (plus a newline) to the open watches of ``resource``, in order.
+
+        Like an ERROR event on the real server, the line is not replayed to
+        watches opened later.
+        """
+        return self._store.inject(resource, line)
+
+    # -- test controls ---------------------------------------------------------
+
+    def expire_watches(self) -> None:
+        """Every resourceVersion handed out so far becomes too old.
+
+        Open watches get the 410 Gone ERROR event and end; new watches from an
+        old resourceVersion get it too, so the client has to list again.
+        """
+        self._store.expire()
+
+    force_gone = expire_watches
+
+    def drop_watches(self) -> None:
+        """Close every open watch connection abruptly, mid-stream."""
+        self._store.drop()
+
+    def pause_lists(self, resource: str | None = None) -> None:
+        """Hold list requests (of one resource, or all) until resume_lists()."""
+        for name, gate in self._lister.open.items():
+            if resource in (None, name):
+                gate.clear()
+
+    def resume_lists(self, resource: str | None = None) -> None:
+        """Answer the held list requests (of one resource, or all)."""
+        for name, gate in self._lister.open.items():
+            if resource in (None, name):
+                gate.set()
+
+    @contextlib.contextmanager
+    def lists_paused(self, resource: str | None = None) -> Iterator[None]:
+        """Hold list requests for the duration of the block."""
+        self.pause_lists(resource)
+        try:
+            yield
+        finally:
+            self.resume_lists(resource)
+
+    def watching(self, resource: str | None = None) -> int:
+        """How many watch streams (of ``resource``, or all) are open now."""
+        if resource is None:
+            return sum(self._store.active_watches.values())
+        return self._store.active_watches[resource]
+
+    def count(self, resource: str, verb: str) -> int:
+        """Requests received for ``resource`` ("pods"/"nodes") and ``verb`` ("list"/"watch")."""
+        return self.requests[(resource, verb)]
+
+    def wait_for(self, resource: str, verb: str, count: int, timeout: float = 5.0) -> bool:
+        """Wait until ``count(resource, verb) >= count``; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.requests[(resource, verb)] < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+        return True
+
+    # -- request handling ------------------------------------------------------
+
+    def get(self, exchange: Exchange, path: str, params: dict[str, str]) -> None:
+        """Answer one GET: a list or a watch of a collection, else a 404 Status."""
+        target = route(path)
+        if target is None:
+            message = f"the server could not find {path}"
+            return exchange.send_json(404, status(404, "NotFound", message))
+        resource, namespace = target
+        watch = params.get("watch") in ("1", "true", "True")
+        self._note_request(resource, "watch" if watch else "list", path, params)
+        if watch:
+            if params.get("resourceVersion", "0") not in ("", "0"):
+                int(params["resourceVersion"])
+            stream_watch(
+                self._store,
+                exchange,
+                resource,
+                namespace,
+                params,
+                bookmark_interval=self.bookmark_interval,
+            )
+        else:
+            code, body = self._lister.body(resource, namespace, params)
+            exchange.send(code, body)
+
+    def _note_request(self, resource: str, verb: str, path: str, params: dict[str, str]) -> None:
+        with self._cond:
+            self.requests[(resource, verb)] += 1
+            self.request_log.append((path, params))
+            self._cond.notify_all()

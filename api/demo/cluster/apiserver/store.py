@@ -1,0 +1,184 @@
+"""The stub API server's objects, their resourceVersions and the watch event history."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "NODES",
+    "OBJECT_KIND",
+    "PODS",
+    "Event",
+    "ObjectStore",
+    "Stored",
+    "event_line",
+    "stored",
+]
+
+PODS = "pods"
+NODES = "nodes"
+OBJECT_KIND = {PODS: "Pod", NODES: "Node"}
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """One object as served, with the fields selectors match on."""
+
+    namespace: str
+    name: str
+    node_name: str
+    labels: Mapping[str, str]
+    raw: bytes  # the object as served, resourceVersion included
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change in the history that watches replay."""
+
+    rv: int
+    resource: str
+    type: str
+    item: Stored | None
+    line: bytes = b""  # sent verbatim when item is None (injected garbage)
+
+
+class ObjectStore:
+    """Pods and nodes by (namespace, name), one resourceVersion counter, and a bounded history.
+
+    Every field is guarded by ``cond``; writers notify it so that open
+    watches wake up and send the new events.
+    """
+
+    def __init__(self, history_limit: int) -> None:
+        self.history_limit = history_limit
+        self.cond = threading.Condition()
+        self.rv = 1
+        self.objects: dict[str, dict[tuple[str, str], Stored]] = {PODS: {}, NODES: {}}
+        self.history: deque[Event] = deque()
+        self.compacted = 0  # watches from a resourceVersion below this get 410 Gone
+        self.gone_epoch = 0
+        self.drop_epoch = 0
+        self.stopping = False
+        self.active_watches: Counter[str] = Counter()
+
+    def write(self, resource: str, obj: Mapping[str, Any], *, create: bool) -> int:
+        """Create (ADDED) or replace (MODIFIED) an object; its resourceVersion."""
+        with self.cond:
+            rv = self.rv + 1
+            item = stored(resource, obj, rv, create=create)
+            key = (item.namespace, item.name)
+            exists = key in self.objects[resource]
+            if create and exists:
+                raise ValueError(f"{resource} {key} already exists")
+            if not create and not exists:
+                raise KeyError(f"{resource} {key} not found")
+            self.rv = rv
+            self.objects[resource][key] = item
+            self._record(Event(rv, resource, "ADDED" if create else "MODIFIED", item))
+        return rv
+
+    def delete(self, resource: str, key: tuple[str, str]) -> int:
+        """Delete an object (DELETED); the deletion's resourceVersion."""
+        with self.cond:
+            old = self.objects[resource].pop(key, None)
+            if old is None:
+                raise KeyError(f"{resource} {key} not found")
+            self.rv += 1
+            obj = orjson.loads(old.raw)
+            item = stored(resource, obj, self.rv, create=False)
+            self._record(Event(self.rv, resource, "DELETED", item))
+            return self.rv
+
+    def load(
+        self,
+        pods: Iterable[Mapping[str, Any]],
+        nodes: Iterable[Mapping[str, Any]],
+        *,
+        assign_uids: bool,
+    ) -> int:
+        """Add objects in bulk without watch events; the resourceVersion they share."""
+        with self.cond:
+            self.rv += 1
+            rv = self.rv
+            for resource, objs in ((PODS, pods), (NODES, nodes)):
+                objects = self.objects[resource]
+                for obj in objs:
+                    item = stored(resource, obj, rv, create=assign_uids)
+                    objects[(item.namespace, item.name)] = item
+            self.compacted = rv
+            self.history.clear()
+            self.cond.notify_all()
+        return rv
+
+    def get(self, resource: str, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The object as served now, if any."""
+        item = self.objects[resource].get(key)
+        return orjson.loads(item.raw) if item is not None else None
+
+    def inject(self, resource: str, line: bytes) -> int:
+        """Queue ``line`` for the open watches of ``resource`` only; its resourceVersion."""
+        with self.cond:
+            self.rv += 1
+            self._record(Event(self.rv, resource, "RAW", None, line.rstrip(b"\n") + b"\n"))
+            return self.rv
+
+    def expire(self) -> None:
+        """Make every resourceVersion handed out so far too old to watch from."""
+        with self.cond:
+            self.rv += 1
+            self.compacted = self.rv
+            self.history.clear()
+            self.gone_epoch += 1
+            self.cond.notify_all()
+
+    def drop(self) -> None:
+        """Ask every open watch to close its connection abruptly."""
+        with self.cond:
+            self.drop_epoch += 1
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        """End every open watch and held list."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+    def _record(self, event: Event) -> None:
+        self.history.append(event)
+        while len(self.history) > self.history_limit:
+            self.compacted = self.history.popleft().rv
+        self.cond.notify_all()
+
+
+def stored(resource: str, obj: Mapping[str, Any], rv: int, *, create: bool) -> Stored:
+    """``obj`` as served at ``rv``: kind, apiVersion and metadata filled in."""
+    metadata = dict(obj.get("metadata") or {})
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{OBJECT_KIND[resource]} needs metadata.name")
+    if resource == PODS:
+        metadata.setdefault("namespace", "default")
+    if create:
+        metadata.setdefault("uid", str(uuid.uuid4()))
+    metadata["resourceVersion"] = str(rv)
+    served = {"kind": OBJECT_KIND[resource], "apiVersion": "v1", **obj, "metadata": metadata}
+    spec = obj.get("spec") or {}
+    return Stored(
+        namespace=metadata.get("namespace", "") if resource == PODS else "",
+        name=name,
+        node_name=(spec.get("nodeName") or "") if resource == PODS else "",
+        labels=dict(metadata.get("labels") or {}),
+        raw=orjson.dumps(served),
+    )
+
+
+def event_line(kind: str, item: Stored) -> bytes:
+    """One watch event line carrying ``item``."""
+    return b'{"type":"' + kind.encode() + b'","object":' + item.raw + b"}\n"

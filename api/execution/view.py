@@ -1,0 +1,144 @@
+"""strawberry's ASGI view for gpugraph: per-request contexts, time limits, shared executions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, ClassVar
+
+import orjson
+from graphql import ExecutionResult
+from starlette.requests import Request
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.extensions import SchemaExtension
+from strawberry.http import GraphQLRequestData
+from strawberry.types.graphql import OperationType
+
+from graph_schema import GraphSchema, GraphUserError, SharedState, make_context
+from graph_schema.interfaces import Cluster, SnapshotSource
+
+from ..http.graphiql import OfflineGraphiQL
+from ..metrics import Metrics
+from .shared_results import SharedResults
+
+__all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError"]
+
+
+class RequestTimeoutError(GraphUserError):
+    """An operation ran past the server's time limit."""
+
+    extensions: ClassVar[dict[str, str]] = {"code": "REQUEST_TIMEOUT"}
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request exceeded the server's {seconds:g} s time limit")
+
+
+class QueryTimer(SchemaExtension):
+    """Holds every query to the server's time limit and records it in the metrics.
+
+    A schema extension rather than a wrapper around the HTTP handler, so that
+    queries over a WebSocket are bounded and counted too. Subscriptions are
+    neither: they are meant to run for as long as the client listens.
+    """
+
+    def __init__(self, metrics: Metrics, seconds: float) -> None:
+        super().__init__()
+        self.metrics = metrics
+        self.seconds = seconds
+        self._deadline = 0.0
+        self._subscription = False
+        self._timed_out = False
+
+    def on_operation(self) -> Iterator[None]:
+        started = time.perf_counter()
+        self._deadline = asyncio.get_running_loop().time() + self.seconds
+        try:
+            yield
+        finally:
+            if not self._subscription:
+                self.metrics.query_seconds.observe(time.perf_counter() - started)
+                self._count_errors()
+
+    async def on_execute(self) -> AsyncIterator[None]:
+        self._subscription = self.execution_context.operation_type is OperationType.SUBSCRIPTION
+        if self._subscription:
+            yield
+            return
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                yield
+        except TimeoutError:
+            self._timed_out = True
+            raise RequestTimeoutError(self.seconds) from None
+
+    def _count_errors(self) -> None:
+        if self._timed_out:
+            kind = "timeout"
+        else:
+            result = self.execution_context.result
+            if result is None or not result.errors:
+                return
+            kind = "invalid" if result.data is None else "partial"
+        self.metrics.query_errors.labels(kind=kind).inc()
+
+
+class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
+    """strawberry's ASGI view, with a GraphContext per request or socket."""
+
+    def __init__(
+        self,
+        schema: GraphSchema,
+        *,
+        cluster: Cluster,
+        snapshots: SnapshotSource,
+        graphiql: bool,
+        allowed_origins: Sequence[str] = (),
+        shared: SharedResults | None = None,
+    ) -> None:
+        super().__init__(
+            schema,
+            graphql_ide="graphiql" if graphiql else None,
+            allowed_origins=allowed_origins,
+        )
+        self.cluster = cluster
+        self.snapshots = snapshots
+        # Server-wide: subscription slots and GPU location hints outlive requests.
+        self.state: SharedState = schema.state
+        self.shared = shared if shared is not None else SharedResults(ttl=0.0)
+
+    async def get_context(self, request: Request | WebSocket, response: Any) -> Any:
+        """The request's (or socket's) context; the schema forks it for each operation."""
+        return make_context(
+            self.cluster, self.snapshots, self.state, request=request, response=response
+        )
+
+    async def execute_single(  # type: ignore[override]
+        self,
+        request: Request,
+        request_adapter: Any,
+        sub_response: Any,
+        context: Any,
+        root_value: Any,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        """Execute one operation, shared with identical operations within the snapshot TTL."""
+        try:
+            variables = orjson.dumps(request_data.variables, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # not JSON-shaped (e.g. uploads): run it alone
+            variables = None
+        parent = super().execute_single
+
+        def execute() -> Any:
+            return parent(request, request_adapter, sub_response, context, root_value, request_data)
+
+        if variables is None or request_data.extensions:
+            return await execute()
+        key = (
+            request_adapter.method,
+            request_data.query,
+            request_data.operation_name,
+            variables,
+        )
+        return await self.shared.run(key, execute, lambda: context.freshness.oldest)

@@ -1,0 +1,417 @@
+"""``gpugraph demo`` as a user runs it: a subprocess, queried over HTTP, stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = 4
+GPUS = 4
+STARTUP_TIMEOUT = 90.0
+STOP_TIMEOUT = 30.0
+
+
+def gpugraph_command() -> list[str]:
+    script = Path(sys.executable).parent / "gpugraph"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "api.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def session_members(sid: int) -> list[int]:
+    """PIDs of live processes in session ``sid`` (the demo runs as a session leader)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        # fields[0] is the state (field 3), so the session id (field 6) is fields[3].
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+@dataclass
+class RunningDemo:
+    process: subprocess.Popen[str]
+    url: str
+    tmpdir: Path
+    output: list[str]
+    reader: threading.Thread
+
+    def text(self) -> str:
+        return "".join(self.output)
+
+    def all_output(self) -> str:
+        """Everything the demo printed, once it has exited."""
+        self.reader.join(STOP_TIMEOUT)
+        return self.text()
+
+    def query(self, query: str) -> dict[str, Any]:
+        response = httpx.post(f"{self.url}/graphql", json={"query": query}, timeout=10)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def start_demo(tmp_path: Path, *extra: str) -> RunningDemo:
+    port = free_port()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [*gpugraph_command(), "demo", "--listen", f"127.0.0.1:{port}", *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    output: list[str] = []
+    assert process.stdout is not None
+    stdout = process.stdout
+    reader = threading.Thread(target=lambda: output.extend(stdout), daemon=True)
+    reader.start()
+    return RunningDemo(process, f"http://127.0.0.1:{port}", tmpdir, output, reader)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
+    running = start_demo(
+        tmp_path_factory.mktemp("demo"),
+        "--nodes",
+        str(NODES),
+        "--gpus-per-node",
+        str(GPUS),
+        "--interval",
+        "0.5",
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while "Press Ctrl-C to stop." not in running.text():
+            if running.process.poll() is not None:
+                pytest.fail(f"demo exited with {running.process.returncode}:\n{running.text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"demo not up after {STARTUP_TIMEOUT:g}s:\n{running.text()}")
+            time.sleep(0.1)
+        yield running
+    finally:
+        if running.process.poll() is None:
+            os.killpg(running.process.pid, signal.SIGKILL)
+            running.process.wait(10)
+
+
+CLUSTER = """
+{
+  nodes {
+    name
+    internalIp
+    agent { reachable error }
+    gpus {
+      uuid
+      index
+      memoryUsedBytes
+      utilizationGpu
+      pods { namespace name gpuRequest }
+      processes { pid name usedMemoryBytes podUid containerId pod { namespace name } }
+    }
+  }
+  pods { namespace name gpuRequest nodeName gpus { uuid } }
+}
+"""
+
+
+def test_banner_names_graphiql_and_three_queries(demo: RunningDemo) -> None:
+    text = demo.text()
+    assert f"{demo.url}/graphql" in text
+    # What is notable about the cluster, named so the user can look for it.
+    assert re.search(r"^  agent down +gpu-node-3\b", text, flags=re.M)
+    assert re.search(r"^  unrequested +pod research/notebook-alice\b", text, flags=re.M)
+    assert re.search(r"^  no pod +PID 48213 on gpu-node-0\b", text, flags=re.M)
+    assert len(re.findall(r"^--- example \d ---$", text, flags=re.M)) == 3
+    page = httpx.get(f"{demo.url}/graphql", headers={"accept": "text/html"}, timeout=10)
+    assert page.status_code == 200 and "graphiql" in page.text.lower()
+
+
+def test_example_queries_in_the_banner_answer_without_errors(demo: RunningDemo) -> None:
+    blocks = re.findall(r"^--- example \d ---\n(.*?)\n\n", demo.text(), flags=re.M | re.S)
+    assert len(blocks) == 3
+    for query in blocks:
+        body = demo.query(query)
+        assert "errors" not in body, body
+        assert all(value for value in body["data"].values()), body
+
+
+def test_cluster_has_nodes_and_the_down_node_is_reported(demo: RunningDemo) -> None:
+    body = demo.query(CLUSTER)
+    nodes = body["data"]["nodes"]
+    assert len(nodes) >= 4
+    up = [n for n in nodes if n["agent"]["reachable"]]
+    down = [n for n in nodes if not n["agent"]["reachable"]]
+    assert len(up) == NODES - 1 and len(down) == 1
+    dead = down[0]
+    assert dead["gpus"] is None
+    assert dead["name"] in dead["agent"]["error"]
+    # The GraphQL error points at that node's gpus and names it; the rest still answered.
+    index = nodes.index(dead)
+    errors = [e for e in body["errors"] if e["path"] == ["nodes", index, "gpus"]]
+    assert errors and dead["name"] in errors[0]["message"]
+    for node in up:
+        assert len(node["gpus"]) == GPUS
+        assert node["internalIp"].startswith("127.")
+
+
+def all_gpus(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [gpu for node in body["data"]["nodes"] for gpu in node["gpus"] or []]
+
+
+def test_two_inference_pods_share_one_gpu(demo: RunningDemo) -> None:
+    gpus = all_gpus(demo.query(CLUSTER))
+    shared = [g for g in gpus if len(g["pods"]) >= 2]
+    assert len(shared) == 1
+    gpu = shared[0]
+    names = sorted(p["name"] for p in gpu["pods"])
+    assert names == ["chat-api-0", "chat-api-1"]
+    by_pod = {p["pod"]["name"]: p for p in gpu["processes"]}
+    assert sorted(by_pod) == names
+    # Each pod has its own process with its own memory on the one GPU.
+    assert by_pod["chat-api-0"]["pid"] != by_pod["chat-api-1"]["pid"]
+    assert all(p["usedMemoryBytes"] > 1 << 30 for p in by_pod.values())
+    assert gpu["memoryUsedBytes"] >= sum(p["usedMemoryBytes"] for p in by_pod.values())
+
+
+def test_orphan_host_process_has_no_pod(demo: RunningDemo) -> None:
+    gpus = all_gpus(demo.query(CLUSTER))
+    orphans = [p for g in gpus for p in g["processes"] if p["pod"] is None]
+    assert len(orphans) == 1
+    orphan = orphans[0]
+    assert orphan["podUid"] is None and orphan["containerId"] is None
+    assert orphan["usedMemoryBytes"] > 1 << 30
+    assert orphan["name"] == "python3"
+
+
+def test_training_pods_span_several_gpus_and_a_pod_uses_an_unrequested_gpu(
+    demo: RunningDemo,
+) -> None:
+    pods = demo.query(CLUSTER)["data"]["pods"]
+    training = [p for p in pods if p["name"].startswith("llm-pretrain-worker-")]
+    assert len(training) == NODES
+    reachable = [p for p in training if p["gpus"] is not None]
+    assert reachable and all(len(p["gpus"]) >= 2 for p in reachable)
+    assert all(p["gpuRequest"] == len(p["gpus"]) for p in reachable)
+    unrequested = [p for p in pods if p["gpuRequest"] is None and p["gpus"]]
+    assert [(p["namespace"], p["name"]) for p in unrequested] == [("research", "notebook-alice")]
+
+
+def test_numbers_move(demo: RunningDemo) -> None:
+    query = "{ gpuProcesses { pid usedMemoryBytes smUtilization gpu { uuid } } }"
+
+    def reading() -> dict[tuple[str, int], tuple[int, int]]:
+        body = demo.query(query)
+        return {
+            (p["gpu"]["uuid"], p["pid"]): (p["usedMemoryBytes"], p["smUtilization"])
+            for p in body["data"]["gpuProcesses"]
+        }
+
+    first = reading()
+    assert first
+    deadline = time.monotonic() + 20
+    while reading() == first:
+        assert time.monotonic() < deadline, "the fake GPUs never changed"
+        time.sleep(0.3)
+
+
+def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
+    running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2")
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while "Press Ctrl-C to stop." not in running.text():
+            assert running.process.poll() is None, running.text()
+            assert time.monotonic() < deadline, running.text()
+            time.sleep(0.1)
+        assert any(running.tmpdir.iterdir()), "the demo should keep its files in TMPDIR"
+        assert httpx.get(f"{running.url}/readyz", timeout=10).status_code == 200
+        # Touches the node that is down on purpose, which the default output keeps quiet about.
+        nodes = running.query("{ nodes { name gpus { index } } }")["data"]["nodes"]
+        assert [n["gpus"] for n in nodes].count(None) == 1
+        running.process.send_signal(signal.SIGINT)
+        assert running.process.wait(STOP_TIMEOUT) == 0, running.text()
+        output = running.all_output()
+        assert "WARNING" not in output, output
+        assert output.rstrip().endswith("gpugraph demo stopped; temporary files removed")
+        # Nothing left behind: no process of its session, no temp files.
+        deadline = time.monotonic() + 10
+        while session_members(running.process.pid):
+            assert time.monotonic() < deadline, session_members(running.process.pid)
+            time.sleep(0.1)
+        assert list(running.tmpdir.iterdir()) == []
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{running.url}/readyz", timeout=2)
+    finally:
+        if running.process.poll() is None:
+            os.killpg(running.process.pid, signal.SIGKILL)
+            running.process.wait(10)
+
+
+def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
+    running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2")
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while "Press Ctrl-C to stop." not in running.text():
+            assert running.process.poll() is None, running.text()
+            assert time.monotonic() < deadline, running.text()
+            time.sleep(0.1)
+        running.process.send_signal(signal.SIGTERM)
+        assert running.process.wait(STOP_TIMEOUT) == 0, running.text()
+        assert list(running.tmpdir.iterdir()) == []
+    finally:
+        if running.process.poll() is None:
+            os.killpg(running.process.pid, signal.SIGKILL)
+            running.process.wait(10)
+
+
+def test_bad_flags_are_refused_clearly() -> None:
+    result = subprocess.run(
+        [*gpugraph_command(), "demo", "--nodes", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--nodes" in result.stderr and "at least 3" in result.stderr
+
+
+def test_a_taken_listen_address_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "TMPDIR": str(tmp_path)}
+        result = subprocess.run(
+            [*gpugraph_command(), "demo", "--listen", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "stopped" not in result.stdout, "nothing had started"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_log_level_is_accepted_in_any_case() -> None:
+    from api.cli import build_parser
+
+    args = build_parser("demo").parse_args(["demo", "--log-level", "DEBUG"])
+    assert args.log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:8123"),
+        ("::", "http://[::1]:8123"),
+        ("::1", "http://[::1]:8123"),
+    ],
+)
+def test_urls_point_at_an_address_the_server_listens_on(host: str, url: str) -> None:
+    from api.demo.runner import Demo, DemoConfig
+
+    demo = Demo(DemoConfig(nodes=3, gpus_per_node=2, listen_host=host))
+    demo.listen_port = 8123
+    assert demo.base_url == url
+
+
+async def test_stop_runs_every_step_even_when_one_fails(tmp_path: Path) -> None:
+    from api.demo.runner import Demo, DemoConfig
+
+    class BrokenApiServer:
+        def stop(self) -> None:
+            raise OSError("stub API server would not stop")
+
+    async def crashed() -> None:
+        raise RuntimeError("the ticker crashed")
+
+    demo = Demo(DemoConfig(nodes=3, gpus_per_node=2))
+    demo._ticker = asyncio.create_task(crashed())
+    await asyncio.sleep(0)  # let it crash
+    assert demo._ticker.done()
+    demo.api = BrokenApiServer()  # type: ignore[assignment]
+    demo.tmp = tmp_path / "demo"
+    demo.tmp.mkdir()
+    with pytest.raises(OSError, match="would not stop"):
+        await demo.stop()
+    # The failing step neither stopped the others nor is retried by a second stop().
+    assert not (tmp_path / "demo").exists()
+    assert demo.api is None and demo._ticker is None and demo.tmp is None
+    await demo.stop()
+
+
+README = (ROOT / "README.md").read_text()
+
+
+def readme_section(title: str) -> str:
+    start = README.index(title)
+    end = README.find("\n#", start + len(title))
+    return README[start : end if end >= 0 else None]
+
+
+def test_readme_opens_with_exactly_the_two_commands() -> None:
+    first_block = re.search(r"```sh\n(.*?)```", README, flags=re.S)
+    assert first_block is not None
+    commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+@pytest.mark.parametrize("command", ["agent", "serve", "demo"])
+def test_readme_documents_every_flag(command: str) -> None:
+    from api.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = subparsers.choices[command]
+    section = readme_section(f"### `gpugraph {command}`")
+    for action in sub._actions:
+        for option in action.option_strings:
+            if option in ("-h", "--help"):
+                continue
+            assert f"`{option}" in section, f"README lacks {command} {option}"
+
+
+def test_readme_shows_the_demos_example_queries() -> None:
+    from api.demo import build_cluster, example_queries
+
+    for query in example_queries(build_cluster()):
+        body = query.split("\n", 1)[1]  # without the leading comment line
+        assert body in README

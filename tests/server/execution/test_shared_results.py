@@ -1,0 +1,179 @@
+"""Identical queries within the snapshot TTL share one execution."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+from graphql import ExecutionResult, GraphQLError
+
+from api.app import create_app
+from api.execution.shared_results import SharedResults
+from api.settings import Settings
+from graph_schema.loaders import Freshness, SnapshotLoader
+from tests.support.graph import SmallWorld, snapshot
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Executions:
+    """An execution that counts its runs and answers with the run number."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def __call__(self) -> ExecutionResult:
+        self.runs += 1
+        return ExecutionResult(data={"n": self.runs})
+
+
+async def test_concurrent_identical_operations_share_one_execution() -> None:
+    shared = SharedResults(ttl=0.0)
+    runs = 0
+    release = asyncio.Event()
+
+    async def execute() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return ExecutionResult(data={"n": runs})
+
+    waiters = [asyncio.ensure_future(shared.run("q", execute)) for _ in range(10)]
+    await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(*waiters)
+    assert runs == 1
+    assert {r.data["n"] for r in results if r.data} == {1}
+    # TTL 0: nothing is kept once the execution is over.
+    await shared.run("q", execute)
+    assert runs == 2
+
+
+async def test_results_are_reused_within_the_ttl_and_refreshed_after() -> None:
+    clock = Clock()
+    shared = SharedResults(ttl=1.0, clock=clock)
+    execute = Executions()
+
+    assert (await shared.run("q", execute)).data == {"n": 1}
+    clock.now += 0.9
+    assert (await shared.run("q", execute)).data == {"n": 1}
+    assert (await shared.run("other", execute)).data == {"n": 2}
+    clock.now += 0.2
+    assert (await shared.run("q", execute)).data == {"n": 3}
+    assert shared.shared == 1
+
+
+async def test_total_failures_and_exceptions_are_not_kept() -> None:
+    shared = SharedResults(ttl=10.0, clock=Clock())
+    runs = 0
+
+    async def fail() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        return ExecutionResult(data=None, errors=[])
+
+    await shared.run("q", fail)
+    await shared.run("q", fail)
+    assert runs == 2
+
+    async def not_ready() -> ExecutionResult:
+        nonlocal runs
+        runs += 1
+        error = GraphQLError("still loading", extensions={"code": "NOT_READY"})
+        return ExecutionResult(data={"pod": None}, errors=[error])
+
+    await shared.run("n", not_ready)
+    await shared.run("n", not_ready)
+    assert runs == 4
+
+    async def boom() -> ExecutionResult:
+        raise RuntimeError("boom")
+
+    for _ in range(2):
+        try:
+            await shared.run("b", boom)
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("the exception must reach every caller")
+
+
+async def test_one_caller_going_away_does_not_cancel_the_others() -> None:
+    shared = SharedResults(ttl=0.0)
+    release = asyncio.Event()
+
+    async def execute() -> ExecutionResult:
+        await release.wait()
+        return ExecutionResult(data={"ok": True})
+
+    first = asyncio.ensure_future(shared.run("q", execute))
+    second = asyncio.ensure_future(shared.run("q", execute))
+    await asyncio.sleep(0)
+    first.cancel()
+    release.set()
+    assert (await second).data == {"ok": True}
+
+
+async def test_the_app_shares_identical_queries_but_not_different_ones() -> None:
+    world = SmallWorld()
+    app = create_app(Settings(snapshot_ttl=5.0), world.cluster, world.agents)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        query = {"query": "{ nodes { name gpus { uuid } } }"}
+        answers = await asyncio.gather(*(client.post("/graphql", json=query) for _ in range(20)))
+        assert {a.status_code for a in answers} == {200}
+        assert len({a.text for a in answers}) == 1
+        executions = sum(world.agents.calls.values())
+        assert executions == len(world.cluster.nodes())
+        # Different variables are a different operation.
+        one = {
+            "query": "query($n: String!) { node(name: $n) { name } }",
+            "variables": {"n": "node-a"},
+        }
+        two = {**one, "variables": {"n": "node-b"}}
+        a = (await client.post("/graphql", json=one)).json()
+        b = (await client.post("/graphql", json=two)).json()
+        assert a["data"]["node"]["name"] == "node-a"
+        assert b["data"]["node"]["name"] == "node-b"
+
+
+async def test_a_result_expires_a_ttl_after_its_oldest_data_was_fetched() -> None:
+    clock = Clock()
+    shared = SharedResults(ttl=1.0, clock=clock)
+    execute = Executions()
+
+    # The execution read a snapshot the server had already held for 0.8 s.
+    fetched = clock.now - 0.8
+    await shared.run("q", execute, lambda: fetched)
+    clock.now += 0.1
+    assert (await shared.run("q", execute, lambda: fetched)).data == {"n": 1}
+    clock.now += 0.2  # 1.1 s after the data was fetched: too old to hand out again
+    assert (await shared.run("q", execute, lambda: fetched)).data == {"n": 2}
+
+
+async def test_the_loader_records_how_long_the_server_held_a_snapshot() -> None:
+    class HeldFor:
+        """A source whose snapshots the server received 5 s ago."""
+
+        async def fetch(self, node_name: str) -> Any:
+            return snapshot(node_name, [])
+
+        def agent_address(self, node_name: str) -> str | None:
+            return None
+
+        def snapshot_age(self, node_name: str, snap: Any) -> float:
+            return snap.age_seconds + 5.0
+
+    freshness = Freshness()
+    loader = SnapshotLoader(HeldFor(), {}, freshness)
+    await loader.load("node-a")
+    assert freshness.oldest is not None
+    assert 4.0 < time.monotonic() - freshness.oldest < 6.0

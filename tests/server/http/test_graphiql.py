@@ -1,0 +1,370 @@
+"""GraphiQL served offline, driven in Debian's headless Chromium with the internet cut off.
+
+Every request the page makes outside 127.0.0.1/localhost is aborted and
+recorded; the IDE must still render, autocomplete from introspection, run a
+query against a live gpugraph, and stream a subscription over the same host.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+import api.http.graphiql as graphiql
+from api.agents import AgentPool, NodeIpDiscovery
+from api.app import create_app
+from api.http.graphiql import ASSET_FILES, BUILD_COMMAND, STATIC_URL, assets_present
+from api.kube.cache import ClusterCache
+from api.settings import Settings
+from tests.federation.cluster import GPU_A0, GPU_B0, NODE_A, NODE_B, PODS, live_cluster
+from tests.support import require
+from tests.support.server import RunningServer, serve_app
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+REPO_ROOT = Path(__file__).resolve().parents[3]
+OUTPUT_DIR = REPO_ROOT / "test-output"
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+TIMEOUT_MS = 30_000
+
+
+def _require_chromium() -> None:
+    require(CHROMIUM.is_file(), f"Debian chromium is not installed at {CHROMIUM}")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        require(False, "the playwright Python package is not installed")
+
+
+def _require_assets() -> None:
+    require(assets_present(), f"GraphiQL assets are not built; run `{BUILD_COMMAND}`")
+
+
+@dataclass
+class Browser:
+    """A page in a fresh headless Chromium profile, with outside requests blocked."""
+
+    page: Any
+    blocked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    websockets: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def chromium(profile: Path) -> Iterator[Browser]:
+    """Headless Debian Chromium via Playwright; only loopback requests go through."""
+    from playwright.sync_api import Route, sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_FLAGS,
+            headless=True,
+            viewport={"width": 1400, "height": 900},
+        )
+        try:
+            page = context.pages[0] if context.pages else context.new_page()
+            browser = Browser(page)
+
+            def gate(route: Route) -> None:
+                url = route.request.url
+                host = urlsplit(url).hostname
+                if url.startswith("data:") or host in LOCAL_HOSTS:
+                    route.continue_()
+                else:
+                    browser.blocked.append(url)
+                    route.abort("blockedbyclient")
+
+            context.route("**/*", gate)
+            page.on("pageerror", lambda exc: browser.problems.append(f"page error: {exc}"))
+            page.on(
+                "console",
+                lambda msg: (
+                    browser.problems.append(f"console {msg.type}: {msg.text}")
+                    if msg.type == "error"
+                    else None
+                ),
+            )
+            page.on("websocket", lambda ws: browser.websockets.append(ws.url))
+            yield browser
+        finally:
+            context.close()
+
+
+def _screenshot(page: Any, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    OUTPUT_DIR.mkdir(exist_ok=True)
+    shutil.copyfile(path, OUTPUT_DIR / name)
+    return path
+
+
+EDITOR = ".graphiql-query-editor .CodeMirror"
+# CodeMirror renders only the lines in view, so text is read from its model.
+RESPONSE = ".graphiql-response .CodeMirror"
+
+
+def _editor_text(page: Any) -> str:
+    text: str = page.evaluate("sel => document.querySelector(sel).CodeMirror.getValue()", EDITOR)
+    return text
+
+
+def _type_query(page: Any, query: str, operation: str) -> None:
+    """Replace the editor's text by typing, and wait until GraphiQL has parsed it."""
+    page.click(EDITOR)
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(query)
+    # GraphiQL re-parses the document (and picks the operation to run) after a
+    # short debounce; it stores the result, which is the signal it is done.
+    page.wait_for_function(
+        """([query, operation]) =>
+            localStorage.getItem('graphiql:query') === query &&
+            localStorage.getItem('graphiql:operationName') === operation""",
+        arg=[query, operation],
+        timeout=TIMEOUT_MS,
+    )
+
+
+def _run_and_wait(page: Any, *needles: str) -> str:
+    """Click run; return the response pane's text once it contains every needle."""
+    page.click(".graphiql-execute-button")
+    return _wait_for_response(page, *needles)
+
+
+def _wait_for_response(page: Any, *needles: str) -> str:
+    page.wait_for_function(
+        """([sel, needles]) => {
+            const pane = document.querySelector(sel);
+            const text = pane === null ? "" : pane.CodeMirror.getValue();
+            return needles.every((n) => text.includes(n));
+        }""",
+        arg=[RESPONSE, list(needles)],
+        timeout=TIMEOUT_MS,
+    )
+    text: str = page.evaluate("sel => document.querySelector(sel).CodeMirror.getValue()", RESPONSE)
+    return text
+
+
+def _eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(0.05)
+
+
+WALK_QUERY = """query TrainerWalk {
+  pod(namespace: "ml", name: "trainer-0") {
+    uid
+    node {
+      name
+      gpus {
+        uuid
+        processes { pid usedMemoryBytes pod { name } }
+      }
+    }
+  }
+}"""
+
+LIVE_SUBSCRIPTION = (
+    f'subscription Live {{ gpuUpdates(nodeName: "{NODE_B}", intervalSeconds: 0.5) '
+    "{ uuid utilizationGpu } }"
+)
+
+
+def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
+    _require_chromium()
+    _require_assets()
+    trainer0, trainer1 = PODS[0], PODS[1]
+    with (
+        live_cluster(tmp_path / "cluster", utilization=37) as cluster,
+        chromium(tmp_path / "profile") as browser,
+    ):
+        page = browser.page
+        page.goto(f"{cluster.url}/graphql", timeout=TIMEOUT_MS)
+        page.wait_for_selector(EDITOR, timeout=TIMEOUT_MS)
+        assert page.title() == "gpugraph"
+
+        # It opens with the ready example query, and running it shows the
+        # fake cluster's GPUs, processes and pods: data only the backend has.
+        assert "nodes {" in _editor_text(page)
+        text = _run_and_wait(page, GPU_A0, GPU_B0)
+        assert NODE_A in text and NODE_B in text
+        assert trainer0.name in text and trainer1.name in text
+        _screenshot(page, tmp_path, "graphiql.png")
+
+        # Autocompletion comes from the server's schema via introspection.
+        page.click(EDITOR)
+        page.keyboard.press("Control+A")
+        page.keyboard.press("Delete")
+        page.keyboard.type("{ gpuProc")
+        hint = page.wait_for_selector(".CodeMirror-hint", timeout=TIMEOUT_MS)
+        assert hint is not None
+        hints = page.eval_on_selector_all(".CodeMirror-hint", "els => els.map(e => e.innerText)")
+        assert "gpuProcesses" in hints
+        page.keyboard.press("Escape")
+
+        # A query typed into the editor: the worker pod -> node -> GPUs -> processes walk.
+        _type_query(page, WALK_QUERY, "TrainerWalk")
+        text = _run_and_wait(page, trainer0.uid, GPU_A0)
+        assert f'"pid": {trainer0.pid}' in text and f'"pid": {trainer1.pid}' in text
+        assert f'"usedMemoryBytes": {trainer0.used_bytes}' in text
+        assert GPU_B0 not in text  # another node's GPU has no business here
+
+        # A subscription runs over a WebSocket to the same host and follows
+        # the fake NVML file as it changes.
+        _type_query(page, LIVE_SUBSCRIPTION, "Live")
+        _run_and_wait(page, GPU_B0, '"utilizationGpu": 37')
+        cluster.set_utilization(NODE_B, 88)
+        _wait_for_response(page, '"utilizationGpu": 88')
+        assert cluster.active_subscriptions == 1
+        assert browser.websockets == [cluster.ws_url]
+        _screenshot(page, tmp_path, "graphiql-subscription.png")
+        # The run button stops it; the server lets go of it.
+        page.click(".graphiql-execute-button")
+        _eventually(lambda: cluster.active_subscriptions == 0, "subscription released")
+
+    assert browser.blocked == [], f"the page tried to leave the host: {browser.blocked}"
+    assert browser.problems == []
+
+
+@asynccontextmanager
+async def _bare_server(settings: Settings) -> Any:
+    """The production app over an empty cluster (no agent is ever asked)."""
+    cache = ClusterCache()
+    # An empty but fully listed cluster: ready, with nothing in it.
+    cache.replace_nodes([])
+    cache.replace_pods([])
+    pool = AgentPool(NodeIpDiscovery(cache))
+    app = create_app(settings, cache, pool)
+    async with serve_app(app, settings) as running:
+        yield running
+    await pool.close()
+
+
+def _script_and_style_urls(page_html: str) -> list[str]:
+    return re.findall(r'(?:src|href)="([^"]+)"', page_html)
+
+
+async def test_page_loads_every_asset_from_this_host() -> None:
+    _require_assets()
+    async with (
+        _bare_server(Settings()) as server,
+        httpx.AsyncClient(base_url=server.url) as client,
+    ):
+        response = await client.get("/graphql", headers={"Accept": "text/html"})
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/html")
+        csp = response.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "connect-src 'self'" in csp
+        urls = [u for u in _script_and_style_urls(response.text) if not u.startswith("data:")]
+        assert sorted(u.rsplit("/", 1)[1] for u in urls) == sorted(ASSET_FILES)
+        for url in urls:
+            assert url.startswith(f"{STATIC_URL}/"), url  # same host, never a CDN
+            asset = await client.get(url)
+            assert asset.status_code == 200, url
+            assert len(asset.content) > 1000
+        # API clients asking for JSON still get GraphQL, not the page.
+        api = await client.post("/graphql", json={"query": "{ nodes { name } }"})
+        assert api.json() == {"data": {"nodes": []}}
+
+
+async def test_no_graphiql_serves_neither_page_nor_assets() -> None:
+    async with (
+        _bare_server(Settings(graphiql=False)) as server,
+        httpx.AsyncClient(base_url=server.url) as client,
+    ):
+        page = await client.get("/graphql", headers={"Accept": "text/html"})
+        assert page.status_code == 404
+        asset = await client.get(f"{STATIC_URL}/graphiql.min.js")
+        assert asset.status_code == 404
+        api = await client.post("/graphql", json={"query": "{ nodes { name } }"})
+        assert api.json() == {"data": {"nodes": []}}
+
+
+@pytest.fixture
+def no_assets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point the server at an empty asset folder, as after a plain pip install."""
+    empty = tmp_path / "static-not-built"
+    empty.mkdir()
+    monkeypatch.setattr(graphiql, "DEFAULT_STATIC_DIR", empty)
+    return empty
+
+
+async def test_missing_assets_page_says_how_to_build(no_assets: Path) -> None:
+    async with (
+        _bare_server(Settings()) as server,
+        httpx.AsyncClient(base_url=server.url) as client,
+    ):
+        page = await client.get("/graphql", headers={"Accept": "text/html"})
+        assert page.status_code == 503
+        assert "GraphiQL assets are not built" in page.text
+        assert BUILD_COMMAND in page.text and "npm ci" in page.text
+        assert str(no_assets) in page.text
+        # An installed copy is told to build into the folder it actually reads.
+        assert f"node build.mjs {no_assets}" in page.text
+        assert "<script" not in page.text  # nothing that could render blank
+        asset = await client.get(f"{STATIC_URL}/graphiql.min.js")
+        assert asset.status_code == 404
+        assert BUILD_COMMAND in asset.text
+        # The API itself is unaffected.
+        api = await client.post("/graphql", json={"query": "{ nodes { name } }"})
+        assert api.json() == {"data": {"nodes": []}}
+
+
+def test_missing_assets_page_renders_in_the_browser(no_assets: Path, tmp_path: Path) -> None:
+    _require_chromium()
+    with _bare_server_in_thread(Settings()) as server, chromium(tmp_path / "profile") as browser:
+        page = browser.page
+        response = page.goto(f"{server.url}/graphql", timeout=TIMEOUT_MS)
+        assert response is not None and response.status == 503
+        heading = page.inner_text("h1", timeout=TIMEOUT_MS)
+        assert heading == "GraphiQL assets are not built"
+        assert BUILD_COMMAND in page.inner_text("body")
+        _screenshot(page, tmp_path, "graphiql-missing-assets.png")
+    assert browser.blocked == []
+
+
+@contextmanager
+def _bare_server_in_thread(settings: Settings) -> Iterator[RunningServer]:
+    # Sync Playwright runs its own loop; the server gets one of its own in a thread.
+    import asyncio
+    import threading
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    manager = _bare_server(settings)
+    try:
+        server = asyncio.run_coroutine_threadsafe(manager.__aenter__(), loop).result(30)
+        try:
+            yield server
+        finally:
+            asyncio.run_coroutine_threadsafe(manager.__aexit__(None, None, None), loop).result(30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()

@@ -1,0 +1,131 @@
+"""The server over time: before the cache is ready, nodes leaving, slow agents, long sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Any
+
+from grpc import aio
+
+from api.demo.cluster.manifests import make_node
+from node_resolver.generated import agent_pb2, agent_pb2_grpc
+from tests.support.server import (
+    Gpu,
+    GraphQLSocket,
+    GraphTestCluster,
+    eventually,
+    serving,
+)
+
+
+async def test_before_the_first_list_lands_requests_say_not_ready(
+    cluster: GraphTestCluster,
+) -> None:
+    cluster.stub.pause_lists()
+    gc.unfreeze()  # whatever an earlier test in this process may have left
+    try:
+        async with serving(cluster.settings(), wait_ready=False) as server:
+            gpu_pods = await server.client.get("/gpu-pods", params={"worker_id": "worker-0"})
+            assert gpu_pods.status_code == 503
+            assert "still loading" in gpu_pods.json()["error"]
+            result = await server.query('{ pod(namespace: "ml", name: "worker-0") { name } }')
+            assert result["data"] == {"pod": None}
+            assert [e["extensions"] for e in result["errors"]] == [{"code": "NOT_READY"}]
+            assert "still loading" in result["errors"][0]["message"]
+            # Introspection needs no cluster.
+            assert (await server.query("{ __typename }")) == {"data": {"__typename": "Query"}}
+            assert gc.get_freeze_count() == 0
+
+            cluster.stub.resume_lists()
+            await asyncio.to_thread(server.services.cache.wait_ready, 10.0)
+            ready = await server.query('{ pod(namespace: "ml", name: "worker-0") { name } }')
+            assert ready == {"data": {"pod": {"name": "worker-0"}}}
+            # Once the cache is ready the collector is tuned for serving: the
+            # cache's records moved out of its reach.
+            await eventually(lambda: gc.get_freeze_count() > 0, what="gc.freeze()")
+    finally:
+        cluster.stub.resume_lists()
+
+
+async def test_a_deleted_node_releases_its_channel_and_cached_state(
+    cluster: GraphTestCluster,
+) -> None:
+    async with serving(cluster.settings()) as server:
+        result = await server.query("{ nodes { name gpus { uuid } } }")
+        assert "errors" not in result, result
+        pool = server.services.pool
+        state = server.services.app.state.graph_state
+        assert pool.channel_count() == 3
+        assert "node-2" in state.node_names()
+        assert 'node="node-2"' in (await server.client.get("/metrics")).text
+
+        cluster.stub.delete_node("node-2")
+        await eventually(lambda: pool.channel_count() == 2, what="node-2's channel closing")
+        assert "node-2" not in pool.node_names()
+        assert "node-2" not in state.node_names()
+        assert "GPU-node-2-0" not in state.gpu_nodes
+        assert 'node="node-2"' not in (await server.client.get("/metrics")).text
+        # The nodes that stay keep their channels.
+        assert pool.node_names() == {"node-0", "node-1"}
+
+
+async def test_queries_on_one_websocket_each_read_fresh_snapshots(
+    cluster: GraphTestCluster,
+) -> None:
+    query = '{ node(name: "node-2") { gpus { utilizationGpu } } }'
+    agent = cluster.agents["node-2"]
+    async with (
+        serving(cluster.settings(snapshot_ttl=0)) as server,
+        GraphQLSocket.connect(server.ws_url) as ws,
+    ):
+        first = await ws.query(query)
+        assert first == {"data": {"node": {"gpus": [{"utilizationGpu": 0}]}}}
+        agent.write_gpus([Gpu(0, "GPU-node-2-0", utilization=64)])
+
+        async def sees_the_change() -> bool:
+            result = await ws.query(query)
+            return bool(result["data"]["node"]["gpus"] == [{"utilizationGpu": 64}])
+
+        # Each query is a new operation with its own loaders: the same socket
+        # sees the agent's next sample.
+        await eventually(sees_the_change, what="the socket seeing the new utilization")
+
+
+class SlowAgent(agent_pb2_grpc.NodeAgentServicer):
+    """Accepts the call, then answers far beyond any deadline."""
+
+    async def GetSnapshot(
+        self, request: agent_pb2.GetSnapshotRequest, context: Any
+    ) -> agent_pb2.Snapshot:
+        await asyncio.sleep(60)
+        return agent_pb2.Snapshot()
+
+
+async def test_a_slow_agent_costs_only_its_own_node(cluster: GraphTestCluster) -> None:
+    server = aio.server()
+    agent_pb2_grpc.add_NodeAgentServicer_to_server(SlowAgent(), server)
+    server.add_insecure_port(f"127.0.0.20:{cluster.port}")
+    await server.start()
+    cluster.stub.add_node(make_node("node-slow", "127.0.0.20"))
+    try:
+        settings = cluster.settings(agent_timeout=0.5, request_timeout=10)
+        async with serving(settings) as served:
+            started = asyncio.get_running_loop().time()
+            result = await served.query("{ nodes { name gpus { uuid } } }")
+            elapsed = asyncio.get_running_loop().time() - started
+    finally:
+        await server.stop(grace=None)
+    # The slow node holds the query up for about its deadline, not the request's 10 s.
+    assert elapsed < 5.0
+    gpus = {n["name"]: n["gpus"] for n in result["data"]["nodes"]}
+    assert gpus == {
+        "node-0": [{"uuid": "GPU-node-0-0"}, {"uuid": "GPU-node-0-1"}],
+        "node-1": [{"uuid": "GPU-node-1-0"}],
+        "node-2": [{"uuid": "GPU-node-2-0"}],
+        "node-slow": None,
+    }
+    (error,) = result["errors"]
+    assert "'node-slow'" in error["message"]
+    assert "no answer within the 0.5 s deadline" in error["message"]
+    assert error["path"] == ["nodes", 3, "gpus"]
