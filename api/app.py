@@ -15,6 +15,7 @@ from graph_schema.interfaces import Cluster, SnapshotSource
 
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
+from .log_limits import limit_tracebacks
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .settings import Settings
 
@@ -36,6 +37,7 @@ def create_app(
     """
     metrics = metrics if metrics is not None else Metrics()
     metrics.watch_cluster(cluster)
+    limit_tracebacks()
     request_timeout = settings.request_timeout
     schema = build_schema(
         SchemaLimits(

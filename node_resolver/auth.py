@@ -137,7 +137,9 @@ async def _deny(context: aio.ServicerContext[Any, Any]) -> None:
 def _refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """A handler of the same call shape as ``handler`` that only refuses."""
     options = {
-        "request_deserializer": handler.request_deserializer,
+        # No deserializer: the refusal never parses the caller's bytes, so an
+        # unauthenticated caller cannot make the agent decode (or choke on) a payload.
+        "request_deserializer": None,
         "response_serializer": handler.response_serializer,
     }
 

@@ -143,6 +143,10 @@ def parse_fake_nvml(text: str | bytes, *, source: str = "<fake nvml>") -> NodeSa
     """Parse the fake NVML JSON into a NodeSample, or raise FakeNvmlError naming the spot."""
     try:
         data = json.loads(text)
+    except RecursionError:
+        # Deeper than the interpreter's recursion limit: an error like any other bad
+        # file (orjson would refuse it too, but it cannot read integers past 64 bits).
+        raise FakeNvmlError(f"{source}: invalid JSON: nested too deeply") from None
     except UnicodeDecodeError as exc:
         raise FakeNvmlError(f"{source}: not UTF-8 text: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -161,6 +165,15 @@ def write_fake_nvml(path: str | os.PathLike[str], data: Mapping[str, Any]) -> No
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _show(raw: object) -> str:
+    """A bad value for an error message: its JSON, cut short (deep or huge values included)."""
+    try:
+        shown = json.dumps(raw)
+    except RecursionError:
+        return f"a deeply nested {type(raw).__name__}"
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def _at(where: str, key: str) -> str:
@@ -190,7 +203,7 @@ class _Parser:
             else isinstance(raw, kind) and not isinstance(raw, bool)
         )
         if not ok:
-            raise self.fail(_at(where, key), f"expected {kind.__name__}, got {json.dumps(raw)}")
+            raise self.fail(_at(where, key), f"expected {kind.__name__}, got {_show(raw)}")
         if kind is int:
             low, high = INT_RANGES.get(key, UINT64)
             if not low <= raw <= high:

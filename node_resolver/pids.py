@@ -15,7 +15,7 @@ containerd). ``build_resolver`` picks one from the command line's
 Every process is read in one consistent pass keyed by (PID, start time), so a
 process that exits mid-scan is dropped quietly and a reused PID is never
 attributed to its previous owner's container. A process whose /proc entry
-exists but cannot be read is kept, unresolved.
+exists but cannot be read, or whose stat cannot be parsed, is kept, unresolved.
 """
 
 from __future__ import annotations
@@ -80,11 +80,14 @@ class ProcResolver:
         self.procfs = ProcFS(proc_root)
         self.expose_cmdline = expose_cmdline
         self._unreadable_logged = False
+        # PIDs whose stat did not parse on the last scan (each warned about once).
+        self._unparseable: set[int] = set()
 
     def resolve(self, pids: Collection[int]) -> dict[int, ResolvedProcess]:
         """Resolve every PID that is still alive."""
         snapshots: list[ProcSnapshot] = []
         unreadable: dict[int, ResolvedProcess] = {}
+        unparseable: set[int] = set()
         for pid in sorted(set(pids)):
             try:
                 snapshots.append(self.procfs.snapshot(pid, cmdline=self.expose_cmdline))
@@ -97,8 +100,15 @@ class ProcResolver:
                     log.warning("cannot read a GPU process, it stays unresolved: %s", exc)
                 unreadable[pid] = ResolvedProcess(pid, None, None, None, None)
             except ValueError as exc:
-                # A stat file we cannot parse names no process we can key; skip just this one.
-                log.warning("skipping PID %d: %s", pid, exc)
+                # A stat file we cannot parse gives no start time to key the process
+                # by, so it cannot be placed; it is still using the GPU, so keep it,
+                # unresolved, and warn once while it stays unparseable.
+                if pid not in self._unparseable:
+                    log.warning("cannot parse a GPU process, it stays unresolved: %s", exc)
+                unparseable.add(pid)
+                unreadable[pid] = ResolvedProcess(pid, None, None, None, None)
+        # Forget PIDs that parse again (or are gone), so a new episode warns again.
+        self._unparseable = unparseable
         placed = self.locate(snapshots) if snapshots else {}
         return unreadable | {
             snap.pid: ResolvedProcess(

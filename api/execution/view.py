@@ -8,20 +8,33 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, ClassVar
 
 import orjson
+from cross_web import HTTPException
 from graphql import ExecutionResult
 from starlette.requests import Request
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
+from strawberry.exceptions import MissingQueryError
 from strawberry.extensions import SchemaExtension
 from strawberry.http import GraphQLRequestData
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types import ExecutionResult as StrawberryExecutionResult
 from strawberry.types.graphql import OperationType
 
 from graph_schema import GraphSchema, GraphUserError, SharedState, make_context
 from graph_schema.interfaces import Cluster, SnapshotSource
 
 from ..http.graphiql import OfflineGraphiQL
+from ..http.request_json import decode_json, parse_request_json
+from ..http.ws_messages import CheckedWebSocketAdapter
 from ..metrics import Metrics
 from .shared_results import SharedResults
+
+# Operation types each HTTP method may carry; subscriptions only over the WebSocket.
+HTTP_OPERATION_TYPES: dict[str, frozenset[OperationType]] = {
+    "GET": frozenset({OperationType.QUERY}),
+    "POST": frozenset({OperationType.QUERY, OperationType.MUTATION}),
+}
 
 __all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError"]
 
@@ -85,7 +98,13 @@ class QueryTimer(SchemaExtension):
 
 
 class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
-    """strawberry's ASGI view, with a GraphContext per request or socket."""
+    """strawberry's ASGI view, with a GraphContext per request or socket.
+
+    Only graphql-transport-ws is offered: the legacy ``graphql-ws`` protocol
+    has no init timeout in strawberry and is not what the docs promise.
+    """
+
+    websocket_adapter_class = CheckedWebSocketAdapter
 
     def __init__(
         self,
@@ -101,12 +120,21 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             schema,
             graphql_ide="graphiql" if graphiql else None,
             allowed_origins=allowed_origins,
+            subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
         )
         self.cluster = cluster
         self.snapshots = snapshots
         # Server-wide: subscription slots and GPU location hints outlive requests.
         self.state: SharedState = schema.state
         self.shared = shared if shared is not None else SharedResults(ttl=0.0)
+
+    def decode_json(self, data: str | bytes) -> object:
+        """JSON with a nesting limit (HTTP bodies and WebSocket messages alike)."""
+        return decode_json(data)
+
+    def parse_json(self, data: str | bytes) -> Any:
+        """A request's JSON: an object, or 400 with a one-line reason."""
+        return parse_request_json(data)
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Any:
         """The request's (or socket's) context; the schema forks it for each operation."""
@@ -128,10 +156,9 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             variables = orjson.dumps(request_data.variables, option=orjson.OPT_SORT_KEYS)
         except TypeError:  # not JSON-shaped (e.g. uploads): run it alone
             variables = None
-        parent = super().execute_single
 
         def execute() -> Any:
-            return parent(request, request_adapter, sub_response, context, root_value, request_data)
+            return self._execute_unshared(request_adapter, context, root_value, request_data)
 
         if variables is None or request_data.extensions:
             return await execute()
@@ -142,3 +169,37 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             variables,
         )
         return await self.shared.run(key, execute, lambda: context.freshness.oldest)
+
+    async def _execute_unshared(
+        self,
+        request_adapter: Any,
+        context: Any,
+        root_value: Any,
+        request_data: GraphQLRequestData,
+    ) -> StrawberryExecutionResult:
+        """strawberry's ``execute_single``, without subscriptions.
+
+        strawberry would run a subscription over plain HTTP as if it were a
+        query and fail inside it; here it is a 400 naming the WebSocket.
+        """
+        method = request_adapter.method
+        allowed = HTTP_OPERATION_TYPES.get(method, frozenset())
+        try:
+            return await self.schema.execute(
+                request_data.query,
+                root_value=root_value,
+                variable_values=request_data.variables,
+                context_value=context,
+                operation_name=request_data.operation_name,
+                allowed_operation_types=allowed,
+                operation_extensions=request_data.extensions,
+            )
+        except CannotGetOperationTypeError as exc:
+            raise HTTPException(400, exc.as_http_error_reason()) from None
+        except InvalidOperationTypeError as exc:
+            reason = exc.as_http_error_reason(method)
+            if exc.operation_type is OperationType.SUBSCRIPTION:
+                reason += "; subscribe over the graphql-transport-ws WebSocket at this URL"
+            raise HTTPException(400, reason) from None
+        except MissingQueryError:
+            raise HTTPException(400, "No GraphQL query found in the request") from None

@@ -265,3 +265,26 @@ def test_write_fake_nvml_replaces_atomically(path: Path) -> None:
     assert path.stat().st_ino != inode
     assert os.listdir(path.parent) == [path.name]
     assert json.loads(path.read_text())["gpus"][0]["index"] == 0
+
+
+def test_a_200k_deep_file_is_a_bad_edit_not_a_crash(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_fake_nvml(path, nvml_json([gpu_json(0, utilizationGpu=12)]))
+    source = FakeGpuSource(path)
+    path.write_text('{"gpus": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    with caplog.at_level(logging.WARNING, logger="node_resolver.fake_nvml"):
+        for _ in range(3):
+            assert source.sample().gpus[0].utilization_gpu == 12
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "nested too deeply" in warnings[0] and "last good" in warnings[0]
+    assert all(r.exc_info is None for r in caplog.records), "no traceback for a bad file"
+
+
+def test_a_deep_value_in_a_known_key_is_named_briefly(path: Path) -> None:
+    # A long (deeply nested) bad value is cut short in the message.
+    text = json.dumps(nvml_json([gpu_json(0, utilizationGpu="DEEP")]))
+    path.write_text(text.replace('"DEEP"', "[" * 600 + "1" + "]" * 600))
+    with pytest.raises(FakeNvmlError, match=r"utilizationGpu: expected int, got .{1,80}$"):
+        FakeGpuSource(path)

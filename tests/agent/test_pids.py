@@ -86,12 +86,28 @@ def test_name_follows_comm_changes(tree: Path) -> None:
     assert resolver.resolve([200])[200].name == "infer:step9"
 
 
-def test_unparseable_stat_skips_only_that_pid(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unparseable_stat_keeps_the_process_unresolved_and_warns_once_per_episode(
+    tree: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = (tree / "101" / "stat").read_text()
+    (tree / "101" / "stat").write_text("garbage\n")
+    resolver = CgroupResolver(proc_root=str(tree))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            resolved = resolver.resolve([100, 101, 200])
+            assert set(resolved) == {100, 101, 200}, "the GPU process does not vanish"
+            assert resolved[101] == ResolvedProcess(101, None, None, None, None)
+            assert resolved[100].name is not None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, "one warning while it stays unparseable, not one per scan"
+    assert "101" in warnings[0] and "unresolved" in warnings[0]
+    # It parses again, then breaks again: a new episode, a new warning.
+    (tree / "101" / "stat").write_text(good)
+    assert resolver.resolve([101])[101].start_time is not None
     (tree / "101" / "stat").write_text("garbage\n")
     with caplog.at_level(logging.WARNING):
-        resolved = CgroupResolver(proc_root=str(tree)).resolve([100, 101, 200])
-    assert set(resolved) == {100, 200}
-    assert "PID 101" in caplog.text
+        resolver.resolve([101])
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
 
 
 def test_unreadable_cgroup_leaves_the_process_unplaced_but_reported(tree: Path) -> None:

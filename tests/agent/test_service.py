@@ -138,6 +138,28 @@ async def test_the_right_token_is_answered(secured: AgentThread) -> None:
     assert secured.server.calls_served == 1
 
 
+def test_an_unauthenticated_garbage_payload_is_refused_before_it_is_parsed(
+    secured: AgentThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    method = f"/{agent_pb2.DESCRIPTOR.services_by_name['NodeAgent'].full_name}/GetSnapshot"
+    garbage = b"\xff\x00\x12" * 300  # not a GetSnapshotRequest
+    with caplog.at_level(logging.DEBUG), grpc.insecure_channel(secured.address) as channel:
+        raw = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        for _ in range(20):
+            with pytest.raises(grpc.RpcError) as caught:
+                raw(garbage, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert not [r for r in caplog.records if r.exc_info], "no traceback for a refused call"
+    # With the token, the same bytes are parsed (and fail as malformed): the refusal
+    # above came before the payload was touched.
+    with grpc.insecure_channel(secured.address) as channel:
+        raw = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as authed:
+            raw(garbage, metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10)
+    assert authed.value.code() != grpc.StatusCode.UNAUTHENTICATED
+    assert secured.server.calls_served == 0
+
+
 def test_the_bearer_scheme_is_matched_in_any_case(secured: AgentThread) -> None:
     request = agent_pb2.GetSnapshotRequest()
     with grpc.insecure_channel(secured.address) as channel:

@@ -1,0 +1,162 @@
+"""Malformed requests over HTTP and WebSocket: clean 4xx or 4400, one-line reasons, no traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+
+import pytest
+import websockets
+from websockets.typing import Subprotocol
+
+from api.log_limits import TracebackRateLimit
+from tests.support.server import GraphQLSocket, GraphTestCluster, serving
+
+TRANSPORT_WS = Subprotocol("graphql-transport-ws")
+
+
+class Tracebacks(logging.Handler):
+    """Collects records carrying a stack trace from the serving path's loggers."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info or record.exc_text:
+            self.records.append(record)
+
+
+@pytest.fixture
+def tracebacks() -> Iterator[Tracebacks]:
+    handler = Tracebacks()
+    loggers = [logging.getLogger(n) for n in ("uvicorn.error", "graph_schema.schema", "")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield handler
+    for logger in loggers:
+        logger.removeHandler(handler)
+
+
+BAD_BODIES = {
+    "a JSON string": (b'"{ nodes { name } }"', "not a string"),
+    "null": (b"null", "not null"),
+    "a number": (b"12", "not a number"),
+    "invalid UTF-8": (b'{"query": "\xff\xfe"}', "not valid JSON"),
+    "100k-deep JSON": (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
+    "100k-deep variables": (
+        b'{"query": "{ nodes { name } }", "variables": {"a": ' + b"[" * 100_000 + b"}",
+        "not valid JSON",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_BODIES))
+async def test_a_malformed_body_is_a_400_with_a_one_line_reason(
+    cluster: GraphTestCluster, tracebacks: Tracebacks, kind: str
+) -> None:
+    body, reason = BAD_BODIES[kind]
+    async with serving(cluster.settings(max_body_bytes=1024 * 1024)) as server:
+        response = await server.client.post(
+            "/graphql", content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 400, response.text
+        assert reason in response.text
+        assert "\n" not in response.text.strip() and "Traceback" not in response.text
+        # The server is fine afterwards.
+        assert (await server.query("{ nodes { name } }"))["data"]["nodes"]
+    assert tracebacks.records == []
+
+
+async def test_a_subscription_over_http_is_a_400_naming_the_websocket(
+    cluster: GraphTestCluster, tracebacks: Tracebacks
+) -> None:
+    query = "subscription { gpuUpdates { uuid } }"
+    async with serving(cluster.settings()) as server:
+        posted = await server.client.post("/graphql", json={"query": query})
+        got = await server.client.get("/graphql", params={"query": query})
+    for response in (posted, got):
+        assert response.status_code == 400, response.text
+        assert "subscriptions are not allowed" in response.text
+        assert "graphql-transport-ws" in response.text
+    assert tracebacks.records == []
+
+
+BAD_MESSAGES = {
+    "[]": "message must be a JSON object",
+    "null": "message must be a JSON object",
+    "12": "message must be a JSON object",
+    '"connection_init"': "message must be a JSON object",
+    '{"type": 7}': "message type must be a string",
+    "[" * 100_000: "WebSocket message must be valid JSON",
+}
+BAD_SUBSCRIBES = {
+    '{"type": "subscribe", "id": "1", "payload": "{ nodes { name } }"}': "payload must be",
+    '{"type": "subscribe", "id": "1", "payload": []}': "payload must be",
+    '{"type": "subscribe", "id": 1, "payload": {"query": "{ nodes { name } }"}}': "id must be",
+    '{"type": "subscribe", "id": "1", "payload": {"query": 5}}': "query must be a string",
+    '{"type": "subscribe", "id": "1", "payload": {"query": "{ nodes { name } }", '
+    '"variables": []}}': "variables must be",
+    '{"type": "complete", "id": null}': "id must be",
+}
+
+
+async def closed_with(ws: websockets.ClientConnection) -> tuple[int, str]:
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None, "closed without a close frame (1006)"
+    return closed.value.rcvd.code, closed.value.rcvd.reason
+
+
+async def test_websocket_garbage_closes_with_4400_and_the_reason(
+    cluster: GraphTestCluster, tracebacks: Tracebacks
+) -> None:
+    async with serving(cluster.settings(max_body_bytes=1024 * 1024)) as server:
+        for message, reason in BAD_MESSAGES.items():
+            async with websockets.connect(server.ws_url, subprotocols=[TRANSPORT_WS]) as ws:
+                await ws.send(message)
+                assert await closed_with(ws) == (4400, reason), message[:40]
+        for message, reason in BAD_SUBSCRIBES.items():
+            async with GraphQLSocket.connect(server.ws_url) as socket:
+                await socket.ws.send(message)
+                code, why = await closed_with(socket.ws)
+                assert code == 4400 and reason in why, (message, code, why)
+        # A well-formed socket still works.
+        async with GraphQLSocket.connect(server.ws_url) as socket:
+            assert (await socket.query("{ nodes { name } }"))["data"]["nodes"]
+    assert tracebacks.records == []
+
+
+async def test_the_legacy_graphql_ws_protocol_is_refused(cluster: GraphTestCluster) -> None:
+    async with (
+        serving(cluster.settings()) as server,
+        websockets.connect(server.ws_url, subprotocols=[Subprotocol("graphql-ws")]) as ws,
+    ):
+        assert ws.subprotocol is None
+        assert await closed_with(ws) == (4406, "Subprotocol not acceptable")
+
+
+def test_tracebacks_past_the_burst_are_logged_without_their_stack() -> None:
+    now = [0.0]
+    limit = TracebackRateLimit(burst=2, window=60.0, clock=lambda: now[0])
+    records = []
+    for i in range(5):
+        try:
+            raise RuntimeError(f"fault {i} at 100%")
+        except RuntimeError as exc:
+            record = logging.LogRecord("x", logging.ERROR, "f", 1, "boom %s", ("a",), None)
+            record.exc_info = (type(exc), exc, exc.__traceback__)
+        assert limit.filter(record)
+        records.append(record)
+    assert [r.exc_info is not None for r in records] == [True, True, False, False, False]
+    assert "fault 4 at 100%" in records[4].getMessage() and "left out" in records[4].getMessage()
+    assert limit.suppressed == 3
+    now[0] = 61.0
+    try:
+        raise RuntimeError("later")
+    except RuntimeError as exc:
+        late = logging.LogRecord("x", logging.ERROR, "f", 1, "boom", (), None)
+        late.exc_info = (type(exc), exc, exc.__traceback__)
+    limit.filter(late)
+    assert late.exc_info is not None, "a new window shows tracebacks again"
