@@ -1,4 +1,4 @@
-"""Which resource a URL path names: ``/api/v1/pods``, ``/api/v1/namespaces/{ns}/pods``, ..."""
+"""Which resource a URL path names: ``/api/v1/nodes/{name}``, ``/api/v1/namespaces/{ns}/pods``..."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from .store import NODES, PODS
 __all__ = ["route"]
 
 
-def route(path: str) -> tuple[str, str | None] | None:
-    """``(resource, namespace or None)`` for a collection path; None for any other path."""
+def route(path: str) -> tuple[str, str | None, str | None] | None:
+    """``(resource, namespace, name)`` of a path (name None for a collection), or None."""
     parts = path.strip("/").split("/")
     if parts[:2] != ["api", "v1"]:
         return None
     rest = parts[2:]
+    if rest[:1] == [NODES] and len(rest) <= 2:
+        return NODES, None, rest[1] if len(rest) == 2 else None
     if rest == [PODS]:
-        return PODS, None
-    if rest == [NODES]:
-        return NODES, None
-    if len(rest) == 3 and rest[0] == "namespaces" and rest[2] == PODS:
-        return PODS, rest[1]
+        return PODS, None, None
+    if len(rest) in (3, 4) and rest[0] == "namespaces" and rest[2] == PODS:
+        return PODS, rest[1], rest[3] if len(rest) == 4 else None
     return None

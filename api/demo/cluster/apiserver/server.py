@@ -26,17 +26,19 @@ import contextlib
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
 from kubernetes.client import Configuration
 
+from . import tables
+from .discovery import discovery_document, version_document
 from .kubeconfig import kubeconfig_for
 from .lists import Lister
 from .routes import route
-from .status import status
-from .store import NODES, PODS, ObjectStore
+from .status import not_found, status
+from .store import NODES, OBJECT_KIND, PODS, ObjectStore
 from .transport import Exchange, HttpServer
 from .watch import stream_watch
 
@@ -53,8 +55,10 @@ class StubApiServer:
         port: int = 0,
         history_limit: int = 10_000,
         bookmark_interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.bookmark_interval = bookmark_interval
+        self.clock = clock  # wall-clock seconds, for the AGE column of Tables
         self._store = ObjectStore(history_limit)
         self._cond = self._store.cond
         self._lister = Lister(self._store)
@@ -239,17 +243,24 @@ class StubApiServer:
     # -- request handling ------------------------------------------------------
 
     def get(self, exchange: Exchange, path: str, params: dict[str, str]) -> None:
-        """Answer one GET: a list or a watch of a collection, else a 404 Status."""
+        """Answer one GET: discovery, a list, a watch or one object, else a 404 Status."""
+        document = version_document() if path == "/version" else discovery_document(path)
+        if document is not None:
+            return exchange.send_json(200, document)
         target = route(path)
         if target is None:
-            message = f"the server could not find {path}"
+            message = "the server could not find the requested resource"
             return exchange.send_json(404, status(404, "NotFound", message))
-        resource, namespace = target
+        resource, namespace, name = target
         watch = params.get("watch") in ("1", "true", "True")
-        self._note_request(resource, "watch" if watch else "list", path, params)
+        self._note_request(resource, "watch" if watch else "get" if name else "list", path, params)
+        render = self._renderer(resource, exchange.headers.get("Accept"), params)
         if watch:
             if params.get("resourceVersion", "0") not in ("", "0"):
                 int(params["resourceVersion"])
+            if name:  # the deprecated watch of one object's path: a watch by name
+                fields = (params.get("fieldSelector"), f"metadata.name={name}")
+                params = {**params, "fieldSelector": ",".join(f for f in fields if f)}
             stream_watch(
                 self._store,
                 exchange,
@@ -257,10 +268,28 @@ class StubApiServer:
                 namespace,
                 params,
                 bookmark_interval=self.bookmark_interval,
+                render=render,
             )
+        elif name:
+            found = self._store.objects[resource].get((namespace or "", name))
+            if found is None:
+                return exchange.send_json(404, not_found(resource, name))
+            exchange.send(200, found.raw if render is None else render(found.raw))
         else:
             code, body = self._lister.body(resource, namespace, params)
+            if render is not None and code == 200:
+                include = tables.include_object(params)
+                body = tables.list_table(OBJECT_KIND[resource], body, include, self.clock())
             exchange.send(code, body)
+
+    def _renderer(
+        self, resource: str, accept: str | None, params: dict[str, str]
+    ) -> Callable[[bytes], bytes] | None:
+        """None to serve objects as stored; else how to serve each one as a one-row Table."""
+        if not tables.wants_table(accept):
+            return None
+        kind, include = OBJECT_KIND[resource], tables.include_object(params)
+        return lambda raw: tables.object_table(kind, raw, include, self.clock())
 
     def _note_request(self, resource: str, verb: str, path: str, params: dict[str, str]) -> None:
         with self._cond:

@@ -6,12 +6,14 @@ from typing import Any
 
 import orjson
 
-__all__ = ["gone_event", "status"]
+__all__ = ["gone_event", "not_found", "status"]
 
 
-def status(code: int, reason: str, message: str) -> dict[str, Any]:
+def status(
+    code: int, reason: str, message: str, details: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A ``Status`` object with ``status: Failure``, as the API server sends with an error code."""
-    return {
+    failure: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -20,6 +22,16 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
         "reason": reason,
         "code": code,
     }
+    if details:
+        failure["details"] = details
+    return failure
+
+
+def not_found(resource: str, name: str) -> dict[str, Any]:
+    """The 404 Status for a missing named object, worded as the API server words it."""
+    return status(
+        404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": resource}
+    )
 
 
 def gone_event(rv: int, compacted: int) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +179,7 @@ def stored(resource: str, obj: Mapping[str, Any], rv: int, *, create: bool) -> S
     )
 
 
-def event_line(kind: str, item: Stored) -> bytes:
-    """One watch event line carrying ``item``."""
-    return b'{"type":"' + kind.encode() + b'","object":' + item.raw + b"}\n"
+def event_line(kind: str, item: Stored, render: Callable[[bytes], bytes] | None = None) -> bytes:
+    """One watch event line carrying ``item``, as served or as ``render`` reshapes it."""
+    obj = item.raw if render is None else render(item.raw)
+    return b'{"type":"' + kind.encode() + b'","object":' + obj + b"}\n"

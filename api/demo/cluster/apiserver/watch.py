@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import orjson
@@ -39,6 +40,7 @@ def stream_watch(
     params: dict[str, str],
     *,
     bookmark_interval: float,
+    render: Callable[[bytes], bytes] | None = None,
 ) -> None:
     """Serve one watch request until its timeout, an expiry, a drop or the server's stop."""
     selector = Selector(params.get("labelSelector"), params.get("fieldSelector"))
@@ -59,7 +61,9 @@ def stream_watch(
             # No resourceVersion: replay the current state as ADDED events.
             cursor = store.rv
             initial = [
-                event_line("ADDED", i) for i in store.objects[resource].values() if matching(i)
+                event_line("ADDED", i, render)
+                for i in store.objects[resource].values()
+                if matching(i)
             ]
         else:
             cursor = int(since)
@@ -93,7 +97,7 @@ def stream_watch(
                             if e.rv > opened_at:
                                 lines.append(e.line)
                         elif matching(e.item):
-                            lines.append(event_line(e.type, e.item))
+                            lines.append(event_line(e.type, e.item, render))
                 now = time.monotonic()
                 if not lines and now < deadline and (not bookmarks or now < next_bookmark):
                     wake = min(deadline, next_bookmark if bookmarks else deadline)
