@@ -391,6 +391,56 @@ def test_ci_script_uses_the_system_node_only_when_it_is_20_or_newer(
     assert "installing Node.js" not in result.stdout
 
 
+def ci_kubectl_setup(kubectl_home: Path) -> str:
+    """The part of .ci/run that provides kubectl, installing into ``kubectl_home``."""
+    text = (ROOT / ".ci" / "run").read_text()
+    start = text.index("\nKUBECTL_MINOR=")
+    end = text.index("\n", text.index('echo "using $(kubectl', start))
+    block = text[start:end]
+    assert "KUBECTL_HOME=/opt/gpugraph-kubectl" in block
+    return block.replace("KUBECTL_HOME=/opt/gpugraph-kubectl", f"KUBECTL_HOME={kubectl_home}")
+
+
+def fake_kubectl(directory: Path, version: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "kubectl"
+    script.write_text(f"#!/bin/sh\necho 'Client Version: v{version}'\n")
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("system_version", "expected"),
+    [(None, "v1.37.1"), ("1.20.15", "v1.37.1"), ("1.28.0", "v1.28.0"), ("1.32.4", "v1.32.4")],
+)
+def test_ci_script_uses_the_system_kubectl_only_when_it_is_1_28_or_newer(
+    tmp_path: Path, system_version: str | None, expected: str
+) -> None:
+    # KUBECTL_HOME already holds the kubectl that .ci/run installs, so nothing is downloaded.
+    kubectl_home = tmp_path / "kubectl-home"
+    fake_kubectl(kubectl_home / "bin", "1.37.1")
+    if system_version is not None:
+        fake_kubectl(tmp_path / "system", system_version)
+    script = f"set -euo pipefail\n{ci_kubectl_setup(kubectl_home)}\n"
+    # Only the tools the block uses, so a kubectl installed on this machine stays out.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("sed", "head"):
+        found = shutil.which(tool)
+        assert found is not None
+        (tools / tool).symlink_to(found)
+    result = subprocess.run(
+        [shutil.which("bash") or "bash", "-c", script],
+        env={"PATH": f"{tmp_path / 'system'}:{tools}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == f"using Client Version: {expected}"
+    assert "installing kubectl" not in result.stdout
+
+
 @pytest.mark.parametrize(
     ("version", "problem"),
     [("18.20.4", "v18.20.4; the gateway needs 20 or newer"), ("20.18.0", "npm packages")],

@@ -62,6 +62,7 @@ _READ = ("get", "list", "watch")
 RESOURCES: tuple[ApiResource, ...] = (
     ApiResource("", "v1", "pods", "pod", "Pod", True, _READ, ("po",), ("all",)),
     ApiResource("", "v1", "nodes", "node", "Node", False, _READ, ("no",)),
+    ApiResource("", "v1", "namespaces", "namespace", "Namespace", False, ("get", "list"), ("ns",)),
     ApiResource(
         "authentication.k8s.io",
         "v1",

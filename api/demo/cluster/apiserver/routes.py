@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .namespaces import NAMESPACES
 from .store import NODES, PODS
 
 __all__ = ["route"]
@@ -17,6 +18,8 @@ def route(path: str) -> tuple[str, str | None, str | None] | None:
         return NODES, None, rest[1] if len(rest) == 2 else None
     if rest == [PODS]:
         return PODS, None, None
+    if rest[:1] == [NAMESPACES] and len(rest) <= 2:
+        return NAMESPACES, None, rest[1] if len(rest) == 2 else None
     if len(rest) in (3, 4) and rest[0] == "namespaces" and rest[2] == PODS:
         return PODS, rest[1], rest[3] if len(rest) == 4 else None
     return None

@@ -36,6 +36,7 @@ from . import tables
 from .discovery import discovery_document, version_document
 from .kubeconfig import kubeconfig_for
 from .lists import Lister
+from .namespaces import NAMESPACES, namespace_body, namespace_list_body
 from .routes import route
 from .status import not_found, status
 from .store import NODES, OBJECT_KIND, PODS, ObjectStore
@@ -43,6 +44,8 @@ from .transport import Exchange, HttpServer
 from .watch import stream_watch
 
 __all__ = ["StubApiServer"]
+
+_KIND = {**OBJECT_KIND, NAMESPACES: "Namespace"}
 
 
 class StubApiServer:
@@ -255,6 +258,8 @@ class StubApiServer:
         watch = params.get("watch") in ("1", "true", "True")
         self._note_request(resource, "watch" if watch else "get" if name else "list", path, params)
         render = self._renderer(resource, exchange.headers.get("Accept"), params)
+        if resource == NAMESPACES:
+            return self._namespaces(exchange, name, watch, params, render)
         if watch:
             if params.get("resourceVersion", "0") not in ("", "0"):
                 int(params["resourceVersion"])
@@ -282,13 +287,34 @@ class StubApiServer:
                 body = tables.list_table(OBJECT_KIND[resource], body, include, self.clock())
             exchange.send(code, body)
 
+    def _namespaces(
+        self,
+        exchange: Exchange,
+        name: str | None,
+        watch: bool,
+        params: dict[str, str],
+        render: Callable[[bytes], bytes] | None,
+    ) -> None:
+        if watch:
+            message = "the stub API server does not watch namespaces"
+            return exchange.send_json(405, status(405, "MethodNotAllowed", message))
+        if name:
+            body = namespace_body(self._store, name)
+            if body is None:
+                return exchange.send_json(404, not_found(NAMESPACES, name))
+            return exchange.send(200, body if render is None else render(body))
+        body = namespace_list_body(self._store, params)
+        if render is not None:
+            body = tables.list_table("Namespace", body, tables.include_object(params), self.clock())
+        exchange.send(200, body)
+
     def _renderer(
         self, resource: str, accept: str | None, params: dict[str, str]
     ) -> Callable[[bytes], bytes] | None:
         """None to serve objects as stored; else how to serve each one as a one-row Table."""
         if not tables.wants_table(accept):
             return None
-        kind, include = OBJECT_KIND[resource], tables.include_object(params)
+        kind, include = _KIND[resource], tables.include_object(params)
         return lambda raw: tables.object_table(kind, raw, include, self.clock())
 
     def _note_request(self, resource: str, verb: str, path: str, params: dict[str, str]) -> None:

@@ -211,9 +211,23 @@ def _node_cells(node: Mapping[str, Any], now: float) -> list[Any]:
     ]
 
 
+_NAMESPACE_COLUMNS = [
+    _column("Name", "string", "Name must be unique within a namespace."),
+    _column("Status", "string", "The status of the namespace"),
+    _column("Age", "string", "CreationTimestamp is a timestamp representing the server time."),
+]
+
+
+def _namespace_cells(namespace: Mapping[str, Any], now: float) -> list[Any]:
+    metadata = namespace.get("metadata") or {}
+    phase = (namespace.get("status") or {}).get("phase", "")
+    return [metadata.get("name", ""), phase, _age(metadata, now)]
+
+
 _PRINTERS: dict[str, tuple[list[dict[str, Any]], Cells]] = {
     "Pod": (_POD_COLUMNS, _pod_cells),
     "Node": (_NODE_COLUMNS, _node_cells),
+    "Namespace": (_NAMESPACE_COLUMNS, _namespace_cells),
 }
 
 
