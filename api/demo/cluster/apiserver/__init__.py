@@ -4,8 +4,11 @@ One module per concept: ``transport`` (HTTP requests and chunked responses),
 ``routes`` (which collection a path names), ``store`` (objects,
 resourceVersions, the event history), ``lists`` (paginated lists),
 ``watch`` (event streams), ``selectors`` (label and field selectors),
-``status`` (error Status objects), ``kubeconfig`` (how clients find it) and
-``server`` (``StubApiServer``: lifecycle, request dispatch, test controls).
+``status`` (error Status objects), ``discovery`` (``/api``, ``/apis``, what
+kubectl asks first), ``tables`` (``meta.k8s.io/v1`` Tables, kubectl's human
+output), ``namespaces`` (derived from the pods), ``kubeconfig`` (how clients
+find it) and ``server`` (``StubApiServer``: lifecycle, request dispatch, test
+controls).
 """
 
 from .kubeconfig import kubeconfig_for, write_kubeconfig

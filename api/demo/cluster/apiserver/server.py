@@ -14,7 +14,13 @@ format for pods and nodes, so the official client talks to it unchanged:
   (``watch``);
 - ``labelSelector`` (``k=v``, ``k!=v``, ``k``, ``!k``) and the
   ``fieldSelector``s ``spec.nodeName``, ``metadata.name`` and
-  ``metadata.namespace`` (``selectors``).
+  ``metadata.namespace`` (``selectors``);
+- ``GET`` of one pod or node, with the ``NotFound`` Status when it is missing;
+  namespaces, derived from the pods (``namespaces``);
+- discovery (``/api``, ``/api/v1``, ``/apis``, ``/version``) and, when the
+  Accept header asks for them, ``meta.k8s.io/v1`` Tables in place of objects,
+  lists and watch events, so the real kubectl works against it (``discovery``,
+  ``tables``).
 
 Test controls change objects (each change is a watch event), expire or drop
 the open watches, hold list requests, and count requests.
