@@ -243,6 +243,12 @@ class Demo:
         assert self.tmp is not None
         return self.tmp / "agent-token"
 
+    @property
+    def kubeconfig(self) -> Path:
+        """The kubeconfig for the embedded cluster: the server's, and kubectl's if wanted."""
+        assert self.tmp is not None
+        return self.tmp / "kubeconfig"
+
     async def start(self) -> None:
         """Write the fixtures and start the API server and the agents."""
         self.listen_port = _check_listen(self.config.listen_host, self.config.listen_port)
@@ -255,7 +261,7 @@ class Demo:
         self.api = StubApiServer()
         self.api.load(pods=self.cluster.pods, nodes=self.cluster.node_objects)
         self.api.start()
-        write_kubeconfig(str(self.tmp / "kubeconfig"), self.api.url)
+        write_kubeconfig(str(self.kubeconfig), self.api.url)
         await self._start_agents()
         self._ticker = asyncio.create_task(self._tick(), name="gpugraph-demo-gpus")
 
@@ -315,7 +321,7 @@ class Demo:
         return Settings(
             listen_host=self.config.listen_host,
             listen_port=self.listen_port,
-            kubeconfig=self.tmp / "kubeconfig",
+            kubeconfig=self.kubeconfig,
             agent_discovery="node-ip",
             agent_port=self.agent_port,
             agent_token_file=self.token_file,
@@ -366,7 +372,7 @@ class Demo:
 
     def banner(self, graphiql_url: str) -> str:
         """What the demo prints once it is up."""
-        from ..graphiql import assets_present
+        from ..http.graphiql import assets_present
 
         c = self.config
         cluster = self.cluster
@@ -385,6 +391,7 @@ class Demo:
             f"  GraphQL    POST {graphiql_url}",
             f"  gpu-pods   {self.base_url}/gpu-pods?worker_id={self.cluster.worker[1]}",
             f"  metrics    {self.base_url}/metrics",
+            f"  kubectl    kubectl --kubeconfig {self.kubeconfig} get pods -A",
         ]
         if not assets_present():
             lines.append("  (GraphiQL's assets are not built: run `make web`; the page explains)")

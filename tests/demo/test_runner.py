@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.kubectl import Kubectl, kubectl_binary, table
+
 ROOT = Path(__file__).resolve().parents[2]
 NODES = 4
 GPUS = 4
@@ -157,6 +159,19 @@ def test_banner_names_graphiql_and_three_queries(demo: RunningDemo) -> None:
     assert len(re.findall(r"^--- example \d ---$", text, flags=re.M)) == 3
     page = httpx.get(f"{demo.url}/graphql", headers={"accept": "text/html"}, timeout=10)
     assert page.status_code == 200 and "graphiql" in page.text.lower()
+
+
+def test_kubectl_with_the_printed_kubeconfig_lists_the_demos_pods(
+    demo: RunningDemo, tmp_path: Path
+) -> None:
+    found = re.search(r"^  kubectl +kubectl --kubeconfig (\S+) get pods -A$", demo.text(), re.M)
+    assert found, demo.text()
+    kubeconfig = Path(found[1])
+    assert kubeconfig.is_relative_to(demo.tmpdir) and kubeconfig.is_file()
+    kubectl = Kubectl(kubectl_binary(), kubeconfig, tmp_path / "kube-cache")
+    listed = {(r["NAMESPACE"], r["NAME"]) for r in table(kubectl.run("get", "pods", "-A"))}
+    pods = demo.query("{ pods { namespace name } }")["data"]["pods"]
+    assert listed == {(p["namespace"], p["name"]) for p in pods} and len(listed) > 1
 
 
 def test_example_queries_in_the_banner_answer_without_errors(demo: RunningDemo) -> None:
@@ -415,3 +430,16 @@ def test_readme_shows_the_demos_example_queries() -> None:
     for query in example_queries(build_cluster()):
         body = query.split("\n", 1)[1]  # without the leading comment line
         assert body in README
+
+
+def test_readme_shows_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> None:
+    from api.demo import build_cluster
+
+    section = readme_section("#### Looking at the demo's cluster with kubectl")
+    line = re.search(r"^  kubectl +kubectl --kubeconfig (\S+) get pods -A$", section, re.M)
+    assert line is not None and line[1].endswith("/kubeconfig")
+    output = re.search(r"^\$ kubectl --kubeconfig \S+ get pods -A\n(.*?)```", section, re.M | re.S)
+    assert output is not None
+    shown = [(r["NAMESPACE"], r["NAME"]) for r in table(output[1])]
+    pods = build_cluster().pods
+    assert shown == sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods)

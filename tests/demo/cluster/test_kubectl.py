@@ -67,13 +67,14 @@ def test_get_nodes_prints_the_servers_columns(kubectl: Kubectl) -> None:
 
 def test_get_pods_all_namespaces_in_chunks(kubectl: Kubectl, server: StubApiServer) -> None:
     rows = table(kubectl.run("get", "pods", "-A", "--chunk-size=2"))
+    # In the API server's order, by namespace then name, whatever the order of creation.
     assert [(r["NAMESPACE"], r["NAME"]) for r in rows] == [
         ("a", "p0"),
         ("a", "p1"),
         ("a", "p2"),
+        ("a", "waiting"),
         ("b", "p3"),
         ("b", "p4"),
-        ("a", "waiting"),
     ]
     pages = [params for path, params in server.request_log if path == "/api/v1/pods"]
     assert all(p.get("limit") == "2" for p in pages)

@@ -63,11 +63,13 @@ class Lister:
             with store.cond:
                 rv = store.rv
                 values: Iterable[Stored] = store.objects[resource].values()
-                items = tuple(
+                matched = [
                     i
                     for i in values
                     if (namespace is None or i.namespace == namespace) and selector.matches(i)
-                )
+                ]
+            # In storage-key order (".../pods/{namespace}/{name}"), as etcd hands them over.
+            items = tuple(sorted(matched, key=_storage_key))
             snapshot_id = str(next(self._snapshot_ids))
             offset = 0
         limit = int(params.get("limit") or 0)
@@ -94,3 +96,7 @@ class Lister:
             )
         )
         return 200, body
+
+
+def _storage_key(item: Stored) -> str:
+    return f"{item.namespace}/{item.name}" if item.namespace else item.name
