@@ -90,6 +90,16 @@ def test_get_pods_by_namespace_and_label(kubectl: Kubectl) -> None:
     ]
 
 
+def test_set_based_label_selectors(kubectl: Kubectl) -> None:
+    rows = table(kubectl.run("get", "pods", "-A", "-l", "app notin (x1),app"))
+    assert [r["NAME"] for r in rows] == ["p0", "p2", "p4"]
+    rows = table(kubectl.run("get", "pods", "-n", "b", "-l", "app in (x0, x1)"))
+    assert [r["NAME"] for r in rows] == ["p3", "p4"]
+    error = kubectl.fail("get", "pods", "-A", "--field-selector", "status.hostIP=1.2.3.4")
+    assert "Error from server (BadRequest)" in error
+    assert error.rstrip().endswith("field label not supported: status.hostIP")
+
+
 def test_get_pods_by_field_selector(kubectl: Kubectl) -> None:
     rows = table(kubectl.run("get", "pods", "-A", "--field-selector", "spec.nodeName=node-1"))
     assert [r["NAME"] for r in rows] == ["p1", "p3"]

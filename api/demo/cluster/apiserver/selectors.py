@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from graph_schema.selectors import LabelSelectorError, parse_label_selector
+
 from .store import Stored
 
 __all__ = ["Selector"]
@@ -13,38 +15,25 @@ class Selector:
     """A parsed labelSelector plus fieldSelector."""
 
     def __init__(self, labels: str | None, fields: str | None) -> None:
-        self.required: list[tuple[str, str, str]] = []  # (op, key, value)
-        for term in _terms(labels):
-            if "!=" in term:
-                key, value = term.split("!=", 1)
-                self.required.append(("!=", key.strip(), value.strip()))
-            elif "=" in term:
-                key, value = term.replace("==", "=").split("=", 1)
-                self.required.append(("=", key.strip(), value.strip()))
-            elif term.startswith("!"):
-                self.required.append(("!", term[1:].strip(), ""))
-            else:
-                self.required.append(("exists", term, ""))
+        # The API server's full grammar (set-based "in"/"notin" too), parsed as the graph does.
+        try:
+            self.labels = parse_label_selector(labels or "")
+        except LabelSelectorError as exc:
+            raise ValueError(str(exc)) from None
         self.fields: list[tuple[str, str, bool]] = []  # (field, value, equal)
         for term in _terms(fields):
+            if "=" not in term:
+                raise ValueError(f"invalid field selector: {term!r} has no operator")
             equal = "!=" not in term
             key, value = term.replace("!=", "=").replace("==", "=").split("=", 1)
-            if key not in _FIELDS:
-                raise ValueError(f"field selector {key!r} is not supported")
+            if key not in _FIELDS:  # worded as the API server words it
+                raise ValueError(f"field label not supported: {key}")
             self.fields.append((key, value, equal))
 
     def matches(self, item: Stored) -> bool:
         """Whether ``item`` passes every label and field term."""
-        for op, key, value in self.required:
-            present = key in item.labels
-            if op == "=" and item.labels.get(key) != value:
-                return False
-            if op == "!=" and item.labels.get(key) == value:
-                return False
-            if op == "exists" and not present:
-                return False
-            if op == "!" and present:
-                return False
+        if not self.labels.matches(item.labels):
+            return False
         for key, value, equal in self.fields:
             actual = {
                 "spec.nodeName": item.node_name,
