@@ -122,8 +122,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         type=int,
         default=d.max_result_items,
-        help="most objects (nodes, pods, containers, GPUs, processes) listed by one query "
-        f"(default {d.max_result_items})",
+        help="most result objects one query may return; checked against a worst-case "
+        f"estimate before execution and counted during it (default {d.max_result_items})",
     )
     limits.add_argument(
         "--max-body-bytes",

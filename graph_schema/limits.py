@@ -16,14 +16,18 @@ DEFAULT_MAX_SUBSCRIPTIONS = 200
 DEFAULT_INTERVAL_SECONDS = 2.0
 # Result objects one operation may produce (see SchemaLimits.max_result_items).
 DEFAULT_MAX_RESULT_ITEMS = 200_000
+# Fields one selection set may hold once its fragments are flattened (see cost.py).
+DEFAULT_MAX_FIELDS_PER_SELECTION = 100
 
 
 @dataclass(frozen=True, slots=True)
 class SchemaLimits:
     """Per-query limits, and the server-wide subscription cap.
 
-    Depth, aliases and tokens are checked before execution. ``max_result_items``
-    bounds the work of execution: every list resolver charges its length to
+    Depth, aliases and tokens are checked before execution, and so is the
+    operation's estimated worst-case result size against ``max_result_items``
+    (see cost.py), along with ``max_fields_per_selection``. During execution
+    the same budget is enforced again: every list resolver charges its length to
     the operation (nodes, pods, containers, GPUs, processes listed by a root or
     per-pod field), and the field that crosses the limit fails. GPU processes
     and their pods are plain attributes of the GPU objects built once per
@@ -37,6 +41,7 @@ class SchemaLimits:
     max_tokens: int = 5000
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     max_result_items: int = DEFAULT_MAX_RESULT_ITEMS
+    max_fields_per_selection: int = DEFAULT_MAX_FIELDS_PER_SELECTION
 
 
 class SubscriptionLimitError(GraphUserError):

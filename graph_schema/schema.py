@@ -19,6 +19,7 @@ from strawberry.extensions import (
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, ExecutionResult, StreamExecutionResult
 
+from .admission import CostAdmission, SizeGauge
 from .context import GraphContext
 from .errors import ResultBudgetError, is_internal
 from .limits import SchemaLimits, SubscriptionLimiter
@@ -112,6 +113,8 @@ class GraphSchema(strawberry.federation.Schema):
             subscriptions=SubscriptionLimiter(limits.max_subscriptions),
             max_result_items=limits.max_result_items,
         )
+        # The cluster's list sizes for the cost estimate, shared by every operation.
+        self.gauge = SizeGauge(self.state.views)
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
@@ -142,7 +145,17 @@ def build_schema(
     ``extensions`` (classes or factories) run after the per-operation context
     is made and around the schema's own limits.
     """
-    return GraphSchema(
+    schema: GraphSchema
+
+    def admission() -> CostAdmission:
+        return CostAdmission(
+            schema.gauge,
+            limit=limits.max_result_items,
+            max_fields_per_selection=limits.max_fields_per_selection,
+            max_depth=limits.max_depth,
+        )
+
+    schema = GraphSchema(
         limits,
         query=Query,
         subscription=Subscription,
@@ -156,9 +169,12 @@ def build_schema(
             lambda: QueryDepthLimiter(max_depth=limits.max_depth),
             lambda: MaxAliasesLimiter(max_alias_count=limits.max_aliases),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
+            # Before validation, whose overlap check is what a wide document makes slow.
+            admission,
             PartialErrors,
             OneBudgetError,
             lambda: MaskErrors(should_mask_error=is_internal),
         ],
         federation_version=FEDERATION_VERSION,
     )
+    return schema

@@ -201,7 +201,10 @@ class Gpu:
 
     @strawberry.field(description="The node this GPU is in.")
     def node(self, info: Info) -> Node:
-        record = context_of(info).cluster.node(self.node_name)
+        ctx = context_of(info)
+        # One object per GPU: a gpus { node { gpus ... } } chain multiplies.
+        ctx.charge(1)
+        record = ctx.cluster.node(self.node_name)
         return Node.stub(self.node_name) if record is None else Node.from_record(record)
 
     @strawberry.field(description="Distinct pods with processes on this GPU.")

@@ -126,6 +126,10 @@ class ViewCache:
 
     def __init__(self) -> None:
         self._by_node: dict[str, _NodeViews] = {}
+        # The most GPUs on one node and processes on one GPU seen since start:
+        # the cost estimate's bounds for what agents report (see cost.py).
+        self.max_gpus_per_node = 0
+        self.max_processes_per_gpu = 0
 
     def gpus(self, node_name: str, snapshot: NodeSnapshot, cluster: Cluster) -> list[Gpu]:
         """The Gpu objects of ``snapshot``, fetched from ``node_name``."""
@@ -134,6 +138,9 @@ class ViewCache:
             return cached.gpus
         joiner = PodJoiner(cluster, cached.pods if cached is not None else None)
         gpus = build_gpus(node_name, snapshot, joiner)
+        self.max_gpus_per_node = max(self.max_gpus_per_node, len(gpus))
+        for gpu in gpus:
+            self.max_processes_per_gpu = max(self.max_processes_per_gpu, len(gpu.processes))
         self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods)
         return gpus
 

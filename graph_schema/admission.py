@@ -1,0 +1,121 @@
+"""The admission step: the cost estimate and the width limit, applied before validation.
+
+A schema extension, so that operations over HTTP and over a WebSocket are
+admitted alike. The cluster's sizes are measured at most once a second
+(one pass over the cached pods), not once per query.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+from graphql import DocumentNode, GraphQLError, GraphQLSchema
+from strawberry.extensions import SchemaExtension
+
+from .context import GraphContext
+from .cost import ClusterSizes, CostError, SelectionTooWideError, estimate
+from .errors import GraphUserError
+from .interfaces import Cluster
+from .views import ViewCache
+
+__all__ = ["CostAdmission", "SizeGauge"]
+
+logger = logging.getLogger(__name__)
+
+# Processes per GPU assumed until an agent reports more (MPS and multi-process
+# jobs share a GPU; one training process per GPU is the common case).
+MIN_PROCESSES_PER_GPU = 4
+# How long measured sizes are reused.
+SIZES_TTL_SECONDS = 1.0
+
+
+class SizeGauge:
+    """The cluster's list sizes, measured from the cache and the agents' snapshots seen."""
+
+    def __init__(
+        self,
+        views: ViewCache,
+        *,
+        ttl: float = SIZES_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.views = views
+        self.ttl = ttl
+        self._clock = clock
+        self._measured: tuple[float, int, ClusterSizes] | None = None
+
+    def sizes(self, cluster: Cluster) -> ClusterSizes:
+        """The sizes now (at most ``ttl`` seconds old)."""
+        now = self._clock()
+        cached = self._measured
+        if cached is not None and now - cached[0] < self.ttl and cached[1] == id(cluster):
+            return cached[2]
+        sizes = self._measure(cluster)
+        self._measured = (now, id(cluster), sizes)
+        return sizes
+
+    def _measure(self, cluster: Cluster) -> ClusterSizes:
+        nodes = cluster.nodes()
+        pods = cluster.pods()
+        per_node = Counter(p.node_name for p in pods if p.node_name)
+        capacity = max((n.gpu_capacity or 0 for n in nodes), default=0)
+        return ClusterSizes(
+            nodes=max(1, len(nodes)),
+            pods=max(1, len(pods)),
+            pods_per_node=max(1, max(per_node.values(), default=0)),
+            gpus_per_node=max(1, capacity, self.views.max_gpus_per_node),
+            processes_per_gpu=max(MIN_PROCESSES_PER_GPU, self.views.max_processes_per_gpu),
+            containers_per_pod=max(1, max((len(p.containers) for p in pods), default=0)),
+        )
+
+
+class CostAdmission(SchemaExtension):
+    """Refuses, before validation, operations too costly to run or too wide to validate."""
+
+    def __init__(
+        self, gauge: SizeGauge, *, limit: int, max_fields_per_selection: int, max_depth: int
+    ) -> None:
+        super().__init__()
+        self.max_depth = max_depth
+        self.gauge = gauge
+        self.limit = limit
+        self.max_fields_per_selection = max_fields_per_selection
+
+    def on_validate(self) -> Iterator[None]:
+        ec = self.execution_context
+        if ec.graphql_document is not None and ec.pre_execution_errors is None:
+            try:
+                self._admit(ec.schema._schema, ec.graphql_document, ec.context)
+            except GraphUserError as exc:
+                # Errors set here make strawberry skip validation; graphql-core copies
+                # the error's extensions (code, estimate, limit) into the response.
+                ec.pre_execution_errors = [GraphQLError(str(exc), original_error=exc)]
+        yield
+
+    def _admit(self, schema: GraphQLSchema, document: DocumentNode, ctx: object) -> None:
+        ready = isinstance(ctx, GraphContext) and ctx.cluster.ready
+        # Before the cache fills every field fails NOT_READY anyway; the width and
+        # depth are still bounded.
+        sizes = None
+        if isinstance(ctx, GraphContext) and ready:
+            try:
+                sizes = self.gauge.sizes(ctx.cluster)
+            except Exception:
+                # A broken cache is a server fault that execution reports (masked) at
+                # the field that reads it; execution's own budget still holds.
+                logger.debug("cannot measure the cluster for admission", exc_info=True)
+        cost = estimate(
+            schema,
+            document,
+            sizes or ClusterSizes(1, 1, 1, 1, 1, 1),
+            operation_name=self.execution_context.operation_name,
+            variables=self.execution_context.variables,
+        )
+        if cost.widest_selection > self.max_fields_per_selection:
+            raise SelectionTooWideError(cost.widest_selection, self.max_fields_per_selection)
+        # Too deep: validation's depth limit refuses it with its own message.
+        if sizes is not None and cost.depth <= self.max_depth and cost.objects > self.limit:
+            raise CostError(cost.objects, self.limit, sizes)
