@@ -80,10 +80,18 @@ def test_namespaced_list_and_selectors() -> None:
             "/api/v1/pods", params={"fieldSelector": "spec.nodeName=node-1"}
         ).json()
         assert sorted(names(on_node)) == ["p1", "p3"]
-        assert (
-            client.get("/api/v1/pods", params={"fieldSelector": "status.phase=Running"}).status_code
-            == 400
-        )
+        # The API server's other pod field labels are read from the object.
+        server.update_pod(make_pod("p4", "b", "node-0", labels={"app": "x0"}, phase="Succeeded"))
+        done = client.get("/api/v1/pods", params={"fieldSelector": "status.phase!=Running"}).json()
+        assert names(done) == ["p4"]
+        both = "spec.nodeName=node-0,status.phase=Running,spec.hostNetwork=false"
+        assert names(client.get("/api/v1/pods", params={"fieldSelector": both}).json()) == [
+            "p0",
+            "p2",
+        ]
+        unsupported = client.get("/api/v1/pods", params={"fieldSelector": "status.hostIP=1.2.3.4"})
+        assert unsupported.status_code == 400
+        assert unsupported.json()["message"] == "field label not supported: status.hostIP"
 
 
 def test_watch_streams_changes_after_the_version_then_ends() -> None:

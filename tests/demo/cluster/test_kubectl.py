@@ -105,6 +105,17 @@ def test_get_pods_by_field_selector(kubectl: Kubectl) -> None:
     assert [r["NAME"] for r in rows] == ["p1", "p3"]
 
 
+def test_describe_node_lists_its_running_pods(kubectl: Kubectl) -> None:
+    # describe selects the node's pods with spec.nodeName and status.phase field selectors.
+    described = kubectl.run("describe", "node", "node-0")
+    pods = described.split("Non-terminated Pods:", 1)[1].split("Allocated resources:", 1)[0]
+    assert [line.split()[:2] for line in pods.splitlines()[3:] if line.strip()] == [
+        ["a", "p0"],
+        ["a", "p2"],
+        ["b", "p4"],
+    ]
+
+
 def test_get_one_pod_as_yaml_is_the_stored_object(kubectl: Kubectl, server: StubApiServer) -> None:
     served = yaml.safe_load(kubectl.run("get", "pod", "p3", "-n", "b", "-o", "yaml"))
     stored = server.pod("b", "p3")

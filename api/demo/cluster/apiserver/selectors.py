@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 from graph_schema.selectors import LabelSelectorError, parse_label_selector
 
 from .store import Stored
 
 __all__ = ["Selector"]
 
-_FIELDS = ("spec.nodeName", "metadata.name", "metadata.namespace")
+# The field labels the API server accepts for pods and nodes. The first three
+# are kept beside each stored object; the rest are read from it when asked for.
+_KEPT = ("spec.nodeName", "metadata.name", "metadata.namespace")
+_READ = (
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "spec.unschedulable",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+)
+_FIELDS = _KEPT + _READ
 
 
 class Selector:
@@ -34,15 +51,31 @@ class Selector:
         """Whether ``item`` passes every label and field term."""
         if not self.labels.matches(item.labels):
             return False
+        served: dict[str, Any] | None = None
         for key, value, equal in self.fields:
-            actual = {
-                "spec.nodeName": item.node_name,
-                "metadata.name": item.name,
-                "metadata.namespace": item.namespace,
-            }[key]
+            if key in _KEPT:
+                actual = {
+                    "spec.nodeName": item.node_name,
+                    "metadata.name": item.name,
+                    "metadata.namespace": item.namespace,
+                }[key]
+            else:
+                served = served if served is not None else orjson.loads(item.raw)
+                actual = _field(served, key)
             if (actual == value) != equal:
                 return False
         return True
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    """A field as the API server compares it: missing is "", booleans are "true"/"false"."""
+    section, name = path.split(".", 1)
+    value = (obj.get(section) or {}).get(name)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None and path in ("spec.hostNetwork", "spec.unschedulable"):
+        return "false"
+    return "" if value is None else str(value)
 
 
 def _terms(selector: str | None) -> list[str]:
