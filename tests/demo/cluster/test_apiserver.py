@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 import orjson
 import pytest
 from kubernetes.client import ApiClient, CoreV1Api
 
 from api.demo.cluster import StubApiServer, make_node, make_pod
-from tests.support.kube import stub_api
+from tests.support.kube import eventually, stub_api
 
 
 def names(body: dict) -> list[str]:  # type: ignore[type-arg]
@@ -111,6 +114,24 @@ def test_watch_streams_changes_after_the_version_then_ends() -> None:
         versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
         assert versions == sorted(versions) and versions[0] > since
         assert events[1]["object"]["status"]["phase"] == "Succeeded"
+
+
+def test_a_watch_from_a_future_version_sends_only_the_changes_after_it() -> None:
+    with stub_api() as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        ahead = str(server.resource_version + 2)
+        events: list[dict] = []  # type: ignore[type-arg]
+        watching = threading.Thread(
+            target=lambda: events.extend(
+                watch_lines(client, "/api/v1/pods", resourceVersion=ahead, timeoutSeconds="2")
+            )
+        )
+        watching.start()
+        assert eventually(lambda: server.watching("pods") == 1)
+        time.sleep(0.2)  # past the watch's first look at the history
+        for name in ("first", "second", "third"):
+            server.add_pod(make_pod(name, "a"))
+        watching.join(10)
+        assert [e["object"]["metadata"]["name"] for e in events] == ["third"]
 
 
 def test_watch_sends_bookmarks_only_when_asked() -> None:

@@ -89,7 +89,9 @@ def stream_watch(
                         if event.rv <= cursor:
                             break
                         fresh.append(event)
-                    cursor = store.rv
+                    # A watch from a resourceVersion not reached yet starts there, as on
+                    # the real server: the changes up to it are not sent.
+                    cursor = max(cursor, store.rv)
                     for e in reversed(fresh):
                         if e.resource != resource:
                             continue
