@@ -12,12 +12,14 @@ from starlette.types import Lifespan
 
 from graph_schema import SchemaLimits, build_schema
 from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.scope import EVERYTHING, Scope
 
+from .auth import AuthMiddleware, KubernetesAuth, caller_of
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
 from .log_limits import limit_tracebacks
 from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .settings import Settings
+from .settings import Settings, SettingsError
 
 __all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "create_app"]
 
@@ -29,12 +31,20 @@ def create_app(
     *,
     metrics: Metrics | None = None,
     lifespan: Lifespan[Starlette] | None = None,
+    auth: KubernetesAuth | None = None,
 ) -> Starlette:
     """The server's ASGI app over a Kubernetes cache and an agent snapshot source.
+
+    With ``settings.auth_mode == "kubernetes"``, ``auth`` checks every caller
+    (SettingsError without it).
 
     ``app.state.graph_state`` is the schema's server-wide state, which the
     server prunes when nodes leave the cluster.
     """
+    if settings.auth_mode == "kubernetes" and auth is None:
+        raise SettingsError("--auth kubernetes needs a way to ask the Kubernetes API server")
+    if settings.auth_mode == "none":
+        auth = None
     metrics = metrics if metrics is not None else Metrics()
     metrics.watch_cluster(cluster)
     limit_tracebacks()
@@ -56,6 +66,7 @@ def create_app(
         graphiql=settings.graphiql,
         allowed_origins=settings.cors_origins,
         shared=SharedResults(ttl=settings.snapshot_ttl),
+        auth=auth,
     )
 
     async def healthz(request: Request) -> Response:
@@ -71,7 +82,15 @@ def create_app(
     async def metrics_endpoint(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    gpu_pods = gpu_pods_endpoint(cluster, snapshots, timeout=settings.request_timeout)
+    def scope_of(request: Request) -> Scope:
+        if auth is None:
+            return EVERYTHING
+        caller = caller_of(request)
+        return Scope() if caller is None else caller.scope
+
+    gpu_pods = gpu_pods_endpoint(
+        cluster, snapshots, timeout=settings.request_timeout, scope_of=scope_of
+    )
 
     async def gpu_pods_counted(request: Request) -> Response:
         response = await gpu_pods(request)
@@ -100,6 +119,8 @@ def create_app(
                 max_age=600,
             )
         )
+    if auth is not None:
+        middleware.append(Middleware(AuthMiddleware, auth=auth))
     middleware.append(Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.settings = settings

@@ -17,6 +17,9 @@ from .settings import Settings, SettingsError, parse_listen
 __all__ = ["LOG_LEVELS", "add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
 _DEFAULTS = Settings()
+# Fail closed: a server started without --auth checks every caller with the
+# cluster's own RBAC; an open server has to be asked for (--auth none).
+AUTH_DEFAULT = "kubernetes"
 # For ``--log-level`` with ``type=str.lower``, so DEBUG and debug both work.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -162,6 +165,32 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.graphiql,
         help="serve the GraphiQL IDE on GET /graphql (default on)",
     )
+    auth = parser.add_argument_group("auth")
+    auth.add_argument(
+        "--auth",
+        choices=("none", "kubernetes"),
+        default=AUTH_DEFAULT,
+        dest="auth_mode",
+        help="kubernetes: callers send 'Authorization: Bearer <token>', checked with "
+        "TokenReview, and see what SubjectAccessReview allows them; none: anyone who "
+        f"reaches the port sees everything (default {AUTH_DEFAULT})",
+    )
+    auth.add_argument(
+        "--auth-audience",
+        action="append",
+        default=[],
+        metavar="AUDIENCE",
+        dest="auth_audiences",
+        help="the audience tokens must be issued for (TokenReview audiences); repeatable",
+    )
+    auth.add_argument(
+        "--auth-cache-ttl",
+        type=float,
+        default=d.auth_cache_ttl,
+        metavar="S",
+        help="trust a passed review this long, a failed one a sixth of it; subscriptions "
+        f"re-check their caller as reviews expire (default {d.auth_cache_ttl:g})",
+    )
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=d.log_level)
 
 
@@ -189,6 +218,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         cors_origins=tuple(args.cors_origins),
         graphiql=args.graphiql,
         log_level=args.log_level,
+        auth_mode=args.auth_mode,
+        auth_audiences=tuple(args.auth_audiences),
+        auth_cache_ttl=args.auth_cache_ttl,
     )
 
 

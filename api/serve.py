@@ -18,6 +18,7 @@ from node_resolver.auth import TokenFile
 
 from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
 from .app import create_app
+from .auth import kubernetes_auth
 from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
 from .kube.watcher import ClusterWatcher
@@ -121,7 +122,18 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     pool = build_pool(settings, cache, metrics)
     configuration = load_kube_config(str(settings.kubeconfig) if settings.kubeconfig else None)
     watcher = ClusterWatcher(cache, configuration)
-    app = create_app(settings, cache, pool, metrics=metrics)
+    auth = None
+    if settings.auth_mode == "kubernetes":
+        auth = kubernetes_auth(
+            configuration, cache, audiences=settings.auth_audiences, ttl=settings.auth_cache_ttl
+        )
+    else:
+        log.warning(
+            "--auth none: anyone who can reach %s sees every namespace's pods and GPU "
+            "processes; use --auth kubernetes outside a trusted network",
+            settings.listen,
+        )
+    app = create_app(settings, cache, pool, metrics=metrics, auth=auth)
     departed = DepartedNodes(
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
     )

@@ -9,9 +9,10 @@ from typing import Literal
 
 from node_resolver.address import join_host_port, split_host_port
 
-__all__ = ["Discovery", "Settings", "SettingsError", "parse_listen"]
+__all__ = ["AuthMode", "Discovery", "Settings", "SettingsError", "parse_listen"]
 
 Discovery = Literal["node-ip", "pod-ip"]
+AuthMode = Literal["none", "kubernetes"]
 
 
 class SettingsError(ValueError):
@@ -46,6 +47,12 @@ class Settings:
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     graphiql: bool = True
     log_level: str = "info"
+    # Who may see what. Open here, for programs that build Settings (tests, the
+    # demo); the command line defaults to "kubernetes" (see cli.AUTH_DEFAULT).
+    auth_mode: AuthMode = "none"
+    auth_audiences: tuple[str, ...] = field(default_factory=tuple)
+    # How long a passed review is trusted; a failed one, a sixth of that.
+    auth_cache_ttl: float = 60.0
 
     def __post_init__(self) -> None:
         # The one place where settings are checked; the command line reports
@@ -88,6 +95,12 @@ class Settings:
                 parse_label_selector(self.agent_selector)
             except LabelSelectorError as exc:
                 problems.append(f"agent selector: {exc}")
+        if self.auth_mode not in ("none", "kubernetes"):
+            problems.append("auth must be none or kubernetes")
+        if not 0 < self.auth_cache_ttl < math.inf:
+            problems.append("auth-cache-ttl must be positive")
+        if self.auth_audiences and self.auth_mode != "kubernetes":
+            problems.append("auth-audience needs --auth kubernetes")
         if self.cors_origins:
             # The same rules the WebSocket origin check applies (imported late:
             # strawberry is heavy, and the agent command shares this module).

@@ -390,6 +390,8 @@ async def concurrency(
             "--log-level",
             "warning",
             "--no-graphiql",
+            "--auth",
+            "none",
         ],
         cwd=ROOT,
     )

@@ -10,6 +10,7 @@ costs nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from graphql import GraphQLError
@@ -19,6 +20,9 @@ from node_resolver.models import NodeSnapshot
 from .errors import ResultBudgetError
 from .interfaces import AgentUnavailableError, Cluster, SnapshotSource
 from .loaders import Freshness, GpuLoader, SnapshotLoader
+from .records import NodeRecord, PodRecord
+from .scope import EVERYTHING, Scope, Viewer
+from .scoped import filter_nodes, scoped_gpus, visible_node_names, visible_pods
 from .state import SharedState
 from .types import Gpu, NodeSampleError
 
@@ -44,12 +48,23 @@ class GraphContext:
         request: Any = None,
         response: Any = None,
         freshness: Freshness | None = None,
+        scope: Scope = EVERYTHING,
+        viewer: Viewer | None = None,
     ) -> None:
         self.cluster = cluster
+        # What the caller may see; ``viewer`` re-checks it for long-lived operations.
+        self.scope = scope
+        self.viewer = viewer
+        # Worked out on first use: (the visible node names, None for all).
+        self._visible_nodes: tuple[frozenset[str] | None] | None = None
+        self._scoped: dict[str, tuple[list[Gpu], list[Gpu]]] = {}
         self.snapshots = snapshots
         self.state = state
         self.request = request
         self.response = response
+        # A WebSocket's connection_init payload (strawberry sets it), where a
+        # client may send its token.
+        self.connection_params: object = None
         self._snapshot_loader: SnapshotLoader | None = None
         self._gpu_loader: GpuLoader | None = None
         # Errors for parts of an aggregate list that could not be fetched; the
@@ -68,7 +83,50 @@ class GraphContext:
             request=self.request,
             response=self.response,
             freshness=self.freshness,
+            scope=self.scope,
+            viewer=self.viewer,
         )
+
+    async def refresh_scope(self) -> None:
+        """Re-check the caller (a subscription tick); AccessEndedError once it no longer passes."""
+        if self.viewer is not None:
+            scope = await self.viewer.current_scope()
+            if scope != self.scope:
+                self.scope = scope
+                self._visible_nodes = None
+                self._scoped = {}
+
+    def visible_node_names(self) -> frozenset[str] | None:
+        """The nodes the caller sees (None: all), worked out once per operation."""
+        if self._visible_nodes is None:
+            self._visible_nodes = (visible_node_names(self.scope, self.cluster),)
+        return self._visible_nodes[0]
+
+    def sees_node(self, name: str) -> bool:
+        """Whether the caller may see the node called ``name``."""
+        visible = self.visible_node_names()
+        return visible is None or name in visible
+
+    def visible_nodes(self) -> list[NodeRecord]:
+        """Every cached node the caller may see, sorted by name."""
+        return filter_nodes(self.visible_node_names(), self.cluster.nodes())
+
+    def visible_pods(self, records: Iterable[PodRecord]) -> Sequence[PodRecord]:
+        """The pod records among ``records`` the caller may see."""
+        if self.scope.all_pods:
+            return records if isinstance(records, Sequence) else list(records)
+        return visible_pods(self.scope, records)
+
+    def scoped_gpus(self, node_name: str, gpus: list[Gpu]) -> list[Gpu]:
+        """A node's shared Gpu objects as the caller sees them, copied once per operation."""
+        if self.scope.unrestricted:
+            return gpus
+        cached = self._scoped.get(node_name)
+        if cached is not None and cached[0] is gpus:
+            return cached[1]
+        scoped = scoped_gpus(self.scope, gpus)
+        self._scoped[node_name] = (gpus, scoped)
+        return scoped
 
     def charge(self, items: int) -> None:
         """Count ``items`` more result objects; ResultBudgetError past the server's limit."""
@@ -87,6 +145,8 @@ class GraphContext:
         """Start a subscription tick: fresh loaders (so fresh snapshots) and a fresh budget."""
         self._snapshot_loader = None
         self._gpu_loader = None
+        self._visible_nodes = None
+        self._scoped = {}
         self.result_items = 0
 
     async def snapshot(self, node_name: str) -> NodeSnapshot:
@@ -103,7 +163,7 @@ class GraphContext:
         sample = snapshot.sample
         if sample.error and not sample.gpus:
             raise NodeSampleError(node_name, sample.error)
-        return self.state.views.gpus(node_name, snapshot, self.cluster)
+        return self.scoped_gpus(node_name, self.state.views.gpus(node_name, snapshot, self.cluster))
 
     async def gpu(self, uuid: str) -> Gpu | None:
         """The GPU with this UUID on any node, or None."""
@@ -119,6 +179,16 @@ def make_context(
     *,
     request: Any = None,
     response: Any = None,
+    scope: Scope = EVERYTHING,
+    viewer: Viewer | None = None,
 ) -> GraphContext:
     """A context for one request or WebSocket over the schema's server-wide ``state``."""
-    return GraphContext(cluster, snapshots, state, request=request, response=response)
+    return GraphContext(
+        cluster,
+        snapshots,
+        state,
+        request=request,
+        response=response,
+        scope=scope,
+        viewer=viewer,
+    )

@@ -112,16 +112,18 @@ class GpuLoader(DataLoader[str, "Gpu | None"]):
                     continue
                 if isinstance(result, BaseException):
                     raise result
-                for gpu in ctx.state.views.gpus(name, result, ctx.cluster):
+                shared = ctx.state.views.gpus(name, result, ctx.cluster)
+                for gpu in ctx.scoped_gpus(name, shared):
                     found[gpu.uuid] = gpu
 
         hints = ctx.state.gpu_nodes
-        hinted = {hints[u] for u in uuids if u in hints}
+        # Only nodes the caller may see are asked, so no error names another's node.
+        hinted = {hints[u] for u in uuids if u in hints and ctx.sees_node(hints[u])}
         if hinted:
             await search(sorted(hinted))
         missing = [u for u in uuids if u not in found and hints.get(u) not in failed]
         if missing:
-            rest = [n.name for n in ctx.cluster.nodes() if n.name not in hinted]
+            rest = [n.name for n in ctx.visible_nodes() if n.name not in hinted]
             await search(rest)
 
         results: list[Gpu | Exception | None] = []

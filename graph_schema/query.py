@@ -8,16 +8,18 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from .context import Cluster, GraphContext
+from .context import GraphContext
 from .selectors import parse_label_selector
 from .types import Gpu, GpuProcess, Node, Pod, ready_context
 
 
-def node_names(cluster: Cluster, node_name: str | None) -> list[str]:
-    """Every cached node's name, or just ``node_name`` if it is cached (else none)."""
+def node_names(ctx: GraphContext, node_name: str | None) -> list[str]:
+    """Every visible cached node's name, or just ``node_name`` if it is (else none)."""
     if node_name is None:
-        return [n.name for n in cluster.nodes()]
-    return [node_name] if cluster.node(node_name) is not None else []
+        return [n.name for n in ctx.visible_nodes()]
+    if ctx.cluster.node(node_name) is None or not ctx.sees_node(node_name):
+        return []
+    return [node_name]
 
 
 async def gpus_of_nodes(ctx: GraphContext, info: Info, node_names: list[str]) -> list[Gpu]:
@@ -47,20 +49,26 @@ async def gpus_of_nodes(ctx: GraphContext, info: Info, node_names: list[str]) ->
 class Query:
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:
-        record = ready_context(info).cluster.node(name)
-        return None if record is None else Node.from_record(record)
+        ctx = ready_context(info)
+        record = ctx.cluster.node(name)
+        if record is None or not ctx.sees_node(name):
+            return None
+        return Node.from_record(record)
 
     @strawberry.field(description="Every node, sorted by name.")
     def nodes(self, info: Info) -> list[Node]:
         ctx = ready_context(info)
-        records = ctx.cluster.nodes()
+        records = ctx.visible_nodes()
         ctx.charge(len(records))
         return [Node.from_record(r) for r in records]
 
     @strawberry.field(description="A pod by namespace and name; null when not in the cluster.")
     def pod(self, info: Info, namespace: str, name: str) -> Pod | None:
-        record = ready_context(info).cluster.pod(namespace, name)
-        return None if record is None else Pod.from_record(record)
+        ctx = ready_context(info)
+        record = ctx.cluster.pod(namespace, name)
+        if record is None or not ctx.scope.sees_namespace(namespace):
+            return None
+        return Pod.from_record(record)
 
     @strawberry.field(
         description="Pods, optionally filtered by namespace, node and a Kubernetes label "
@@ -75,7 +83,7 @@ class Query:
     ) -> list[Pod]:
         ctx = ready_context(info)
         selector = parse_label_selector(label_selector) if label_selector else None
-        records = ctx.cluster.pods(namespace=namespace, node_name=node_name)
+        records = ctx.visible_pods(ctx.cluster.pods(namespace=namespace, node_name=node_name))
         if selector is not None:
             records = [r for r in records if selector.matches(r.labels)]
         ctx.charge(len(records))
@@ -91,7 +99,7 @@ class Query:
     )
     async def gpus(self, info: Info, node_name: str | None = None) -> list[Gpu]:
         ctx = ready_context(info)
-        gpus = await gpus_of_nodes(ctx, info, node_names(ctx.cluster, node_name))
+        gpus = await gpus_of_nodes(ctx, info, node_names(ctx, node_name))
         ctx.charge(len(gpus))
         return gpus
 
@@ -108,10 +116,10 @@ class Query:
             # Only nodes running pods of that namespace can have its processes.
             names = sorted(
                 {p.node_name for p in cluster.pods(namespace=namespace) if p.node_name}
-                & set(node_names(cluster, node_name))
+                & set(node_names(ctx, node_name))
             )
         else:
-            names = node_names(cluster, node_name)
+            names = node_names(ctx, node_name)
         gpus = await gpus_of_nodes(ctx, info, names)
         processes = [p for g in gpus for p in g.processes]
         if namespace is not None:

@@ -33,7 +33,9 @@ class Subscription:
                 # Fresh loaders each tick; the snapshot source's TTL sharing
                 # keeps many subscribers of one node to about one call a tick.
                 ctx.new_tick()
-                names = node_names(ctx.cluster, node_name)
+                # Re-checks the caller once its reviews expire; ends when it fails.
+                await ctx.refresh_scope()
+                names = node_names(ctx, node_name)
                 # The operation has a context of its own, so the errors of
                 # failing nodes go out with this tick's result.
                 gpus = await gpus_of_nodes(ctx, info, names)
@@ -53,6 +55,10 @@ class Subscription:
         with ctx.state.subscriptions.hold():
             while True:
                 ctx.new_tick()
+                await ctx.refresh_scope()
                 record = ctx.cluster.pod(namespace, name)
-                yield None if record is None else Pod.from_record(record)
+                if record is None or not ctx.scope.sees_namespace(namespace):
+                    yield None
+                else:
+                    yield Pod.from_record(record)
                 await sleep(interval)

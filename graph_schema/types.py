@@ -109,8 +109,11 @@ class Node:
     @classmethod
     def resolve_reference(cls, info: Info, name: str) -> Node | None:
         """Federation entity lookup by name."""
-        record = ready_context(info).cluster.node(name)
-        return None if record is None else cls.from_record(record)
+        ctx = ready_context(info)
+        record = ctx.cluster.node(name)
+        if record is None or not ctx.sees_node(name):
+            return None
+        return cls.from_record(record)
 
     @strawberry.field(description="The NVIDIA driver version the agent reports.")
     async def driver_version(self, info: Info) -> str | None:
@@ -125,7 +128,7 @@ class Node:
     @strawberry.field(description="Pods scheduled on this node.")
     def pods(self, info: Info) -> list[Pod]:
         ctx = context_of(info)
-        records = ctx.cluster.pods(node_name=self.name)
+        records = ctx.visible_pods(ctx.cluster.pods(node_name=self.name))
         ctx.charge(len(records))
         return [Pod.from_record(r) for r in records]
 
@@ -191,8 +194,19 @@ class Gpu:
         description="Why a metric is null, by field name, "
         'e.g. {"powerUsageWatts": "NOT_SUPPORTED"}.'
     )
-    processes: list[GpuProcess]
+    processes: list[GpuProcess] = strawberry.field(
+        description="Its processes that this caller may see."
+    )
     node_name: strawberry.Private[str]
+    hidden_process_count: int = strawberry.field(
+        default=0,
+        description="Processes on this GPU withheld from this caller (other tenants'); "
+        "their memory still counts in memoryUsedBytes.",
+    )
+    hidden_memory_bytes: Bytes = strawberry.field(
+        default=0,
+        description="GPU memory used by the processes withheld from this caller.",
+    )
 
     @classmethod
     async def resolve_reference(cls, info: Info, uuid: str) -> Gpu | None:
@@ -292,14 +306,17 @@ class Pod:
         name: str | None = None,
     ) -> Pod | None:
         """Federation entity lookup by uid, or by namespace and name."""
-        cluster = ready_context(info).cluster
+        ctx = ready_context(info)
+        cluster = ctx.cluster
         if uid is not None:
             record = cluster.pod_by_uid(uid)
         elif namespace is not None and name is not None:
             record = cluster.pod(namespace, name)
         else:
             raise GraphUserError("a Pod reference needs uid, or namespace and name")
-        return None if record is None else cls.from_record(record)
+        if record is None or not ctx.scope.sees_namespace(record.namespace):
+            return None
+        return cls.from_record(record)
 
     @strawberry.field(description="The node it is scheduled on.")
     def node(self, info: Info) -> Node | None:

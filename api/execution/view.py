@@ -13,7 +13,7 @@ from graphql import ExecutionResult
 from starlette.requests import Request
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
-from strawberry.exceptions import MissingQueryError
+from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
 from strawberry.extensions import SchemaExtension
 from strawberry.http import GraphQLRequestData
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
@@ -21,9 +21,17 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult as StrawberryExecutionResult
 from strawberry.types.graphql import OperationType
 
-from graph_schema import GraphSchema, GraphUserError, SharedState, make_context
+from graph_schema import GraphContext, GraphSchema, GraphUserError, SharedState, make_context
 from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.scope import EVERYTHING, Scope
 
+from ..auth import (
+    KubernetesAuth,
+    RejectedTokenError,
+    ReviewUnavailableError,
+    bearer_token,
+    caller_of,
+)
 from ..http.graphiql import OfflineGraphiQL
 from ..http.request_json import decode_json, parse_request_json
 from ..http.ws_messages import CheckedWebSocketAdapter
@@ -115,6 +123,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         graphiql: bool,
         allowed_origins: Sequence[str] = (),
         shared: SharedResults | None = None,
+        auth: KubernetesAuth | None = None,
     ) -> None:
         super().__init__(
             schema,
@@ -127,6 +136,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         # Server-wide: subscription slots and GPU location hints outlive requests.
         self.state: SharedState = schema.state
         self.shared = shared if shared is not None else SharedResults(ttl=0.0)
+        self.auth = auth
 
     def decode_json(self, data: str | bytes) -> object:
         """JSON with a nesting limit (HTTP bodies and WebSocket messages alike)."""
@@ -137,10 +147,51 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         return parse_request_json(data)
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Any:
-        """The request's (or socket's) context; the schema forks it for each operation."""
+        """The request's (or socket's) context; the schema forks it for each operation.
+
+        With auth on, the caller comes from the auth middleware. A socket without
+        one sees nothing until its connection_init carries a token.
+        """
+        caller = caller_of(request)
+        if self.auth is None:
+            scope: Scope = EVERYTHING
+        elif caller is not None:
+            scope = caller.scope
+        else:
+            # A socket before its connection_init, or GraphiQL's page (the
+            # middleware lets no other request through): it sees nothing.
+            scope = Scope()
         return make_context(
-            self.cluster, self.snapshots, self.state, request=request, response=response
+            self.cluster,
+            self.snapshots,
+            self.state,
+            request=request,
+            response=response,
+            scope=scope,
+            viewer=caller,
         )
+
+    async def on_ws_connect(self, context: Any) -> Any:
+        """With auth on, a socket not authenticated at the upgrade needs a token in
+        connection_init's payload: ``{"Authorization": "Bearer <token>"}``."""
+        if self.auth is None or not isinstance(context, GraphContext):
+            return await super().on_ws_connect(context)
+        if context.viewer is not None:
+            return await super().on_ws_connect(context)
+        params = context.connection_params
+        value = params.get("Authorization") if isinstance(params, dict) else None
+        token = bearer_token(value if isinstance(value, str) else None)
+        try:
+            caller = await self.auth.authenticate(token)
+        except RejectedTokenError as exc:
+            raise ConnectionRejectionError({"reason": str(exc)}) from None
+        except ReviewUnavailableError:
+            raise ConnectionRejectionError(
+                {"reason": "the Kubernetes API server cannot check credentials right now"}
+            ) from None
+        context.scope = caller.scope
+        context.viewer = caller
+        return await super().on_ws_connect(context)
 
     async def execute_single(  # type: ignore[override]
         self,
@@ -162,7 +213,9 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
 
         if variables is None or request_data.extensions:
             return await execute()
+        # Keyed by scope too: callers with different rights never share an answer.
         key = (
+            context.scope,
             request_adapter.method,
             request_data.query,
             request_data.operation_name,

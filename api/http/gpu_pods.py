@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from graph_schema.context import AgentUnavailableError, Cluster, SnapshotSource
+from graph_schema.scope import EVERYTHING, Scope
 from graph_schema.types import join_pod
 from node_resolver.models import NodeSnapshot
 
@@ -36,21 +37,29 @@ def _error(status: int, message: str, **details: object) -> Response:
     return json_response(status, {"error": message, **details})
 
 
-def gpu_pods_response(cluster: Cluster, snapshot: NodeSnapshot) -> dict[str, object]:
-    """The original ``GetGpuPodsResponse`` JSON for one node's snapshot."""
+def gpu_pods_response(
+    cluster: Cluster, snapshot: NodeSnapshot, scope: Scope = EVERYTHING
+) -> dict[str, object]:
+    """The original ``GetGpuPodsResponse`` JSON for one node's snapshot, as ``scope`` sees it.
+
+    A caller without ``list nodes`` gets only the GPUs running one of its pods.
+    """
     gpu_pods: dict[str, dict[str, list[dict[str, object]]]] = {}
     gpu_infos: dict[str, dict[str, object]] = {}
     for gpu in snapshot.sample.gpus:
-        gpu_infos[gpu.uuid] = {
+        info: dict[str, object] = {
             "uuid": gpu.uuid,
             "gpuName": gpu.name,
             "usageGpu": gpu.utilization_gpu,
         }
+        if scope.all_nodes:
+            gpu_infos[gpu.uuid] = info
         for process in gpu.processes:
             ref = process.container
             pod = None if ref is None else join_pod(cluster, ref.pod_uid, ref.container_id)
-            if pod is None:
+            if pod is None or not scope.sees_namespace(pod.namespace):
                 continue
+            gpu_infos[gpu.uuid] = info
             used = process.used_memory_bytes
             entry: dict[str, object] = {
                 "pid": process.pid,
@@ -62,12 +71,25 @@ def gpu_pods_response(cluster: Cluster, snapshot: NodeSnapshot) -> dict[str, obj
     return {"GpuPods": gpu_pods, "GpuInfos": gpu_infos}
 
 
+def _everything(request: Request) -> Scope:
+    return EVERYTHING
+
+
 def gpu_pods_endpoint(
-    cluster: Cluster, snapshots: SnapshotSource, *, timeout: float = 10.0
+    cluster: Cluster,
+    snapshots: SnapshotSource,
+    *,
+    timeout: float = 10.0,
+    scope_of: Callable[[Request], Scope] = _everything,
 ) -> Callable[[Request], Awaitable[Response]]:
-    """The ``/gpu-pods`` endpoint over a cluster cache and a snapshot source."""
+    """The ``/gpu-pods`` endpoint over a cluster cache and a snapshot source.
+
+    ``scope_of`` says what the request's caller may see; a pod it may not see
+    is answered like one that does not exist.
+    """
 
     async def gpu_pods(request: Request) -> Response:
+        scope = scope_of(request)
         worker_id = request.query_params.get("worker_id", "").strip()
         if not worker_id:
             return _error(400, "missing query parameter worker_id (the worker pod's name)")
@@ -79,10 +101,12 @@ def gpu_pods_endpoint(
         namespace = request.query_params.get("namespace", "").strip() or None
         if namespace is not None:
             pod = cluster.pod(namespace, worker_id)
-            if pod is None:
+            if pod is None or not scope.sees_namespace(namespace):
                 return _error(404, f"pod {namespace}/{worker_id} not found")
         else:
-            matches = cluster.pods_named(worker_id)
+            matches = [
+                p for p in cluster.pods_named(worker_id) if scope.sees_namespace(p.namespace)
+            ]
             if not matches:
                 return _error(404, f"no pod named {worker_id!r} in any namespace")
             if len(matches) > 1:
@@ -113,6 +137,6 @@ def gpu_pods_endpoint(
                 f"{snapshot.sample.error}",
                 node=pod.node_name,
             )
-        return json_response(200, gpu_pods_response(cluster, snapshot))
+        return json_response(200, gpu_pods_response(cluster, snapshot, scope))
 
     return gpu_pods

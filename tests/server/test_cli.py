@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
 from api.cli import build_parser, main, settings_from_args
-from api.settings import Settings
+from api.settings import Settings, SettingsError
 from graph_schema import SchemaLimits
 from tests.support.server import GraphTestCluster
 
@@ -28,7 +29,9 @@ def parse_serve(*argv: str) -> Settings:
 
 def test_defaults_match_the_issue() -> None:
     settings = parse_serve()
-    assert settings == Settings()
+    # Fail closed: the command line checks callers unless told --auth none.
+    assert settings.auth_mode == "kubernetes"
+    assert replace(settings, auth_mode="none") == Settings()
     assert settings.listen == "0.0.0.0:8000"
     assert settings.agent_discovery == "node-ip"
     assert settings.agent_port == 50051
@@ -64,6 +67,9 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--cors-origin", "http://localhost:3000",
         "--no-graphiql",
         "--log-level", "debug",
+        "--auth", "kubernetes",
+        "--auth-audience", "gpugraph",
+        "--auth-cache-ttl", "12",
     )  # fmt: skip
     assert settings == Settings(
         listen_host="127.0.0.1",
@@ -86,6 +92,9 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         cors_origins=("https://a.example.com", "http://localhost:3000"),
         graphiql=False,
         log_level="debug",
+        auth_mode="kubernetes",
+        auth_audiences=("gpugraph",),
+        auth_cache_ttl=12.0,
     )
     assert parse_serve("--listen", "[::1]:8080").listen == "[::1]:8080"
 
@@ -130,6 +139,14 @@ def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
         assert command in out
 
 
+def test_auth_flags() -> None:
+    settings = parse_serve("--auth-audience", "gpugraph", "--auth-cache-ttl", "30")
+    assert (settings.auth_audiences, settings.auth_cache_ttl) == (("gpugraph",), 30.0)
+    assert parse_serve("--auth", "none").auth_mode == "none"
+    with pytest.raises(SettingsError, match="auth-audience needs"):
+        parse_serve("--auth", "none", "--auth-audience", "x")
+
+
 def test_a_missing_kubeconfig_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,9 +185,14 @@ async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestC
             while (await client.get("/readyz")).status_code != 200:
                 assert time.monotonic() < deadline, "not ready within 20 s"
                 await asyncio.sleep(0.05)
+            query = {"query": '{ node(name: "node-1") { gpus { uuid } } }'}
+            # Auth is on by default: no token, no data; the admin's token, the answer.
+            refused = await client.post("/graphql", json=query)
+            token = cluster.stub.reviews.token_of("admin")
             result = await client.post(
-                "/graphql", json={"query": '{ node(name: "node-1") { gpus { uuid } } }'}
+                "/graphql", json=query, headers={"Authorization": f"Bearer {token}"}
             )
+        assert refused.status_code == 401
         assert result.json() == {"data": {"node": {"gpus": [{"uuid": "GPU-node-1-0"}]}}}
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0

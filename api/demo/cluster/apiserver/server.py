@@ -20,7 +20,9 @@ format for pods and nodes, so the official client talks to it unchanged:
 - discovery (``/api``, ``/api/v1``, ``/apis``, ``/version``) and, when the
   Accept header asks for them, ``meta.k8s.io/v1`` Tables in place of objects,
   lists and watch events, so the real kubectl works against it (``discovery``,
-  ``tables``).
+  ``tables``);
+- ``POST`` TokenReview and SubjectAccessReview over a static table of
+  users with random tokens (``reviews``).
 
 Test controls change objects (each change is a watch event), expire or drop
 the open watches, hold list requests, and count requests.
@@ -36,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
+import orjson
 from kubernetes.client import Configuration
 
 from . import tables
@@ -43,6 +46,7 @@ from .discovery import discovery_document, version_document
 from .kubeconfig import kubeconfig_for
 from .lists import Lister
 from .namespaces import NAMESPACES, namespace_body, namespace_list_body
+from .reviews import TokenReviews
 from .routes import route
 from .status import not_found, status
 from .store import NODES, OBJECT_KIND, PODS, ObjectStore
@@ -71,6 +75,7 @@ class StubApiServer:
         self._store = ObjectStore(history_limit)
         self._cond = self._store.cond
         self._lister = Lister(self._store)
+        self.reviews = TokenReviews()
         self.requests: Counter[tuple[str, str]] = Counter()
         self.request_log: deque[tuple[str, dict[str, str]]] = deque(maxlen=1000)
         self._httpd = HttpServer((host, port), self)
@@ -322,6 +327,18 @@ class StubApiServer:
             return None
         kind, include = _KIND[resource], tables.include_object(params)
         return lambda raw: tables.object_table(kind, raw, include, self.clock())
+
+    def post(self, exchange: Exchange, path: str, body: bytes) -> None:
+        """Answer one POST: a review, else 405 (the objects themselves are read-only)."""
+        try:
+            request = orjson.loads(body or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"the request body is not JSON: {exc}") from None
+        answer = self.reviews.answer(path, request if isinstance(request, dict) else {})
+        if answer is None:
+            message = "the stub API server is read-only"
+            return exchange.send_json(405, status(405, "MethodNotAllowed", message))
+        exchange.send_json(*answer)
 
     def _note_request(self, resource: str, verb: str, path: str, params: dict[str, str]) -> None:
         with self._cond:

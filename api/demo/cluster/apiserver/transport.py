@@ -1,7 +1,7 @@
 """HTTP/1.1 on a loopback port: requests in, JSON or chunked responses out.
 
 Nothing here knows about Kubernetes objects; an ``Application`` answers the
-requests. Writes are refused: the stub API server is read-only.
+requests. Writes other than POSTs the application answers are refused.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ class Application(Protocol):
 
     def get(self, exchange: Exchange, path: str, params: dict[str, str]) -> None:
         """Answer one request through ``exchange``; ValueError becomes a 400 Status."""
+
+    def post(self, exchange: Exchange, path: str, body: bytes) -> None:
+        """Answer one POST (the review endpoints); anything else is refused there."""
 
 
 class HttpServer(ThreadingHTTPServer):
@@ -68,11 +71,18 @@ class Exchange(BaseHTTPRequestHandler):
             self.send_json(400, status(400, "BadRequest", str(exc)))
 
     def do_POST(self) -> None:
-        # Consume the body so the kept-alive connection stays in sync.
+        # Read the body whatever happens, so the kept-alive connection stays in sync.
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            self.server.application.post(self, urlsplit(self.path).path, body)
+        except ValueError as exc:
+            self.send_json(400, status(400, "BadRequest", str(exc)))
+
+    def do_PUT(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_json(405, status(405, "MethodNotAllowed", "the stub API server is read-only"))
 
-    do_PUT = do_PATCH = do_DELETE = do_POST
+    do_PATCH = do_DELETE = do_PUT
 
     def send_json(self, code: int, obj: Any) -> None:
         """Send ``obj`` as a JSON response."""

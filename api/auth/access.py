@@ -1,0 +1,108 @@
+"""Authorization: SubjectAccessReviews (authorization.k8s.io/v1) about a reviewed user."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from kubernetes.client import (
+    ApiClient,
+    AuthorizationV1Api,
+    V1NonResourceAttributes,
+    V1ResourceAttributes,
+    V1SubjectAccessReview,
+    V1SubjectAccessReviewSpec,
+)
+
+from .review_cache import ReviewCache
+from .tokens import FAILURE_TTL, REVIEW_TIMEOUT, SUCCESS_TTL, ReviewUnavailableError, UserInfo
+
+__all__ = ["AccessReviewer", "Question"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One thing a user may or may not do: a verb on a resource, or on a non-resource URL."""
+
+    verb: str
+    resource: str = ""
+    subresource: str = ""
+    namespace: str = ""  # "" asks cluster-wide
+    path: str = ""  # a non-resource URL such as /metrics
+
+    @classmethod
+    def list_pods(cls, namespace: str = "") -> Question:
+        """``list pods`` in ``namespace`` ("" for every namespace)."""
+        return cls("list", "pods", namespace=namespace)
+
+    @classmethod
+    def exec_pods(cls, namespace: str = "") -> Question:
+        """``create pods/exec`` in ``namespace`` ("" for every namespace)."""
+        return cls("create", "pods", "exec", namespace=namespace)
+
+    @classmethod
+    def get_url(cls, path: str) -> Question:
+        """``get`` on a non-resource URL, as kube-rbac-proxy checks ``/metrics``."""
+        return cls("get", path=path)
+
+
+LIST_NODES = Question("list", "nodes")
+
+
+class AccessReviewer:
+    """Asks SubjectAccessReviews through the ``kubernetes`` client, cached per user and question."""
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        allowed_ttl: float = SUCCESS_TTL,
+        denied_ttl: float = FAILURE_TTL,
+        cache: ReviewCache[bool] | None = None,
+    ) -> None:
+        self.api = AuthorizationV1Api(api_client)
+        self.allowed_ttl = allowed_ttl
+        self.denied_ttl = denied_ttl
+        self.cache: ReviewCache[bool] = cache if cache is not None else ReviewCache()
+
+    async def allowed(self, user: UserInfo, question: Question) -> bool:
+        """Whether ``user`` may do ``question``; ReviewUnavailableError if it cannot be asked."""
+
+        async def ask() -> tuple[bool, float]:
+            allowed = await asyncio.to_thread(self._review, user, question)
+            return allowed, (self.allowed_ttl if allowed else self.denied_ttl)
+
+        return await self.cache.get((user, question), ask)
+
+    def _review(self, user: UserInfo, question: Question) -> bool:
+        spec = V1SubjectAccessReviewSpec(
+            user=user.username,
+            uid=user.uid or None,
+            groups=list(user.groups) or None,
+            extra={k: list(v) for k, v in user.extra} or None,
+        )
+        if question.path:
+            spec.non_resource_attributes = V1NonResourceAttributes(
+                path=question.path, verb=question.verb
+            )
+        else:
+            spec.resource_attributes = V1ResourceAttributes(
+                verb=question.verb,
+                resource=question.resource,
+                subresource=question.subresource or None,
+                namespace=question.namespace or None,
+                group="",
+            )
+        try:
+            answer = self.api.create_subject_access_review(
+                V1SubjectAccessReview(spec=spec), _request_timeout=REVIEW_TIMEOUT
+            )
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            reason = f"the API server answered {status}" if status else type(exc).__name__
+            log.warning("SubjectAccessReview for %r failed: %s", user.username, reason)
+            raise ReviewUnavailableError(reason) from None
+        return bool(answer.status is not None and answer.status.allowed)

@@ -1,0 +1,124 @@
+"""The ASGI side of auth: bearer tokens in, a Caller on the request (or 401/403/503) out.
+
+Covers HTTP (``/graphql``, ``/gpu-pods``, ``/metrics``) and the WebSocket
+upgrade. A WebSocket without an ``Authorization`` header is let through to
+its ``connection_init``, whose payload may carry the token instead; the
+GraphQL view checks it there (and refuses the socket without one).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..http.responses import json_response
+from .access import Question
+from .callers import Caller, KubernetesAuth, RejectedTokenError
+from .tokens import ReviewUnavailableError
+
+__all__ = ["OPEN_PATHS", "AuthMiddleware", "bearer_token", "caller_of"]
+
+log = logging.getLogger(__name__)
+
+# Health checks answer kubelet's probes, which carry no token; GraphiQL's
+# static assets hold no data.
+OPEN_PATHS = ("/healthz", "/readyz")
+OPEN_PREFIXES = ("/graphiql/",)
+CALLER_KEY = "gpugraph.caller"
+METRICS = Question.get_url("/metrics")
+
+
+def bearer_token(value: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` value ("" if there is none)."""
+    if not value:
+        return ""
+    scheme, _, token = value.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def caller_of(connection: HTTPConnection) -> Caller | None:
+    """The Caller the middleware put on this request or socket, if any."""
+    caller = connection.scope.get(CALLER_KEY)
+    return caller if isinstance(caller, Caller) else None
+
+
+def unauthorized(message: str) -> Response:
+    """401 with the challenge RFC 6750 asks for."""
+    response = json_response(401, {"error": message})
+    response.headers["WWW-Authenticate"] = 'Bearer realm="gpugraph"'
+    return response
+
+
+def unavailable() -> Response:
+    """503: the API server could not be asked, so the request is refused, not passed."""
+    response = json_response(
+        503, {"error": "the Kubernetes API server cannot check credentials right now"}
+    )
+    response.headers["Retry-After"] = "5"
+    return response
+
+
+def _is_ide_page(scope: Scope, headers: Headers) -> bool:
+    # GraphiQL's page itself (no query in the URL) holds no data; it is where a
+    # person pastes a token, so it is served without one.
+    return (
+        scope["type"] == "http"
+        and scope["method"] == "GET"
+        and scope["path"] == "/graphql"
+        and not scope.get("query_string")
+        and "text/html" in headers.get("accept", "")
+    )
+
+
+class AuthMiddleware:
+    """Authenticates every request but the open ones, and authorizes ``/metrics``."""
+
+    def __init__(self, app: ASGIApp, auth: KubernetesAuth) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        headers = Headers(scope=scope)
+        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or _is_ide_page(scope, headers):
+            await self.app(scope, receive, send)
+            return
+        token = bearer_token(headers.get("authorization"))
+        if scope["type"] == "websocket" and not token:
+            await self.app(scope, receive, send)  # the token may come in connection_init
+            return
+        response = await self._check(path, token, scope)
+        if response is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await _refuse_websocket(response, scope, receive, send)
+        else:
+            await response(scope, receive, send)
+
+    async def _check(self, path: str, token: str, scope: Scope) -> Response | None:
+        try:
+            caller = await self.auth.authenticate(token)
+            if path == "/metrics" and not await self.auth.may(caller.user, METRICS):
+                return json_response(403, {"error": "get on /metrics is not allowed"})
+        except RejectedTokenError as exc:
+            return unauthorized(str(exc))
+        except ReviewUnavailableError:
+            return unavailable()
+        scope[CALLER_KEY] = caller
+        return None
+
+
+async def _refuse_websocket(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer a refused upgrade with the HTTP response where the server allows it."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await response(scope, receive, send)
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.close", "code": 4401 if response.status_code == 401 else 1013})

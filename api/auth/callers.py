@@ -1,0 +1,143 @@
+"""From a bearer token to a Caller: who it is and the Scope of what it may see."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from kubernetes.client import ApiClient, Configuration
+
+from graph_schema import GraphUserError
+from graph_schema.interfaces import Cluster
+from graph_schema.scope import AccessEndedError, Scope
+
+from .access import LIST_NODES, AccessReviewer, Question
+from .review_cache import ReviewCache
+from .tokens import SUCCESS_TTL, ReviewUnavailableError, TokenReviewer, UserInfo
+
+__all__ = [
+    "AuthUnavailableError",
+    "Caller",
+    "KubernetesAuth",
+    "RejectedTokenError",
+    "kubernetes_auth",
+]
+
+
+class RejectedTokenError(Exception):
+    """No token, or one the API server does not accept: 401."""
+
+
+class AuthUnavailableError(GraphUserError):
+    """The caller could not be re-checked because the API server cannot be asked."""
+
+    def __init__(self) -> None:
+        super().__init__("the Kubernetes API server cannot check credentials right now")
+
+
+class KubernetesAuth:
+    """Authenticates tokens and works out scopes by asking the Kubernetes API server."""
+
+    def __init__(
+        self,
+        tokens: TokenReviewer,
+        access: AccessReviewer,
+        cluster: Cluster,
+        *,
+        scope_ttl: float = SUCCESS_TTL,
+    ) -> None:
+        self.tokens = tokens
+        self.access = access
+        self.cluster = cluster
+        self.scope_ttl = scope_ttl
+        self._scopes: ReviewCache[Scope] = ReviewCache()
+
+    async def authenticate(self, token: str) -> Caller:
+        """The token's caller; RejectedTokenError (401) or ReviewUnavailableError (503)."""
+        if not token:
+            raise RejectedTokenError("no bearer token")
+        user = await self.tokens.review(token)
+        if user is None:
+            raise RejectedTokenError("the token was not accepted")
+        return Caller(user, await self.scope(user), self, token)
+
+    async def scope(self, user: UserInfo) -> Scope:
+        """What ``user`` may see, from cached SubjectAccessReviews."""
+        return await self._scopes.get(user, lambda: self._work_out_scope(user))
+
+    async def may(self, user: UserInfo, question: Question) -> bool:
+        """One question about ``user`` (e.g. ``get /metrics``)."""
+        return await self.access.allowed(user, question)
+
+    async def _work_out_scope(self, user: UserInfo) -> tuple[Scope, float]:
+        ask = self.access.allowed
+        all_pods, all_nodes, exec_all = await asyncio.gather(
+            ask(user, Question.list_pods()), ask(user, LIST_NODES), ask(user, Question.exec_pods())
+        )
+        namespaces: frozenset[str] = frozenset()
+        if not all_pods:
+            # The namespaces that have pods now; one that gains its first pod
+            # is asked about when this scope expires.
+            known = sorted({p.namespace for p in self.cluster.pods()})
+            answers = await asyncio.gather(*(ask(user, Question.list_pods(n)) for n in known))
+            namespaces = frozenset(n for n, ok in zip(known, answers, strict=True) if ok)
+        exec_namespaces: frozenset[str] = frozenset()
+        if not exec_all:
+            candidates = (
+                sorted(namespaces)
+                if not all_pods
+                else sorted({p.namespace for p in self.cluster.pods()})
+            )
+            answers = await asyncio.gather(*(ask(user, Question.exec_pods(n)) for n in candidates))
+            exec_namespaces = frozenset(n for n, ok in zip(candidates, answers, strict=True) if ok)
+        scope = Scope(
+            all_pods=all_pods,
+            pod_namespaces=namespaces,
+            all_nodes=all_nodes,
+            exec_all=exec_all,
+            exec_namespaces=exec_namespaces,
+        )
+        return scope, self.scope_ttl
+
+
+@dataclass(slots=True)
+class Caller:
+    """An authenticated caller: a Viewer for the graph, re-checked as its reviews expire."""
+
+    user: UserInfo
+    scope: Scope
+    auth: KubernetesAuth = field(repr=False)
+    # Kept to re-review it; never logged or shown (repr=False).
+    token: str = field(repr=False)
+
+    async def current_scope(self) -> Scope:
+        """The scope now; AccessEndedError once the token no longer passes."""
+        try:
+            user = await self.auth.tokens.review(self.token)
+            if user is None:
+                raise AccessEndedError("the token is no longer accepted")
+            self.user = user
+            self.scope = await self.auth.scope(user)
+        except ReviewUnavailableError:
+            raise AuthUnavailableError from None
+        return self.scope
+
+
+def kubernetes_auth(
+    configuration: Configuration,
+    cluster: Cluster,
+    *,
+    audiences: tuple[str, ...] = (),
+    ttl: float = SUCCESS_TTL,
+) -> KubernetesAuth:
+    """Token and access reviews against the API server ``configuration`` points at.
+
+    Passed reviews are trusted for ``ttl`` seconds, failed ones for a sixth of it.
+    """
+    client = ApiClient(configuration)
+    return KubernetesAuth(
+        TokenReviewer(client, audiences=audiences, success_ttl=ttl, failure_ttl=ttl / 6),
+        AccessReviewer(client, allowed_ttl=ttl, denied_ttl=ttl / 6),
+        cluster,
+        scope_ttl=ttl,
+    )
