@@ -149,8 +149,13 @@ class GraphContext:
         self._scoped = {}
         self.result_items = 0
 
+    async def pace(self) -> None:
+        """Let other requests run when this operation has held the loop long enough."""
+        await self.state.pacer.pace()
+
     async def snapshot(self, node_name: str) -> NodeSnapshot:
         """The node's snapshot, fetched at most once per operation per node."""
+        await self.pace()
         return await self._snapshots().load(node_name)
 
     async def snapshots_of(self, node_names: list[str]) -> list[NodeSnapshot | BaseException]:
@@ -167,6 +172,7 @@ class GraphContext:
 
     async def gpu(self, uuid: str) -> Gpu | None:
         """The GPU with this UUID on any node, or None."""
+        await self.pace()
         if self._gpu_loader is None:
             self._gpu_loader = GpuLoader(self)
         return await self._gpu_loader.load(uuid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .limits import DEFAULT_MAX_RESULT_ITEMS, SubscriptionLimiter
+from .pacing import Pacer
 from .views import ViewCache
 
 
@@ -18,6 +19,8 @@ class SharedState:
     gpu_nodes: dict[str, str] = field(default_factory=dict)
     views: ViewCache = field(default_factory=ViewCache)
     max_result_items: int = DEFAULT_MAX_RESULT_ITEMS
+    # Shares the event loop between long executions and everything else.
+    pacer: Pacer = field(default_factory=Pacer)
 
     def node_names(self) -> set[str]:
         """Every node something is held for."""
