@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import subprocess
 import threading
@@ -147,6 +148,38 @@ def test_api_resources_lists_what_the_stub_serves(kubectl: Kubectl) -> None:
     assert set(rows) == {"pods", "nodes", "namespaces", "tokenreviews", "subjectaccessreviews"}
     assert "authentication.k8s.io/v1" in rows["tokenreviews"]
     assert "authorization.k8s.io/v1" in rows["subjectaccessreviews"]
+
+
+def test_kubectl_creates_token_and_access_reviews(
+    kubectl: Kubectl, server: StubApiServer, tmp_path: Path
+) -> None:
+    # The review groups are found through discovery, then POSTed to as on a real cluster.
+    # The stub serves no OpenAPI documents, so kubectl's client-side validation is off.
+    review = tmp_path / "review.json"
+    token = server.reviews.token_of("research-user")
+    review.write_text(
+        json.dumps(
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": token},
+            }
+        )
+    )
+    answer = json.loads(kubectl.run("create", "--validate=false", "-f", str(review), "-o", "json"))
+    assert answer["status"]["authenticated"] is True
+    assert answer["status"]["user"]["username"] == "research-user"
+    access = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": "research-user",
+            "resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "a"},
+        },
+    }
+    review.write_text(json.dumps(access))
+    answer = json.loads(kubectl.run("create", "--validate=false", "-f", str(review), "-o", "json"))
+    assert answer["status"]["allowed"] is False
 
 
 def _lines(process: subprocess.Popen[str]) -> queue.Queue[str]:
