@@ -117,6 +117,16 @@ def test_describe_node_lists_its_running_pods(kubectl: Kubectl) -> None:
     ]
 
 
+def test_describe_pod_shows_its_node_and_containers(kubectl: Kubectl) -> None:
+    described = kubectl.run("describe", "pod", "p1", "-n", "a")
+    fields = dict(
+        line.split(":", 1) for line in described.splitlines() if line and not line[0].isspace()
+    )
+    assert fields["Name"].strip() == "p1" and fields["Namespace"].strip() == "a"
+    assert fields["Node"].strip().startswith("node-1") and fields["Status"].strip() == "Running"
+    assert fields["Events"].strip() == "<none>"
+
+
 def test_get_one_pod_as_yaml_is_the_stored_object(kubectl: Kubectl, server: StubApiServer) -> None:
     served = yaml.safe_load(kubectl.run("get", "pod", "p3", "-n", "b", "-o", "yaml"))
     stored = server.pod("b", "p3")
