@@ -13,8 +13,16 @@ names the pod UID. The layout differs by cgroup driver and runtime::
 Paths may be nested (kind runs kubelet inside a container: ``kubelet.slice/
 kubelet-kubepods.slice/...``) and relative to a private cgroup namespace
 (``0::/../../kubepods-...``). When several containers nest, the innermost wins;
-across the lines of a cgroup v1 file, the most deeply nested container wins,
-with the pod named on its own line.
+across the lines of a cgroup v1 file, the most deeply nested container wins.
+
+The pod is the outermost one the path names, and it stays with every
+container nested below it. kubelet makes the pod's cgroup, and a process
+inside it (a privileged pod, or one with a writable cgroupfs) can create
+cgroups only below it: a path such as ``pod<A>/<A's container>/<B's
+container ID>`` is pod A's process whatever ID it borrows, and the server
+never reports it as B's (see ``graph_schema.types.join_pod``). Lines of a v1
+file that name different pods contradict each other: the process is left
+unplaced.
 
 A bare ``<id>`` segment (the cgroupfs driver under kubelet) does not say which
 runtime made it, so its runtime is ``""``; only ``/docker/<id>`` implies Docker.
@@ -55,6 +63,7 @@ _RUNTIMES = {
 def parse_cgroup(text: str) -> ContainerRef | None:
     """Return the container (and pod) named by a ``/proc/<pid>/cgroup`` file, or None."""
     best: tuple[int, ContainerRef] | None = None
+    pods: set[str] = set()
     # Lines look like "<hierarchy>:<controllers>:<path>"; the path itself may hold colons.
     for line in text.splitlines():
         parts = line.split(":", 2)
@@ -63,12 +72,20 @@ def parse_cgroup(text: str) -> ContainerRef | None:
         found = _innermost(parts[2])
         if found is None:
             continue
+        if found[1].pod_uid is not None:
+            pods.add(found[1].pod_uid)
         if best is None or found[0] > best[0]:
             best = found
         elif found[0] == best[0] and best[1].pod_uid is None and found[1].pod_uid is not None:
             # Equally deep: some hosts leave a v1 hierarchy at a path without the pod.
             best = found
-    return best[1] if best else None
+    if best is None or len(pods) > 1:
+        return None  # no container, or hierarchies naming different pods
+    ref = best[1]
+    if ref.pod_uid is None and pods:
+        # The pod named on another line owns this process too.
+        ref = ContainerRef(ref.container_id, ref.runtime, next(iter(pods)))
+    return ref
 
 
 def parse_cgroup_path(path: str) -> ContainerRef | None:
@@ -94,7 +111,8 @@ def _innermost(path: str) -> tuple[int, ContainerRef] | None:
             continue
         head, sep, tail = segment.partition(":")
         pod_match = _POD.fullmatch(head)
-        if pod_match is not None:
+        if pod_match is not None and pod is None:
+            # The outermost pod: one nested below it cannot take its processes.
             pod = pod_match.group(1).replace("_", "-")
         ref: ContainerRef | None = None
         if sep:
@@ -108,7 +126,5 @@ def _innermost(path: str) -> tuple[int, ContainerRef] | None:
         if ref is not None:
             found = ref
             depth += 1
-            # A pod seen outside this container does not own containers nested inside it.
-            pod = None
         parent = segment
     return (depth, found) if found is not None else None

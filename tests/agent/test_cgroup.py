@@ -16,6 +16,7 @@ INNER = "a" * 63 + "b"
 OUTER = "0123456789abcdef" * 4
 POD = "6a1f4b1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 POD_SYSTEMD = POD.replace("-", "_")
+OTHER_POD = "9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
 STATIC_POD = "d1f4a2b3c4d5e6f708192a3b4c5d6e7f"
 
 V1_CONTROLLERS = [
@@ -151,9 +152,19 @@ CASES: list[tuple[str, str, ContainerRef | None]] = [
         ContainerRef(INNER, "", POD),
     ),
     (
-        "container nested in a container: an outer pod does not leak inward",
+        "container nested in a container: the enclosing pod owns it",
         f"/kubepods/pod{POD}/{OUTER}/docker/{INNER}",
-        ContainerRef(INNER, "docker"),
+        ContainerRef(INNER, "docker", POD),
+    ),
+    (
+        "another pod's container ID nested in a pod's container: still that pod's process",
+        f"/kubepods/burstable/pod{POD}/{OUTER}/{INNER}",
+        ContainerRef(INNER, "", POD),
+    ),
+    (
+        "a pod cgroup nested inside another pod: the outermost pod, kubelet's, owns it",
+        f"/kubepods/pod{POD}/{OUTER}/kubepods/pod{OTHER_POD}/{INNER}",
+        ContainerRef(INNER, "", POD),
     ),
     ("host process at the root", "/", None),
     ("host systemd service", "/system.slice/containerd.service", None),
@@ -197,8 +208,18 @@ def test_v1_the_most_deeply_nested_container_wins_across_lines() -> None:
             "0::/",
         ]
     )
-    # The pod named on the other line owns the outer container, not this one.
-    assert parse_cgroup(text) == ContainerRef(INNER, "docker", None)
+    # The pod named on the other line encloses the outer container, and so this one.
+    assert parse_cgroup(text) == ContainerRef(INNER, "docker", POD)
+
+
+def test_v1_lines_naming_different_pods_leave_the_process_unplaced() -> None:
+    text = "\n".join(
+        [
+            f"5:cpu:/kubepods/pod{POD}/{OUTER}",
+            f"4:memory:/kubepods/pod{OTHER_POD}/{INNER}",
+        ]
+    )
+    assert parse_cgroup(text) is None
 
 
 def test_v1_a_nested_container_keeps_the_pod_named_on_its_own_line() -> None:
