@@ -148,6 +148,7 @@ def test_default_install_renders_every_kind(chart: helm.Chart) -> None:
         [
             "ClusterRole",
             "ClusterRoleBinding",
+            "ClusterRoleBinding",  # system:auth-delegator, for TokenReview/SubjectAccessReview
             "DaemonSet",
             "Deployment",
             "NetworkPolicy",
@@ -297,7 +298,8 @@ def test_rbac_is_exactly_read_only_pods_and_nodes(chart: helm.Chart) -> None:
     assert sorted(rule["verbs"]) == ["get", "list", "watch"]
     assert set(rule) == {"apiGroups", "resources", "verbs"}
 
-    binding = one(docs, "ClusterRoleBinding")
+    bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    binding = next(b for b in bindings if b["roleRef"]["name"] == role["metadata"]["name"])
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -380,6 +382,37 @@ def test_network_policy_admits_only_the_server_to_the_agent_port(
     assert not selects(peer, agent_labels)
     agent_port = container(docs, "DaemonSet")["ports"][0]["containerPort"]
     assert rule["ports"] == [{"protocol": "TCP", "port": agent_port}]
+
+
+def test_server_checks_callers_with_the_auth_delegator_role_by_default(
+    chart: helm.Chart,
+) -> None:
+    docs = render(chart)
+    server_sa = pod_spec(docs, "Deployment")["serviceAccountName"]
+    delegator = [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "system:auth-delegator"
+    ]
+    assert len(delegator) == 1
+    assert delegator[0]["subjects"] == [
+        {"kind": "ServiceAccount", "name": server_sa, "namespace": NAMESPACE}
+    ]
+    args = container(docs, "Deployment")["args"]
+    assert flag(args, "--auth") == "kubernetes"
+    # The only other binding is the read-only pods/nodes role.
+    assert len([d for d in docs if d["kind"] == "ClusterRoleBinding"]) == 2
+
+    docs = render(chart, {"server": {"auth": {"mode": "none", "audiences": ["x"]}}})
+    assert flag(container(docs, "Deployment")["args"], "--auth") == "none"
+    assert not [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "system:auth-delegator"
+    ]
+    docs = render(chart, {"server": {"auth": {"audiences": ["gpugraph"], "cacheTtl": 30}}})
+    args = container(docs, "Deployment")["args"]
+    assert (flag(args, "--auth-audience"), flag(args, "--auth-cache-ttl")) == ("gpugraph", "30")
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
