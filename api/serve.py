@@ -127,12 +127,6 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
         auth = kubernetes_auth(
             configuration, cache, audiences=settings.auth_audiences, ttl=settings.auth_cache_ttl
         )
-    else:
-        log.warning(
-            "--auth none: anyone who can reach %s sees every namespace's pods and GPU "
-            "processes; use --auth kubernetes outside a trusted network",
-            settings.listen,
-        )
     app = create_app(settings, cache, pool, metrics=metrics, auth=auth)
     departed = DepartedNodes(
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
@@ -177,6 +171,12 @@ class _Server(uvicorn.Server):
 
 async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+    if settings.auth_mode == "none":
+        log.warning(
+            "--auth none: anyone who can reach %s sees every namespace's pods, nodes and GPU "
+            "processes; use --auth kubernetes unless only trusted callers reach it",
+            settings.listen,
+        )
     async with running(settings) as services:
         server = _Server(uvicorn_config(services.app, settings))
         await server.serve()

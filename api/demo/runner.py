@@ -68,6 +68,9 @@ class DemoConfig:
     listen_port: int = 8000
     interval: float = 1.0
     log_level: str = "warning"
+    # Kubernetes auth through the stub's TokenReview/SubjectAccessReview; off by
+    # default, so the first look needs no token.
+    auth: bool = False
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -132,6 +135,13 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         default="warning",
         help="log verbosity of the server and agents (default warning)",
     )
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        help="check callers as gpugraph serve --auth kubernetes does, against the "
+        "embedded API server; prints a token of an admin and of a user who sees only "
+        "the research namespace (default: open)",
+    )
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -144,6 +154,7 @@ def run_demo(args: argparse.Namespace) -> int:
         listen_port=port,
         interval=args.interval,
         log_level=args.log_level,
+        auth=args.auth,
     )
     logging.basicConfig(
         level=config.log_level.upper(),
@@ -326,6 +337,7 @@ class Demo:
             agent_port=self.agent_port,
             agent_token_file=self.token_file,
             log_level=self.config.log_level,
+            auth_mode="kubernetes" if self.config.auth else "none",
         )
 
     async def serve(self) -> None:
@@ -395,6 +407,18 @@ class Demo:
         ]
         if not assets_present():
             lines.append("  (GraphiQL's assets are not built: run `make web`; the page explains)")
+        if self.config.auth and self.api is not None:
+            reviews = self.api.reviews
+            lines += [
+                "",
+                "Auth is on: send one of these as 'Authorization: Bearer <token>' (in GraphiQL:",
+                'the Headers tab, {"Authorization": "Bearer <token>"}):',
+                f"  admin      {reviews.token_of('admin')}",
+                "             sees every namespace, node, host process and command line",
+                f"  research   {reviews.token_of('research-user')}",
+                "             sees only pods in research, their nodes and GPUs; other tenants'",
+                "             processes are counted in hiddenProcessCount/hiddenMemoryBytes",
+            ]
         shared_node, shared_uuid = cluster.shared_gpu
         orphan_node, orphan_pid = cluster.orphan
         lines += [

@@ -115,10 +115,22 @@ html, body, #graphiql {{ height: 100%; margin: 0; overflow: hidden; }}
 (function () {{
   var path = window.location.pathname;
   var scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
-  var fetcher = GraphiQL.createFetcher({{
-    url: path,
-    subscriptionUrl: scheme + "//" + window.location.host + path,
-  }});
+  // The Headers tab's headers go with every HTTP request; a subscription's
+  // socket sends them as its connection_init payload (where the server reads
+  // an Authorization header), so one fetcher per set of headers.
+  var fetchers = {{}};
+  function fetcher(params, options) {{
+    var headers = (options && options.headers) || {{}};
+    var key = JSON.stringify(headers);
+    if (!fetchers[key]) {{
+      fetchers[key] = GraphiQL.createFetcher({{
+        url: path,
+        subscriptionUrl: scheme + "//" + window.location.host + path,
+        wsConnectionParams: headers,
+      }});
+    }}
+    return fetchers[key](params, options);
+  }}
   ReactDOM.createRoot(document.getElementById("graphiql")).render(
     React.createElement(GraphiQL, {{
       fetcher: fetcher,

@@ -443,3 +443,62 @@ def test_readme_shows_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> Non
     shown = [(r["NAMESPACE"], r["NAME"]) for r in table(output[1])]
     pods = build_cluster().pods
     assert shown == sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods)
+
+
+def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_research(
+    tmp_path: Path,
+) -> None:
+    from api.demo import build_cluster, example_queries
+
+    running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2", "--auth")
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while "Press Ctrl-C to stop." not in running.text():
+            assert running.process.poll() is None, running.text()
+            assert time.monotonic() < deadline, running.text()
+            time.sleep(0.1)
+        text = running.text()
+        admin = re.search(r"^  admin +(\S+)$", text, re.M)
+        research = re.search(r"^  research +(\S+)$", text, re.M)
+        assert admin and research, text
+        open_answer = httpx.post(
+            f"{running.url}/graphql", json={"query": "{ pods { name } }"}, timeout=10
+        )
+        assert open_answer.status_code == 401
+
+        def ask(token: str, query: str) -> dict[str, Any]:
+            response = httpx.post(
+                f"{running.url}/graphql",
+                json={"query": query},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            )
+            assert response.status_code == 200, response.text
+            body: dict[str, Any] = response.json()
+            return body
+
+        queries = [q.split("\n", 1)[1] for q in example_queries(build_cluster(3, 2))]
+        queries.append("{ pods { namespace } gpuProcesses { pod { namespace } cmdline } }")
+        admin_seen: set[str] = set()
+        for query in queries:
+            mine = ask(research[1], query)
+            assert namespaces_in(mine) <= {"research"}, (query, mine)
+            admin_seen |= namespaces_in(ask(admin[1], query))
+        assert {"research", "ml-training", "inference"} <= admin_seen
+        # The research user sees no host process and no command line.
+        processes = ask(research[1], queries[-1])["data"]["gpuProcesses"]
+        assert processes and all(p["pod"] and p["cmdline"] is None for p in processes)
+    finally:
+        if running.process.poll() is None:
+            os.killpg(running.process.pid, signal.SIGKILL)
+            running.process.wait(10)
+
+
+def namespaces_in(value: Any) -> set[str]:
+    """Every ``namespace`` value anywhere in a JSON answer."""
+    if isinstance(value, dict):
+        found = {v for k, v in value.items() if k == "namespace" and isinstance(v, str)}
+        return found.union(*(namespaces_in(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(namespaces_in(v) for v in value))
+    return set()

@@ -209,3 +209,47 @@ def test_a_regressed_gpugraph_sdl_fails_composition_clearly(tmp_path: Path) -> N
     assert any('"Pod.namespace"' in e and '"gpugraph"' in e for e in failure.value.errors), (
         failure.value.errors
     )
+
+
+def test_a_namespace_scoped_token_passes_through_the_gateway(tmp_path: Path) -> None:
+    from api.demo.cluster.apiserver.reviews import Rule, StubUser
+
+    missing = gateway_missing()
+    require(missing is None, missing or "")
+    query = "{ pods { namespace name owner node { name } } }"
+    with live_cluster(tmp_path / "cluster", auth=True) as cluster:
+        reviews = cluster.kube.stub.reviews
+        admin = reviews.token_of("admin")
+        ml = reviews.add_user(
+            StubUser(
+                "ml-user",
+                "uid-ml",
+                ("ml",),
+                (Rule(frozenset({"list"}), frozenset({"pods"}), frozenset({"ml"})),),
+            )
+        )
+        with (
+            serving(JobsApp(JOBS)) as jobs_url,
+            running_gateway(
+                {"gpugraph": f"{cluster.url}/graphql", "jobs": f"{jobs_url}/"},
+                introspection_token=admin,
+            ) as gateway,
+        ):
+
+            def ask(token: str | None) -> dict[str, Any]:
+                headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+                response = httpx.post(gateway, json={"query": query}, headers=headers, timeout=30)
+                assert response.status_code == 200, response.text
+                body: dict[str, Any] = response.json()
+                return body
+
+            scoped, everything, anonymous = ask(ml), ask(admin), ask(None)
+    assert "errors" not in scoped, scoped
+    assert [(p["namespace"], p["name"], p["owner"]) for p in scoped["data"]["pods"]] == [
+        ("ml", "trainer-0", "alice"),
+        ("ml", "trainer-1", "bob"),
+    ]
+    assert {p["node"]["name"] for p in scoped["data"]["pods"]} == {NODE_A}
+    assert {p["namespace"] for p in everything["data"]["pods"]} == {"ml", "serving"}
+    # Without the header the subgraph refuses: no data from gpugraph at all.
+    assert anonymous.get("errors") and not (anonymous.get("data") or {}).get("pods")

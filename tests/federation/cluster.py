@@ -94,7 +94,9 @@ class LiveCluster:
         snapshot_ttl: float = 1.0,
         max_subscriptions: int = 200,
         utilization: int = 37,
+        auth: bool = False,
     ) -> None:
+        self.auth = auth
         self.snapshot_ttl = snapshot_ttl
         self.max_subscriptions = max_subscriptions
         self.kube = GraphTestCluster(workdir)
@@ -167,7 +169,9 @@ class LiveCluster:
         await self.kube.start()
         self._stack.push_async_callback(self.kube.stop)
         settings = self.kube.settings(
-            snapshot_ttl=self.snapshot_ttl, max_subscriptions=self.max_subscriptions
+            snapshot_ttl=self.snapshot_ttl,
+            max_subscriptions=self.max_subscriptions,
+            auth_mode="kubernetes" if self.auth else "none",
         )
         self.served = await self._stack.enter_async_context(serving(settings))
         self._subscriptions = _subscriptions(self.served.services.app)

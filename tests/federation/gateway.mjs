@@ -3,10 +3,13 @@
 //   node gateway.mjs [--host 127.0.0.1] [--port 0] NAME=URL [NAME=URL ...]
 //
 // Subgraphs may also come from GATEWAY_SUBGRAPHS ("name=url,name=url").
+// Each request's Authorization header is forwarded to the subgraphs, as a
+// gateway in front of an authenticating subgraph must; GATEWAY_INTROSPECTION_AUTHORIZATION
+// is sent with the introspection that composes the supergraph.
 // On success it prints one line to stdout: {"url": "http://127.0.0.1:PORT/"}.
 // If composition fails it prints {"error": "...", "errors": [...]} to stdout
 // and exits with status 2, so the caller can show exactly why.
-import { ApolloGateway, IntrospectAndCompose } from "@apollo/gateway";
+import { ApolloGateway, IntrospectAndCompose, RemoteGraphQLDataSource } from "@apollo/gateway";
 import { ApolloServer } from "@apollo/server";
 import { startStandaloneServer } from "@apollo/server/standalone";
 
@@ -59,14 +62,30 @@ async function main() {
     report({ error: err.message, errors: [] });
     process.exit(64);
   }
+  const introspectionAuthorization = process.env.GATEWAY_INTROSPECTION_AUTHORIZATION;
   const gateway = new ApolloGateway({
-    supergraphSdl: new IntrospectAndCompose({ subgraphs: options.subgraphs }),
+    supergraphSdl: new IntrospectAndCompose({
+      subgraphs: options.subgraphs,
+      introspectionHeaders: introspectionAuthorization
+        ? { authorization: introspectionAuthorization }
+        : undefined,
+    }),
+    buildService: ({ url }) =>
+      new RemoteGraphQLDataSource({
+        url,
+        willSendRequest({ request, context }) {
+          if (context.authorization) {
+            request.http.headers.set("authorization", context.authorization);
+          }
+        },
+      }),
   });
   const server = new ApolloServer({ gateway, introspection: true });
   let url;
   try {
     ({ url } = await startStandaloneServer(server, {
       listen: { host: options.host, port: options.port },
+      context: async ({ req }) => ({ authorization: req.headers.authorization }),
     }));
   } catch (err) {
     report(describe(err));

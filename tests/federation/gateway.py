@@ -78,8 +78,13 @@ def _pump(stream: IO[str], lines: Queue[str | None], sink: list[str]) -> None:
 
 
 @contextmanager
-def running_gateway(subgraphs: Mapping[str, str], *, timeout: float = 90.0) -> Iterator[str]:
+def running_gateway(
+    subgraphs: Mapping[str, str], *, timeout: float = 90.0, introspection_token: str | None = None
+) -> Iterator[str]:
     """Start the gateway composing ``subgraphs`` (name -> URL) and yield its URL.
+
+    It forwards each request's Authorization header to the subgraphs; with
+    ``introspection_token`` it also authenticates the introspection it composes from.
 
     Raises GatewayError carrying the composition errors if it cannot compose.
     """
@@ -87,6 +92,8 @@ def running_gateway(subgraphs: Mapping[str, str], *, timeout: float = 90.0) -> I
     env = dict(os.environ)
     # The gateway's HTTP client honours proxy variables; subgraphs are on loopback.
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    if introspection_token is not None:
+        env["GATEWAY_INTROSPECTION_AUTHORIZATION"] = f"Bearer {introspection_token}"
     process = subprocess.Popen(
         ["node", str(GATEWAY_SCRIPT), "--host", "127.0.0.1", "--port", "0", *specs],
         cwd=HERE,
