@@ -67,6 +67,7 @@ def create_app(
         allowed_origins=settings.cors_origins,
         shared=SharedResults(ttl=settings.snapshot_ttl),
         auth=auth,
+        metrics=metrics,
     )
 
     async def healthz(request: Request) -> Response:

@@ -11,6 +11,7 @@ from graphql import ExecutionResult, GraphQLError
 
 from api.app import create_app
 from api.execution.shared_results import SharedResults
+from api.metrics import Metrics
 from api.settings import Settings
 from graph_schema.loaders import Freshness, SnapshotLoader
 from tests.support.graph import SmallWorld, snapshot
@@ -177,3 +178,22 @@ async def test_the_loader_records_how_long_the_server_held_a_snapshot() -> None:
     await loader.load("node-a")
     assert freshness.oldest is not None
     assert 4.0 < time.monotonic() - freshness.oldest < 6.0
+
+
+async def test_shared_answers_are_counted_in_the_query_metrics() -> None:
+    world = SmallWorld()
+    metrics = Metrics()
+    app = create_app(Settings(snapshot_ttl=5.0), world.cluster, world.agents, metrics=metrics)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        good = {"query": "{ nodes { name } }"}
+        # A partial answer (one agent down) is kept and shared too.
+        world.agents.kill("node-b")
+        partial = {"query": "{ gpus { uuid } }"}
+        for body in (good, partial):
+            answers = await asyncio.gather(*(client.post("/graphql", json=body) for _ in range(10)))
+            assert {a.status_code for a in answers} == {200}
+        rendered = metrics.render().decode()
+    # Every request, not only the two that executed.
+    assert "gpugraph_query_seconds_count 20.0" in rendered
+    assert 'gpugraph_query_errors_total{kind="partial"} 10.0' in rendered
