@@ -90,11 +90,13 @@ bench-small: install-dev
 	$(PY) bench/agent_bench.py --sizes 3
 	$(PY) bench/cache_bench.py --pods 2000
 	$(PY) bench/cluster_bench.py --small
+	$(PY) bench/hostile.py --small
 	$(PY) bench/kubectl_bench.py --pods 1000 --repeat 3
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
 bench: install-dev
 	$(PY) bench/cluster_bench.py
+	$(PY) bench/hostile.py
 	$(PY) bench/cache_bench.py
 	$(PY) bench/agent_bench.py --sizes 10,50,100
 	$(PY) bench/kubectl_bench.py
