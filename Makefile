@@ -92,6 +92,7 @@ bench-small: install-dev
 	$(PY) bench/cluster_bench.py --small
 	$(PY) bench/hostile.py --small
 	$(PY) bench/kubectl_bench.py --pods 1000 --repeat 3
+	$(PY) bench/auth_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
 bench: install-dev
@@ -100,6 +101,7 @@ bench: install-dev
 	$(PY) bench/cache_bench.py
 	$(PY) bench/agent_bench.py --sizes 10,50,100
 	$(PY) bench/kubectl_bench.py
+	$(PY) bench/auth_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \
