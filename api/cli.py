@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .settings import Settings, SettingsError, parse_listen
+from .flags import LOG_LEVELS, listen_address
+from .settings import Settings, SettingsError
 
 __all__ = ["LOG_LEVELS", "add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
@@ -20,16 +21,6 @@ _DEFAULTS = Settings()
 # Fail closed: a server started without --auth checks every caller with the
 # cluster's own RBAC; an open server has to be asked for (--auth none).
 AUTH_DEFAULT = "kubernetes"
-# For ``--log-level`` with ``type=str.lower``, so DEBUG and debug both work.
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-
-
-def listen_address(text: str) -> tuple[str, int]:
-    """argparse type for HOST:PORT."""
-    try:
-        return parse_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:

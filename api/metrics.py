@@ -11,7 +11,7 @@ import contextlib
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from graph_schema.context import Cluster
+from graph_schema.interfaces import Cluster
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 

@@ -13,7 +13,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from graph_schema import NodeRecord, PodRecord
-from graph_schema.context import Cluster
+from graph_schema.interfaces import Cluster
 from node_resolver.auth import TokenFile
 
 from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery

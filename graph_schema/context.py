@@ -1,7 +1,8 @@
 """What an operation's resolvers share: the outside world, loaders, and server-wide state.
 
-The interfaces (``Cluster``, ``SnapshotSource``) are defined in ``interfaces``
-and re-exported here. The HTTP app makes a ``GraphContext`` per request (or
+The interfaces it is built on (``Cluster``, ``SnapshotSource``) are defined in
+``interfaces``; the one it offers resolvers, ``Operation``, in ``operation``.
+The HTTP app makes a ``GraphContext`` per request (or
 per WebSocket) with ``make_context``, and the schema forks it for every
 operation, so each operation has its own loaders, errors and result budget;
 loaders are created on first use, so a query that never touches an agent
@@ -17,23 +18,16 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
-from .errors import ResultBudgetError
-from .interfaces import AgentUnavailableError, Cluster, SnapshotSource
+from .errors import NodeSampleError, ResultBudgetError
+from .interfaces import Cluster, SnapshotSource
 from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .records import NodeRecord, PodRecord
 from .scope import EVERYTHING, Scope, Viewer
 from .scoped import filter_nodes, scoped_gpus, visible_node_names, visible_pods
 from .state import SharedState
-from .types import Gpu, NodeSampleError
+from .types import Gpu
 
-__all__ = [
-    "AgentUnavailableError",
-    "Cluster",
-    "GraphContext",
-    "SharedState",
-    "SnapshotSource",
-    "make_context",
-]
+__all__ = ["GraphContext", "make_context"]
 
 
 class GraphContext:

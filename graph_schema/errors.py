@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from graphql import GraphQLError
@@ -34,6 +35,23 @@ class ResultBudgetError(GraphUserError):
         super().__init__(
             f"the query asks for more than {limit} result objects, the server's limit; "
             "narrow it with arguments such as namespace or nodeName, or use fewer aliases"
+        )
+
+
+class NodeSampleError(GraphUserError):
+    """The node's agent answered, but could not read its GPUs at all."""
+
+    def __init__(self, node_name: str, reason: str) -> None:
+        super().__init__(f"GPU sampling failed on node {node_name!r}: {reason}")
+
+
+class GpuNotFoundError(GraphUserError):
+    """A GPU UUID that no reachable agent reports, while some agents were unreachable."""
+
+    def __init__(self, uuid: str, unreachable: Sequence[str]) -> None:
+        names = ", ".join(sorted(unreachable))
+        super().__init__(
+            f"GPU {uuid!r} is not on any reachable node; agents unavailable on: {names}"
         )
 
 

@@ -6,18 +6,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiodataloader import DataLoader
 
 from node_resolver.models import NodeSnapshot
 
-from .errors import GraphUserError
-from .interfaces import AgentUnavailableError, SnapshotSource
-
-if TYPE_CHECKING:
-    from .context import GraphContext
-    from .types import Gpu
+from .errors import GpuNotFoundError
+from .interfaces import AgentUnavailableError, Cluster, SnapshotSource
+from .records import NodeRecord
+from .state import SharedState
+from .types import Gpu
 
 logger = logging.getLogger(__name__)
 
@@ -79,20 +78,40 @@ class SnapshotLoader(DataLoader[str, NodeSnapshot]):
         )
 
 
-class GpuNotFoundError(GraphUserError):
-    """A GPU UUID that no reachable agent reports, while some agents were unreachable."""
+class GpuSearch(Protocol):
+    """What a GpuLoader needs from its operation: snapshots, and what the caller may see."""
 
-    def __init__(self, uuid: str, unreachable: Sequence[str]) -> None:
-        names = ", ".join(sorted(unreachable))
-        super().__init__(
-            f"GPU {uuid!r} is not on any reachable node; agents unavailable on: {names}"
-        )
+    @property
+    def cluster(self) -> Cluster:
+        """The Kubernetes cache."""
+        ...
+
+    @property
+    def state(self) -> SharedState:
+        """The server-wide state: GPU location hints and built views."""
+        ...
+
+    async def snapshots_of(self, node_names: list[str]) -> list[NodeSnapshot | BaseException]:
+        """Several nodes' snapshots in one batch; failures come back as exceptions."""
+        ...
+
+    def scoped_gpus(self, node_name: str, gpus: list[Gpu]) -> list[Gpu]:
+        """The part of a node's GPUs the caller may see."""
+        ...
+
+    def sees_node(self, name: str) -> bool:
+        """Whether the caller may see the node."""
+        ...
+
+    def visible_nodes(self) -> list[NodeRecord]:
+        """The cached nodes the caller may see."""
+        ...
 
 
 class GpuLoader(DataLoader[str, "Gpu | None"]):
     """Finds GPUs by UUID: asks the hinted nodes first, then every node in one batch."""
 
-    def __init__(self, context: GraphContext) -> None:
+    def __init__(self, context: GpuSearch) -> None:
         super().__init__()
         self.context = context
 

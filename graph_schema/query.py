@@ -8,12 +8,12 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from .context import GraphContext
+from .operation import Operation
 from .selectors import parse_label_selector
 from .types import Gpu, GpuProcess, Node, Pod, ready_context
 
 
-def node_names(ctx: GraphContext, node_name: str | None) -> list[str]:
+def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
     """Every visible cached node's name, or just ``node_name`` if it is (else none)."""
     if node_name is None:
         return [n.name for n in ctx.visible_nodes()]
@@ -22,7 +22,7 @@ def node_names(ctx: GraphContext, node_name: str | None) -> list[str]:
     return [node_name]
 
 
-async def gpus_of_nodes(ctx: GraphContext, info: Info, node_names: list[str]) -> list[Gpu]:
+async def gpus_of_nodes(ctx: Operation[Gpu], info: Info, node_names: list[str]) -> list[Gpu]:
     """GPUs across several nodes; a failing node is left out and reported as an error."""
     results = await asyncio.gather(*(ctx.gpus(name) for name in node_names), return_exceptions=True)
     gpus: list[Gpu] = []

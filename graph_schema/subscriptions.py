@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from asyncio import sleep
 from collections.abc import AsyncGenerator
+from typing import cast
 
 import strawberry
 from strawberry.types import Info
 
+from .context import GraphContext
 from .limits import clamp_interval
 from .query import gpus_of_nodes, node_names
 from .types import Gpu, Pod, ready_context
+
+
+def _live_context(info: Info) -> GraphContext:
+    # Subscriptions need more than resolvers do: the server-wide slot limiter
+    # and fresh loaders for every tick.
+    return cast(GraphContext, ready_context(info))
 
 
 @strawberry.type(
@@ -26,7 +34,7 @@ class Subscription:
     async def gpu_updates(
         self, info: Info, node_name: str | None = None, interval_seconds: float | None = 2.0
     ) -> AsyncGenerator[list[Gpu], None]:
-        ctx = ready_context(info)
+        ctx = _live_context(info)
         interval = clamp_interval(interval_seconds)
         with ctx.state.subscriptions.hold():
             while True:
@@ -50,7 +58,7 @@ class Subscription:
     async def pod_gpu_usage(
         self, info: Info, namespace: str, name: str, interval_seconds: float | None = 2.0
     ) -> AsyncGenerator[Pod | None, None]:
-        ctx = ready_context(info)
+        ctx = _live_context(info)
         interval = clamp_interval(interval_seconds)
         with ctx.state.subscriptions.hold():
             while True:

@@ -8,50 +8,28 @@ node's snapshot, and they go through the operation's loader: one call per node.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import strawberry
 from strawberry.types import Info
 
 from .errors import GraphUserError, NotReadyError
+from .operation import Operation
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .scalars import JSON, Bytes
 
-if TYPE_CHECKING:
-    from .context import Cluster, GraphContext
+
+def context_of(info: Info) -> Operation[Gpu]:
+    """The operation's context (a ``GraphContext``), as the resolvers use it."""
+    return cast("Operation[Gpu]", info.context)
 
 
-def context_of(info: Info) -> GraphContext:
-    """The operation's GraphContext."""
-    return cast("GraphContext", info.context)
-
-
-def ready_context(info: Info) -> GraphContext:
-    """The operation's GraphContext for an entry point; NotReadyError until the cache fills."""
-    ctx = cast("GraphContext", info.context)
+def ready_context(info: Info) -> Operation[Gpu]:
+    """The operation's context for an entry point; NotReadyError until the cache fills."""
+    ctx = context_of(info)
     if not ctx.cluster.ready:
         raise NotReadyError
     return ctx
-
-
-def join_pod(cluster: Cluster, pod_uid: str | None, container_id: str | None) -> PodRecord | None:
-    """The cached pod a process belongs to: by the pod UID of its cgroup path, else container ID.
-
-    The pod UID in the path is kubelet's, and a process cannot leave its pod's
-    cgroup; the container ID is only the innermost name on the path, which a
-    process able to create cgroups can borrow from another pod. So the pod UID
-    wins, and when the container ID belongs to a different pod the process is
-    reported as its own (outer) pod, or as no pod if that one is not cached,
-    never as the pod whose ID it borrowed. The container ID alone places a
-    process only when its path names no pod.
-    """
-    by_container = cluster.pod_by_container_id(container_id) if container_id else None
-    if not pod_uid:
-        return by_container
-    pod = cluster.pod_by_uid(pod_uid)
-    if pod is not None or by_container is None or by_container.uid != pod_uid:
-        return pod
-    return by_container
 
 
 def format_cuda_version(version: int | None) -> str | None:
@@ -59,13 +37,6 @@ def format_cuda_version(version: int | None) -> str | None:
     if version is None or version <= 0:
         return None
     return f"{version // 1000}.{version % 1000 // 10}"
-
-
-class NodeSampleError(GraphUserError):
-    """The node's agent answered, but could not read its GPUs at all."""
-
-    def __init__(self, node_name: str, reason: str) -> None:
-        super().__init__(f"GPU sampling failed on node {node_name!r}: {reason}")
 
 
 @strawberry.type(description="How the node's agent answered this request.")

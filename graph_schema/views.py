@@ -9,8 +9,9 @@ from strawberry.utils.str_converters import to_camel_case
 from node_resolver.models import GpuSample, NodeSnapshot
 
 from .interfaces import Cluster
+from .joins import join_pod
 from .scalars import JSON
-from .types import Gpu, GpuProcess, MigDevice, Pod, join_pod
+from .types import Gpu, GpuProcess, MigDevice, Pod
 
 
 class PodJoiner:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from graph_schema.context import Cluster
+from graph_schema.interfaces import Cluster
 from graph_schema.selectors import LabelSelector, parse_label_selector
 from node_resolver.address import join_host_port
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import grpc
 
-from graph_schema.context import AgentUnavailableError
+from graph_schema.interfaces import AgentUnavailableError
 from node_resolver.auth import TokenFile
 from node_resolver.models import NodeSnapshot
 

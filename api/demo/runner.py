@@ -37,7 +37,7 @@ from node_resolver.address import join_host_port
 from node_resolver.cli import positive_seconds
 
 from ..agents import AgentPool
-from ..cli import LOG_LEVELS, listen_address
+from ..flags import LOG_LEVELS, listen_address
 from ..settings import Settings, parse_listen
 from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from graph_schema.context import AgentUnavailableError, Cluster, SnapshotSource
+from graph_schema.interfaces import AgentUnavailableError, Cluster, SnapshotSource
+from graph_schema.joins import join_pod
 from graph_schema.scope import EVERYTHING, Scope
-from graph_schema.types import join_pod
 from node_resolver.models import NodeSnapshot
 
 from .responses import json_response

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from api.demo.cluster.fake_proc import write_process
-from graph_schema.types import join_pod
+from graph_schema.joins import join_pod
 from node_resolver.pids import CgroupResolver
 from tests.support.graph import MemoryCluster, pod_record
 

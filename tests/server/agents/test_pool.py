@@ -24,7 +24,7 @@ from api.kube.parse import node_record, pod_record
 from api.metrics import Metrics
 from api.serve import agent_token
 from api.settings import Settings, SettingsError
-from graph_schema.context import AgentUnavailableError
+from graph_schema.interfaces import AgentUnavailableError
 from node_resolver.auth import TokenFile
 from node_resolver.client import AgentClient
 from node_resolver.models import NodeSnapshot

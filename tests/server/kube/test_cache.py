@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from api.demo.cluster.manifests import make_pod
 from api.kube import ClusterCache, pod_record
 from api.kube import cache as cache_module
-from graph_schema.context import Cluster
+from graph_schema.interfaces import Cluster
 from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
 
 
