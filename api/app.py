@@ -18,10 +18,36 @@ from .auth import AuthMiddleware, KubernetesAuth, caller_of
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
 from .log_limits import limit_tracebacks
-from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .metrics import CONTENT_TYPE_LATEST, Metrics, StalenessSource
 from .settings import Settings, SettingsError
 
 __all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "create_app"]
+
+
+# Past this, /readyz says the cache is stale. The API server sends a bookmark
+# about once a minute on a quiet watch, so a healthy cache is rarely a minute old.
+STALE_AFTER_SECONDS = 180.0
+
+
+def readiness(cluster: Cluster) -> dict[str, object]:
+    """/readyz's body once the cache has filled, with its age.
+
+    A stale cache stays ready (200): every replica reads the same API server,
+    so failing readiness would turn a late answer into none at all. The body
+    and ``gpugraph_cache_staleness_seconds`` say how late, for alerts.
+    """
+    body: dict[str, object] = {"status": "ready"}
+    if isinstance(cluster, StalenessSource):
+        seconds = cluster.staleness_seconds()
+        if seconds is not None:
+            body["cacheStalenessSeconds"] = round(seconds, 3)
+            if seconds > STALE_AFTER_SECONDS:
+                body["status"] = "stale"
+                body["reason"] = (
+                    f"the API server has not confirmed the cache for {seconds:.0f} s; "
+                    "answers may be out of date"
+                )
+    return body
 
 
 def create_app(
@@ -75,7 +101,7 @@ def create_app(
 
     async def readyz(request: Request) -> Response:
         if cluster.ready:
-            return json_response(200, {"status": "ready"})
+            return json_response(200, readiness(cluster))
         return json_response(
             503, {"status": "not ready", "reason": "waiting for the first list of pods and nodes"}
         )

@@ -7,13 +7,25 @@ servers live in one process, as they do in tests, without clashing names.
 from __future__ import annotations
 
 import contextlib
+import math
+from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from graph_schema.interfaces import Cluster
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "StalenessSource"]
+
+
+@runtime_checkable
+class StalenessSource(Protocol):
+    """A cache that knows how long ago the API server last confirmed it."""
+
+    def staleness_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the API server last confirmed the cache; None before it has."""
+        ...
+
 
 _AGENT_CALL_OUTCOMES = ("ok", "error", "timeout")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
@@ -79,12 +91,26 @@ class Metrics:
             "1 once the first full list of pods and nodes has landed, else 0.",
             registry=r,
         )
+        self.cache_staleness = Gauge(
+            "gpugraph_cache_staleness_seconds",
+            "Seconds since the API server last confirmed the cache (a list, a watch "
+            "event or a bookmark, for both pods and nodes); NaN before it has.",
+            registry=r,
+        )
 
     def watch_cluster(self, cluster: Cluster) -> None:
         """Read the cache gauges from ``cluster`` at every scrape."""
         self.cache_pods.set_function(lambda: float(cluster.pod_count))
         self.cache_nodes.set_function(lambda: float(cluster.node_count))
         self.cache_ready.set_function(lambda: 1.0 if cluster.ready else 0.0)
+        if isinstance(cluster, StalenessSource):
+            source = cluster
+
+            def staleness() -> float:
+                seconds = source.staleness_seconds()
+                return math.nan if seconds is None else seconds
+
+            self.cache_staleness.set_function(staleness)
 
     def forget_node(self, node_name: str) -> None:
         """Drop the node's series (it left the cluster), so they do not pile up."""

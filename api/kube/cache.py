@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
@@ -39,10 +40,13 @@ class WatchStats:
     bookmarks: int = 0
     bad_events: int = 0  # malformed watch lines or list items that were skipped
     errors: int = 0  # failed requests (connection errors, non-2xx, ERROR events)
+    # When the API server last said anything (a list, a watch answer, an event or
+    # a bookmark), on time.monotonic(); 0.0 until it first does. Not a counter.
+    heard_at: float = 0.0
 
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "heard_at"}
 
 
 @dataclass
@@ -152,6 +156,13 @@ class ClusterCache:
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until ready (or ``timeout`` seconds); True if ready."""
         return self._ready.wait(timeout)
+
+    def staleness_seconds(self, now: float | None = None) -> float | None:
+        """How long since the API server last confirmed both pods and nodes; None before."""
+        heard = min(self.stats.pods.heard_at, self.stats.nodes.heard_at)
+        if heard <= 0.0:
+            return None
+        return max(0.0, (time.monotonic() if now is None else now) - heard)
 
     @property
     def pod_count(self) -> int:

@@ -21,6 +21,7 @@ import gc
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -328,6 +329,7 @@ class Reflector:
                 raise _Stopped()
         self.kind.replace(records)
         self.resource_version = list_rv
+        self.stats.heard_at = time.monotonic()
         self.stats.lists += 1
         if self._listed:
             self.stats.relists += 1
@@ -353,6 +355,7 @@ class Reflector:
             _request_timeout=(self.connect_timeout, self.watch_timeout + 30),
         )
         self.stats.watches += 1
+        self.stats.heard_at = time.monotonic()
         finished = False
         try:
             for line in _lines(response):
@@ -388,6 +391,7 @@ class Reflector:
                 raise _Gone()
             raise WatchError(f"{obj.get('reason')}: {obj.get('message')}")
         rv = resource_version(obj)
+        self.stats.heard_at = time.monotonic()
         try:
             if kind == "BOOKMARK":
                 self.stats.bookmarks += 1

@@ -1,0 +1,50 @@
+"""The cache's staleness: how long since the API server last confirmed it, and what /readyz says."""
+
+from __future__ import annotations
+
+import time
+
+from api.app import STALE_AFTER_SECONDS, readiness
+from api.demo.cluster import make_node, make_pod
+from api.kube import ClusterCache
+from api.metrics import Metrics
+from tests.support.kube import eventually, stub_api, watched_cache
+
+
+def test_staleness_stays_small_while_bookmarks_flow_and_grows_when_the_api_server_stops() -> None:
+    with stub_api(bookmark_interval=0.1) as server:
+        server.load(pods=[make_pod("w", "ml", "node-0")], nodes=[make_node("node-0", "10.0.0.1")])
+        with watched_cache(server, backoff_max=5.0) as (cache, _):
+            metrics = Metrics()
+            metrics.watch_cluster(cache)
+            assert eventually(lambda: (cache.staleness_seconds() or 99) < 0.5)
+            assert "gpugraph_cache_staleness_seconds" in metrics.render().decode()
+            fresh = cache.staleness_seconds()
+            assert fresh is not None
+            assert readiness(cache)["status"] == "ready"
+            server.stop()
+            # No more bookmarks: the cache keeps serving, and its age grows.
+            assert eventually(lambda: (cache.staleness_seconds() or 0) > 1.0, timeout=10)
+            later = cache.staleness_seconds()
+            assert later is not None and later > fresh
+            assert cache.pod_count == 1
+
+
+def test_readyz_reports_the_age_and_calls_an_old_cache_stale_but_keeps_it_ready() -> None:
+    cache = ClusterCache()
+    assert cache.staleness_seconds() is None
+    cache.stats.pods.heard_at = 1000.0
+    cache.stats.nodes.heard_at = 900.0
+    assert cache.staleness_seconds(now=1000.0) == 100.0, "the older of the two counts"
+    metrics = Metrics()
+    metrics.watch_cluster(cache)
+    cache.stats.pods.heard_at = cache.stats.nodes.heard_at = 0.0
+    assert "gpugraph_cache_staleness_seconds NaN" in metrics.render().decode()
+    cache.stats.pods.heard_at = cache.stats.nodes.heard_at = (
+        time.monotonic() - STALE_AFTER_SECONDS - 5
+    )
+    body = readiness(cache)
+    assert body["status"] == "stale"
+    assert isinstance(body["cacheStalenessSeconds"], float)
+    assert body["cacheStalenessSeconds"] > STALE_AFTER_SECONDS
+    assert "out of date" in str(body["reason"])
