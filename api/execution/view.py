@@ -11,6 +11,7 @@ import orjson
 from cross_web import HTTPException
 from graphql import ExecutionResult
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
@@ -34,6 +35,7 @@ from ..auth import (
 )
 from ..http.graphiql import OfflineGraphiQL
 from ..http.request_json import decode_json, parse_request_json
+from ..http.response_media import GRAPHQL_RESPONSE_JSON, is_request_error, wants_graphql_response
 from ..http.ws_messages import CheckedWebSocketAdapter
 from ..metrics import Metrics
 from .shared_results import SharedResults
@@ -154,6 +156,32 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
     def parse_json(self, data: str | bytes) -> Any:
         """A request's JSON: an object, or 400 with a one-line reason."""
         return parse_request_json(data)
+
+    async def get_sub_response(self, request: Request | WebSocket) -> Response:
+        """strawberry's sub-response, remembered on the request for ``process_result``."""
+        sub_response = await super().get_sub_response(request)
+        request.state.gpugraph_sub_response = sub_response
+        return sub_response
+
+    async def process_result(self, request: Request, result: StrawberryExecutionResult) -> Any:
+        """The response body; with graphql-response+json, a request error is a 400 without data."""
+        body = await super().process_result(request, result)
+        sub_response = getattr(request.state, "gpugraph_sub_response", None)
+        if sub_response is None or not wants_graphql_response(request.headers):
+            return body
+        sub_response.gpugraph_media_type = GRAPHQL_RESPONSE_JSON
+        if is_request_error(result.data, result.errors):
+            body.pop("data", None)
+            sub_response.status_code = 400
+        return body
+
+    def create_response(self, response_data: Any, sub_response: Response) -> Response:
+        """strawberry's JSON response, in the media type ``process_result`` chose."""
+        response = super().create_response(response_data, sub_response)
+        media_type = getattr(sub_response, "gpugraph_media_type", None)
+        if media_type is not None:
+            response.headers["content-type"] = f"{media_type}; charset=utf-8"
+        return response
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Any:
         """The request's (or socket's) context; the schema forks it for each operation.
