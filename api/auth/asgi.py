@@ -15,6 +15,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..http.graphiql import STATIC_URL
 from ..http.responses import json_response
 from .access import Question
 from .callers import Caller, KubernetesAuth, RejectedTokenError
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 # Health checks answer kubelet's probes, which carry no token; GraphiQL's
 # static assets hold no data.
 OPEN_PATHS = ("/healthz", "/readyz")
-OPEN_PREFIXES = ("/graphiql/",)
+OPEN_PREFIXES = (STATIC_URL.rstrip("/") + "/",)
 CALLER_KEY = "gpugraph.caller"
 METRICS = Question.get_url("/metrics")
 

@@ -368,3 +368,36 @@ def _bare_server_in_thread(settings: Settings) -> Iterator[RunningServer]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+
+
+def test_graphiql_sends_a_pasted_token_with_queries_and_subscriptions(tmp_path: Path) -> None:
+    _require_chromium()
+    _require_assets()
+    with (
+        live_cluster(tmp_path / "cluster", utilization=41, auth=True) as cluster,
+        chromium(tmp_path / "profile") as browser,
+    ):
+        token = cluster.kube.stub.reviews.token_of("admin")
+        page = browser.page
+        # The page itself loads without a token: it is where one is pasted.
+        page.goto(f"{cluster.url}/graphql", timeout=TIMEOUT_MS)
+        page.wait_for_selector(EDITOR, timeout=TIMEOUT_MS)
+        # Without a token the query is refused (401, no data).
+        _type_query(page, WALK_QUERY, "TrainerWalk")
+        _run_and_wait(page, "no bearer token")
+        # Paste it into the Headers tab, as a person would.
+        page.get_by_role("button", name="Headers").click()
+        headers = ".graphiql-editor-tool .graphiql-editor:not(.hidden) .CodeMirror"
+        page.click(headers)
+        page.keyboard.insert_text(f'{{"Authorization": "Bearer {token}"}}')
+        text = _run_and_wait(page, PODS[0].uid, GPU_A0)
+        assert "no bearer token" not in text
+        # A subscription's socket carries it in connection_init.
+        _type_query(page, LIVE_SUBSCRIPTION, "Live")
+        _run_and_wait(page, GPU_B0, '"utilizationGpu": 41')
+        assert cluster.active_subscriptions == 1
+        page.click(".graphiql-execute-button")
+        _eventually(lambda: cluster.active_subscriptions == 0, "subscription released")
+    assert browser.blocked == []
+    # The refused query's 401 is the only console error the page may show.
+    assert all("401" in problem for problem in browser.problems), browser.problems
