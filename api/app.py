@@ -82,6 +82,7 @@ def create_app(
             max_tokens=settings.max_tokens,
             max_subscriptions=settings.max_subscriptions,
             max_result_items=settings.max_result_items,
+            introspection=settings.introspection,
         ),
         extensions=[lambda: QueryTimer(metrics, request_timeout)],
     )

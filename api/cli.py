@@ -156,6 +156,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.graphiql,
         help="serve the GraphiQL IDE on GET /graphql (default on)",
     )
+    http.add_argument(
+        "--introspection",
+        action=argparse.BooleanOptionalAction,
+        default=d.introspection,
+        help="answer __schema and __type queries (default on; GraphiQL needs them)",
+    )
     auth = parser.add_argument_group("auth")
     auth.add_argument(
         "--auth",
@@ -208,6 +214,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_subscriptions=args.max_subscriptions,
         cors_origins=tuple(args.cors_origins),
         graphiql=args.graphiql,
+        introspection=args.introspection,
         log_level=args.log_level,
         auth_mode=args.auth_mode,
         auth_audiences=tuple(args.auth_audiences),

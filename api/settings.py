@@ -46,6 +46,7 @@ class Settings:
     max_subscriptions: int = 200
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     graphiql: bool = True
+    introspection: bool = True
     log_level: str = "info"
     # Who may see what. Open here, for programs that build Settings (tests, the
     # demo); the command line defaults to "kubernetes" (see cli.AUTH_DEFAULT).

@@ -42,6 +42,9 @@ class SchemaLimits:
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     max_result_items: int = DEFAULT_MAX_RESULT_ITEMS
     max_fields_per_selection: int = DEFAULT_MAX_FIELDS_PER_SELECTION
+    # False refuses __schema and __type (GraphiQL then cannot load the schema);
+    # __typename and federation's _service stay.
+    introspection: bool = True
 
 
 class SubscriptionLimitError(GraphUserError):

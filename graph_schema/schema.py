@@ -10,6 +10,7 @@ import strawberry
 from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import GraphQLError
 from strawberry.extensions import (
+    DisableIntrospection,
     MaskErrors,
     MaxAliasesLimiter,
     MaxTokensLimiter,
@@ -174,6 +175,7 @@ def build_schema(
             PartialErrors,
             OneBudgetError,
             lambda: MaskErrors(should_mask_error=is_internal),
+            *([] if limits.introspection else [DisableIntrospection]),
         ],
         federation_version=FEDERATION_VERSION,
     )

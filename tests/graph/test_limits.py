@@ -108,3 +108,16 @@ async def test_internal_errors_are_masked_and_logged(caplog: pytest.LogCaptureFi
     # The server log keeps the real error with its stack trace.
     assert "hunter2" in caplog.text
     assert "Traceback" in caplog.text and "test_limits.py" in caplog.text
+
+
+async def test_introspection_can_be_turned_off_without_breaking_typename_or_federation() -> None:
+    limits = SchemaLimits(introspection=False)
+    data, errors = await execute("{ __schema { types { name } } }", limits)
+    assert data is None and errors and "introspection" in errors[0].lower()
+    data, errors = await execute('{ __type(name: "Node") { name } }', limits)
+    assert data is None and errors
+    data, errors = await execute("{ __typename _service { sdl } }", limits)
+    assert errors == [] and isinstance(data, dict) and "type Node" in data["_service"]["sdl"]
+    # On by default.
+    data, errors = await execute("{ __schema { queryType { name } } }")
+    assert errors == [] and data == {"__schema": {"queryType": {"name": "Query"}}}

@@ -219,3 +219,8 @@ def test_the_agent_command_does_not_load_the_graphql_server() -> None:
     ).stdout
     assert "usage: gpugraph agent" in out
     assert "LOADED []" in out
+
+
+def test_no_introspection_reaches_the_settings() -> None:
+    assert parse_serve().introspection is True
+    assert parse_serve("--no-introspection").introspection is False
