@@ -23,6 +23,7 @@ from .auth import BearerTokenInterceptor
 from .codec import snapshot_to_proto
 from .generated import agent_pb2, agent_pb2_grpc
 from .models import NodeSnapshot
+from .request_guard import MalformedRequestGuard
 from .sampler import Sampler
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,10 @@ class AgentServer:
         self.sampler = sampler
         self.servicer = NodeAgentServicer(sampler)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
-        interceptors = [BearerTokenInterceptor(token)] if token else []
+        # The token check first: an unauthenticated call is refused before its payload
+        # is decoded at all; then undecodable payloads are INVALID_ARGUMENT, not tracebacks.
+        interceptors: list[aio.ServerInterceptor] = [BearerTokenInterceptor(token)] if token else []
+        interceptors.append(MalformedRequestGuard())
         # gRPC sets SO_REUSEPORT by default, which would let a second agent bind the same
         # port and silently take half the calls; a port in use must be an error instead.
         self._server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])

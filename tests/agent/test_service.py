@@ -150,13 +150,15 @@ def test_an_unauthenticated_garbage_payload_is_refused_before_it_is_parsed(
                 raw(garbage, timeout=10)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert not [r for r in caplog.records if r.exc_info], "no traceback for a refused call"
-    # With the token, the same bytes are parsed (and fail as malformed): the refusal
-    # above came before the payload was touched.
-    with grpc.insecure_channel(secured.address) as channel:
+    # With the token, the same bytes are decoded (so the refusal above came before
+    # they were touched), and refused as malformed, still without a traceback.
+    with caplog.at_level(logging.DEBUG), grpc.insecure_channel(secured.address) as channel:
         raw = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.RpcError) as authed:
             raw(garbage, metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10)
-    assert authed.value.code() != grpc.StatusCode.UNAUTHENTICATED
+    assert authed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed request" in (authed.value.details() or "")
+    assert not [r for r in caplog.records if r.exc_info], "no traceback for a malformed call"
     assert secured.server.calls_served == 0
 
 
