@@ -34,6 +34,7 @@ __all__ = [
     "running",
     "serve",
     "uvicorn_config",
+    "warn_if_open",
 ]
 
 log = logging.getLogger(__name__)
@@ -169,14 +170,19 @@ class _Server(uvicorn.Server):
                 loop.remove_signal_handler(sig)
 
 
-async def serve(settings: Settings) -> None:
-    """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+def warn_if_open(settings: Settings) -> None:
+    """Log, at start, that an ``--auth none`` server shows everything to whoever reaches it."""
     if settings.auth_mode == "none":
         log.warning(
             "--auth none: anyone who can reach %s sees every namespace's pods, nodes and GPU "
             "processes; use --auth kubernetes unless only trusted callers reach it",
             settings.listen,
         )
+
+
+async def serve(settings: Settings) -> None:
+    """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+    warn_if_open(settings)
     async with running(settings) as services:
         server = _Server(uvicorn_config(services.app, settings))
         await server.serve()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from typing import Any
 
+import pytest
 from grpc import aio
 
 from api.demo.cluster.manifests import make_node
@@ -129,3 +131,14 @@ async def test_a_slow_agent_costs_only_its_own_node(cluster: GraphTestCluster) -
     assert "'node-slow'" in error["message"]
     assert "no answer within the 0.5 s deadline" in error["message"]
     assert error["path"] == ["nodes", 3, "gpus"]
+
+
+def test_an_open_server_says_so_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    from api.serve import warn_if_open
+    from api.settings import Settings
+
+    with caplog.at_level(logging.WARNING):
+        warn_if_open(Settings(auth_mode="kubernetes"))
+        assert caplog.text == ""
+        warn_if_open(Settings(auth_mode="none"))
+    assert "--auth none: anyone who can reach 0.0.0.0:8000 sees every namespace" in caplog.text
