@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient, Configuration
@@ -74,22 +75,17 @@ class KubernetesAuth:
         all_pods, all_nodes, exec_all = await asyncio.gather(
             ask(user, Question.list_pods()), ask(user, LIST_NODES), ask(user, Question.exec_pods())
         )
-        namespaces: frozenset[str] = frozenset()
-        if not all_pods:
-            # The namespaces that have pods now; one that gains its first pod
-            # is asked about when this scope expires.
-            known = sorted({p.namespace for p in self.cluster.pods()})
-            answers = await asyncio.gather(*(ask(user, Question.list_pods(n)) for n in known))
-            namespaces = frozenset(n for n, ok in zip(known, answers, strict=True) if ok)
-        exec_namespaces: frozenset[str] = frozenset()
-        if not exec_all:
-            candidates = (
-                sorted(namespaces)
-                if not all_pods
-                else sorted({p.namespace for p in self.cluster.pods()})
-            )
-            answers = await asyncio.gather(*(ask(user, Question.exec_pods(n)) for n in candidates))
-            exec_namespaces = frozenset(n for n, ok in zip(candidates, answers, strict=True) if ok)
+        # The namespaces that have pods now; one that gains its first pod is
+        # asked about when this scope expires.
+        known = {p.namespace for p in self.cluster.pods()} if not (all_pods and exec_all) else set()
+        namespaces = (
+            frozenset() if all_pods else await self._allowed_in(user, Question.list_pods, known)
+        )
+        # Command lines matter only where the caller sees pods.
+        exec_in = known if all_pods else namespaces
+        exec_namespaces = (
+            frozenset() if exec_all else await self._allowed_in(user, Question.exec_pods, exec_in)
+        )
         scope = Scope(
             all_pods=all_pods,
             pod_namespaces=namespaces,
@@ -98,6 +94,14 @@ class KubernetesAuth:
             exec_namespaces=exec_namespaces,
         )
         return scope, self.scope_ttl
+
+    async def _allowed_in(
+        self, user: UserInfo, question: Callable[[str], Question], namespaces: Iterable[str]
+    ) -> frozenset[str]:
+        """The namespaces among ``namespaces`` where ``user`` may do ``question(namespace)``."""
+        ordered = sorted(namespaces)
+        answers = await asyncio.gather(*(self.access.allowed(user, question(n)) for n in ordered))
+        return frozenset(n for n, ok in zip(ordered, answers, strict=True) if ok)
 
 
 @dataclass(slots=True)
