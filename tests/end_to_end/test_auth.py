@@ -176,6 +176,10 @@ async def test_missing_or_rejected_tokens_get_401_and_an_unreachable_api_server_
         wrong = await client.post(
             "/graphql", json={"query": "{ nodes { name } }"}, headers=bearer("not-a-token")
         )
+        anonymous = [
+            await client.get("/gpu-pods", params={"worker_id": "job-a"}),
+            await client.get("/metrics"),
+        ]
         health = await client.get("/healthz")
         page = await client.get("/graphql", headers={"Accept": "text/html"})
         admin = bearer(tenants.stub.reviews.token_of("admin"))
@@ -186,7 +190,7 @@ async def test_missing_or_rejected_tokens_get_401_and_an_unreachable_api_server_
         fresh = bearer(tenants.stub.reviews.token_of("research-user") + "x")
         down = await client.post("/graphql", json={"query": "{ nodes { name } }"}, headers=fresh)
         tenants.stub.reviews.unavailable = False
-    for response in (missing, wrong):
+    for response in (missing, wrong, *anonymous):
         assert response.status_code == 401
         assert response.headers["www-authenticate"].startswith("Bearer")
     assert health.status_code == 200
@@ -314,3 +318,22 @@ async def test_websocket_token_in_the_upgrade_header(tenants: GraphTestCluster) 
         message = await socket.receive(op)
     assert message["type"] == "next", message
     assert pids_in(message["payload"]) == {11}
+
+
+async def test_a_subscription_to_another_tenants_pod_yields_null(tenants: GraphTestCluster) -> None:
+    token = tenants.stub.reviews.token_of("research-user")
+    query = """subscription { own: podGpuUsage(namespace: "research", name: "job-a",
+      intervalSeconds: 0.5) { name gpuProcesses { pid } } }"""
+    other = query.replace('"research", name: "job-a"', '"ml", name: "job-b"')
+    async with (
+        serving(auth_settings(tenants)) as server,
+        websockets.connect(server.ws_url, subprotocols=[GraphQLSocket.PROTOCOL]) as ws,
+    ):
+        init = {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
+        await ws.send(json.dumps(init))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+        socket = GraphQLSocket(ws)
+        mine = await socket.receive(await socket.subscribe(query))
+        theirs = await socket.receive(await socket.subscribe(other))
+    assert mine["payload"]["data"]["own"] == {"name": "job-a", "gpuProcesses": [{"pid": 11}]}
+    assert theirs["payload"]["data"]["own"] is None
