@@ -52,7 +52,7 @@ async def served(app: Starlette) -> AsyncIterator[str]:
     """``app`` under real uvicorn on a free loopback port; its base URL."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)

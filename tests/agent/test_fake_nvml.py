@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,7 +164,7 @@ def test_an_out_of_range_edit_keeps_the_last_good_data(path: Path) -> None:
 
 
 def test_a_pid_listed_twice_on_one_device_is_merged_as_nvml_does(path: Path) -> None:
-    processes = [
+    processes: list[dict[str, Any]] = [
         {"pid": 1, "type": "COMPUTE", "usedMemoryBytes": 5, "smUtilization": 30},
         {"pid": 1, "type": "GRAPHICS", "usedMemoryBytes": 7},
         {"pid": 2, "migDeviceUuid": "MIG-a"},

@@ -194,7 +194,8 @@ class SdlOnly:
 def test_a_regressed_gpugraph_sdl_fails_composition_clearly(tmp_path: Path) -> None:
     missing = gateway_missing()
     require(missing is None, missing or "")
-    sdl = build_schema().execute_sync("{ _service { sdl } }").data["_service"]["sdl"]
+    data: Any = build_schema().execute_sync("{ _service { sdl } }").data
+    sdl = data["_service"]["sdl"]
     # The regression: Pod loses the namespace+name key the jobs subgraph joins on.
     regressed = sdl.replace(' @key(fields: "namespace name")', "", 1)
     assert regressed != sdl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import httpx
 import orjson
@@ -14,7 +15,7 @@ from api.demo.cluster import StubApiServer, make_node, make_pod
 from tests.support.kube import eventually, stub_api
 
 
-def names(body: dict) -> list[str]:  # type: ignore[type-arg]
+def names(body: dict[str, Any]) -> list[str]:
     return [item["metadata"]["name"] for item in body["items"]]
 
 
@@ -26,7 +27,7 @@ def seeded(server: StubApiServer) -> None:
     server.add_node(make_node("node-0"))
 
 
-def watch_lines(client: httpx.Client, path: str, **params: str) -> list[dict]:  # type: ignore[type-arg]
+def watch_lines(client: httpx.Client, path: str, **params: str) -> list[dict[str, Any]]:
     with client.stream("GET", path, params={"watch": "true", **params}) as response:
         assert response.status_code == 200
         assert response.headers["transfer-encoding"] == "chunked"
@@ -119,7 +120,7 @@ def test_watch_streams_changes_after_the_version_then_ends() -> None:
 def test_a_watch_from_a_future_version_sends_only_the_changes_after_it() -> None:
     with stub_api() as server, httpx.Client(base_url=server.url, timeout=10) as client:
         ahead = str(server.resource_version + 2)
-        events: list[dict] = []  # type: ignore[type-arg]
+        events: list[dict[str, Any]] = []
         watching = threading.Thread(
             target=lambda: events.extend(
                 watch_lines(client, "/api/v1/pods", resourceVersion=ahead, timeoutSeconds="2")
@@ -196,8 +197,8 @@ def test_the_official_client_deserializes_the_stub_objects() -> None:
         server.add_pod(make_pod("pending", "a", None, phase="Pending", init_containers=["setup"]))
         with ApiClient(server.configuration()) as api_client:
             api = CoreV1Api(api_client)
-            pods = api.list_pod_for_all_namespaces()
-            nodes = api.list_node()
+            pods: Any = api.list_pod_for_all_namespaces()
+            nodes: Any = api.list_node()
     assert len(pods.items) == 6
     running = next(p for p in pods.items if p.metadata.name == "p0")
     assert running.status.container_statuses[0].container_id.startswith("containerd://")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import tracemalloc
+from typing import Any
 
 import orjson
 import pytest
@@ -252,7 +253,9 @@ OPS = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(OPS)
-def test_indexes_match_a_plain_model_after_any_sequence_of_writes(ops: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_indexes_match_a_plain_model_after_any_sequence_of_writes(
+    ops: list[tuple[Any, ...]],
+) -> None:
     cache = ready_cache([])
     model: dict[tuple[str, str], PodRecord] = {}
     for op in ops:

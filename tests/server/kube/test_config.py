@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, CoreV1Api
@@ -93,5 +94,5 @@ def test_a_written_kubeconfig_reaches_the_stub_server(tmp_path: Path) -> None:
         server.add_node(make_node("node-0"))
         path = write_kubeconfig(str(tmp_path / "config"), server.url)
         with ApiClient(load_kube_config(path)) as client:
-            nodes = CoreV1Api(client).list_node()
+            nodes: Any = CoreV1Api(client).list_node()
         assert [n.metadata.name for n in nodes.items] == ["node-0"]
