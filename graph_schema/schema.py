@@ -24,6 +24,7 @@ from .admission import CostAdmission, SizeGauge
 from .context import GraphContext
 from .errors import ResultBudgetError, is_internal
 from .limits import SchemaLimits, SubscriptionLimiter
+from .parsing import ThreadedParse
 from .query import Query
 from .scalars import Bytes, BytesScalar
 from .state import SharedState
@@ -170,6 +171,7 @@ def build_schema(
             lambda: QueryDepthLimiter(max_depth=limits.max_depth),
             lambda: MaxAliasesLimiter(max_alias_count=limits.max_aliases),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
+            ThreadedParse,
             # Before validation, whose overlap check is what a wide document makes slow.
             admission,
             PartialErrors,

@@ -1,0 +1,53 @@
+"""Large documents parse in a worker thread, with the token limit and error messages unchanged."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from strawberry.types import ExecutionResult
+
+from graph_schema import SchemaLimits, build_schema, make_context, parsing
+from tests.support.graph import MemoryCluster, MemorySnapshots, node_record
+
+
+async def run(query: str, limits: SchemaLimits = SchemaLimits()) -> ExecutionResult:  # noqa: B008
+    cluster = MemoryCluster()
+    cluster.add_node(node_record("n1"))
+    schema = build_schema(limits)
+    return await schema.execute(
+        query, context_value=make_context(cluster, MemorySnapshots(), schema.state)
+    )
+
+
+async def test_a_large_document_is_parsed_off_the_loop_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads: list[str] = []
+    real = parsing.parse
+
+    def recording(*args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parsing, "parse", recording)
+    big = "{ " + " ".join(f"a{i}: __typename" for i in range(25)) + " nodes { name } }"
+    big += " " * parsing.THREAD_FROM_BYTES
+    result = await run(big)
+    assert result.errors is None and result.data is not None
+    assert result.data["nodes"] == [{"name": "n1"}]
+    assert threads and threads[0] != threading.main_thread().name
+    threads.clear()
+    await run("{ nodes { name } }")
+    assert threads == [], "small documents parse inline, in strawberry"
+
+
+async def test_the_token_limit_and_syntax_errors_read_as_before() -> None:
+    padding = " " * parsing.THREAD_FROM_BYTES
+    result = await run("{ " + "nodes { name } " * 20 + "}" + padding, SchemaLimits(max_tokens=50))
+    assert [e.message for e in result.errors or []] == [
+        "Syntax Error: Document contains more than 50 tokens. Parsing aborted."
+    ]
+    broken = await run("{ nodes { name " + padding)
+    assert broken.data is None and broken.errors
+    assert broken.errors[0].message.startswith("Syntax Error")
