@@ -39,7 +39,7 @@ from kubernetes.client import ApiClient
 
 from api.demo.cluster import kubeconfig_for
 from api.kube import ClusterCache, ClusterWatcher, pod_record
-from api.kube.reflector import gc_paused
+from api.lifecycle.gc_tuning import gc_paused
 from graph_schema.records import PodRecord
 
 TARGET_FILL_S = 10.0

@@ -17,7 +17,6 @@ records. The loop:
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import random
 import threading
@@ -33,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from graph_schema.records import NodeRecord, PodRecord
 
+from ..lifecycle.gc_tuning import gc_paused
 from .cache import ClusterCache, WatchStats
 from .parse import ParseError, node_record, pod_record, resource_version
 
@@ -51,35 +51,6 @@ class _Stopped(Exception):
 
 class WatchError(Exception):
     """The API server ended a watch with an ERROR event other than 410 Gone."""
-
-
-_gc_lock = threading.Lock()
-_gc_holders = 0
-_gc_was_enabled = False
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a list page is parsed.
-
-    Parsing a page allocates tens of thousands of dicts; without the pause
-    the collector's repeated scans take most of the parse time. Nested and
-    concurrent pauses (the pod and node loops) re-enable it only when the
-    last one ends, and never enable a collector that was already off.
-    """
-    global _gc_holders, _gc_was_enabled
-    with _gc_lock:
-        if _gc_holders == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_holders += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_holders -= 1
-            if _gc_holders == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 class RetryDelay:
