@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import uvicorn
@@ -19,6 +18,7 @@ from node_resolver.auth import TokenFile
 from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
 from .app import create_app
 from .auth import kubernetes_auth
+from .http.uvicorn_server import UvicornServer
 from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
 from .kube.watcher import ClusterWatcher
@@ -144,32 +144,6 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
         await asyncio.to_thread(watcher.stop)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn, but a signal only starts the shutdown; it is not re-raised afterwards.
-
-    uvicorn re-raises the signal once it has stopped serving, which would kill
-    the process before the agent channels and the watch are closed.
-    """
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
-
-        def handle(sig: signal.Signals) -> None:
-            if self.should_exit and sig == signal.SIGINT:
-                self.force_exit = True  # a second ^C: stop waiting for connections
-            self.should_exit = True
-
-        signals = (signal.SIGINT, signal.SIGTERM)
-        for sig in signals:
-            loop.add_signal_handler(sig, handle, sig)
-        try:
-            yield
-        finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
-
-
 def warn_if_open(settings: Settings) -> None:
     """Log, at start, that an ``--auth none`` server shows everything to whoever reaches it."""
     if settings.auth_mode == "none":
@@ -184,5 +158,5 @@ async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
     warn_if_open(settings)
     async with running(settings) as services:
-        server = _Server(uvicorn_config(services.app, settings))
+        server = UvicornServer(uvicorn_config(services.app, settings))
         await server.serve()

@@ -25,12 +25,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
-
-import uvicorn
 
 from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
 from node_resolver.address import join_host_port
@@ -38,6 +36,7 @@ from node_resolver.cli import positive_seconds
 
 from ..agents import AgentPool
 from ..flags import LOG_LEVELS, listen_address
+from ..http.uvicorn_server import UvicornServer
 from ..settings import Settings, parse_listen
 from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document
@@ -211,14 +210,6 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
             print("gpugraph demo stopped; temporary files removed", file=stream, flush=True)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn with the demo, not uvicorn, owning SIGINT and SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 @dataclass
 class _Agent:
     node: DemoNode
@@ -239,7 +230,7 @@ class Demo:
     agent_port: int = 0
     listen_port: int = 0
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    _server: _Server | None = None
+    _server: UvicornServer | None = None
     _ticker: asyncio.Task[None] | None = None
     _started_at: float = 0.0
 
@@ -346,7 +337,7 @@ class Demo:
 
         settings = self.settings()
         async with running(settings) as services:
-            self._server = _Server(uvicorn_config(services.app, settings))
+            self._server = UvicornServer(uvicorn_config(services.app, settings), own_signals=False)
             # A stop requested while the cache and pool were starting still counts.
             self._server.should_exit = self.stopping.is_set()
             await self._server.serve()

@@ -14,7 +14,7 @@ import gc
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from websockets.typing import Subprotocol
 
 from api.demo.cluster.fake_proc import kubelet_cgroup, remove_process, write_process
 from api.demo.cluster.manifests import container_id_for
+from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.pids import CgroupResolver
@@ -190,14 +191,6 @@ def node_ips(count: int) -> list[str]:
     return [f"127.0.0.{i + 2}" for i in range(count)]
 
 
-class _InProcessServer(uvicorn.Server):
-    """uvicorn without its signal handlers, which belong to the test runner."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 @dataclass
 class RunningServer:
     """The app served by real uvicorn on a loopback port."""
@@ -222,7 +215,7 @@ async def serve_app(
     base = settings or Settings()
     config = uvicorn_config(app, replace(base, listen_host="127.0.0.1", listen_port=0))
     config.log_level = "warning"
-    server = _InProcessServer(config)
+    server = UvicornServer(config, own_signals=False)
     task = asyncio.create_task(server.serve())
     deadline = time.monotonic() + 10
     while not server.started:
