@@ -15,13 +15,13 @@ import signal
 from collections.abc import Callable, Sequence
 
 from .address import split_host_port
+from .agent import running
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
 from .nvml import NvmlGpuSource, NvmlUnavailableError
 from .pids import RESOLVER_KINDS, build_resolver
 from .sampler import Sampler
-from .service import AgentServer
 
 log = logging.getLogger("node_resolver")
 
@@ -180,25 +180,20 @@ async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    server = AgentServer(sampler, token=token)
     try:
-        address = await server.start(listen)
+        async with running(sampler, listen, token=token, grace=STOP_GRACE_SECONDS) as server:
+            log.info(
+                "agent listening on %s (node %s, scanning every %gs%s)",
+                server.address,
+                sampler.node_name,
+                sampler.interval,
+                ", token required" if token else "",
+            )
+            await stopping.wait()
+            log.info("stopping")
     except OSError as exc:
         log.error("%s", exc)
         return 1
-    sampler.start()
-    log.info(
-        "agent listening on %s (node %s, scanning every %gs%s)",
-        address,
-        sampler.node_name,
-        sampler.interval,
-        ", token required" if token else "",
-    )
-    await stopping.wait()
-    log.info("stopping")
-    await server.stop(STOP_GRACE_SECONDS)
-    # Join the sampler here, before the loop closes, so a scan in progress finishes cleanly.
-    await asyncio.to_thread(sampler.stop)
     log.info("agent stopped after %d scans and %d calls", sampler.scans, server.calls_served)
     return 0
 

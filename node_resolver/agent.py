@@ -1,0 +1,40 @@
+"""One running agent: a sampler scanning in the background behind its gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from .sampler import Sampler
+from .service import AgentServer
+
+__all__ = ["running"]
+
+
+@contextlib.asynccontextmanager
+async def running(
+    sampler: Sampler,
+    listen: str,
+    *,
+    token: str | Callable[[], str] | None = None,
+    grace: float | None = 2.0,
+) -> AsyncIterator[AgentServer]:
+    """Serve ``sampler`` on ``listen`` and start it scanning; stop both on exit.
+
+    A bind failure raises ``OSError`` before the sampler starts. On exit the
+    server gets ``grace`` seconds for calls in flight, then the sampler is
+    joined, before the loop closes, so a scan in progress finishes cleanly.
+    """
+    server = AgentServer(sampler, token=token)
+    try:
+        await server.start(listen)
+    except OSError:
+        await server.stop(0)
+        raise
+    sampler.start()
+    try:
+        yield server
+    finally:
+        await server.stop(grace)
+        await asyncio.to_thread(sampler.stop)
