@@ -19,12 +19,15 @@ async def running(
     *,
     token: str | Callable[[], str] | None = None,
     grace: float | None = 2.0,
+    join_timeout: float | None = None,
 ) -> AsyncIterator[AgentServer]:
     """Serve ``sampler`` on ``listen`` and start it scanning; stop both on exit.
 
     A bind failure raises ``OSError`` before the sampler starts. On exit the
     server gets ``grace`` seconds for calls in flight, then the sampler is
-    joined, before the loop closes, so a scan in progress finishes cleanly.
+    joined (at most ``join_timeout`` seconds; ``Sampler.stop``'s default if
+    None), before the loop closes, so a scan in progress finishes cleanly.
+    The sampler is joined even if stopping the server fails.
     """
     server = AgentServer(sampler, token=token)
     try:
@@ -36,5 +39,7 @@ async def running(
     try:
         yield server
     finally:
-        await server.stop(grace)
-        await asyncio.to_thread(sampler.stop)
+        try:
+            await server.stop(grace)
+        finally:
+            await asyncio.to_thread(sampler.stop, join_timeout)

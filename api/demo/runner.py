@@ -25,13 +25,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
 from node_resolver.address import join_host_port
+from node_resolver.agent import running
 from node_resolver.cli import positive_seconds
 
 from ..agents import AgentPool
@@ -210,6 +211,18 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
             print("gpugraph demo stopped; temporary files removed", file=stream, flush=True)
 
 
+@contextlib.asynccontextmanager
+async def _closing_source(
+    sampler: Sampler, agent: contextlib.AbstractAsyncContextManager[AgentServer]
+) -> AsyncIterator[AgentServer]:
+    """``agent``, then close the sampler's GPU source once the agent is stopped."""
+    try:
+        async with agent as server:
+            yield server
+    finally:
+        sampler.source.close()
+
+
 @dataclass
 class _Agent:
     node: DemoNode
@@ -231,6 +244,7 @@ class Demo:
     listen_port: int = 0
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _server: UvicornServer | None = None
+    _agent_steps: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     _ticker: asyncio.Task[None] | None = None
     _started_at: float = 0.0
 
@@ -297,13 +311,18 @@ class Demo:
             node_name=node.name,
             interval=self.config.interval,
         )
-        server = AgentServer(sampler, token=token)
-        try:
-            await server.start(f"{node.ip}:{self.agent_port}")
-        except OSError:
-            await server.stop(0)
-            raise
-        sampler.start()
+        server = await self._agent_steps.enter_async_context(
+            _closing_source(
+                sampler,
+                running(
+                    sampler,
+                    f"{node.ip}:{self.agent_port}",
+                    token=token,
+                    grace=0.5,
+                    join_timeout=5.0,
+                ),
+            )
+        )
         return _Agent(node, workdir, sampler, server)
 
     async def _tick(self) -> None:
@@ -427,13 +446,10 @@ class Demo:
         return "\n".join(lines)
 
     async def _stop_agents(self) -> None:
-        agents, self.agents = self.agents, []
-        # Every step of every agent runs even if one fails; the first failure is raised.
-        async with contextlib.AsyncExitStack() as steps:
-            for agent in reversed(agents):
-                steps.callback(agent.sampler.source.close)
-                steps.push_async_callback(asyncio.to_thread, agent.sampler.stop, 5.0)
-                steps.push_async_callback(agent.server.stop, 0.5)
+        self.agents = []
+        steps, self._agent_steps = self._agent_steps, contextlib.AsyncExitStack()
+        # Every step of every agent runs even if one fails.
+        await steps.aclose()
 
     async def _stop_ticker(self) -> None:
         ticker, self._ticker = self._ticker, None
