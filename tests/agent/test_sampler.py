@@ -19,12 +19,12 @@ from tests.support.agents import (
     CountingSource,
     FakeProc,
     StaticResolver,
-    eventually,
     gpu_json,
     nvml_json,
     resolved,
     write_proc_tree,
 )
+from tests.support.polling import eventually
 
 CONTAINER = "a" * 64
 POD = "3f1c2a9e-1111-2222-3333-444455556666"

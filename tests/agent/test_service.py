@@ -30,7 +30,6 @@ from tests.support.agents import (
     StaticResolver,
     agent_command,
     agent_env,
-    eventually,
     gpu_json,
     nvml_json,
     resolved,
@@ -39,6 +38,7 @@ from tests.support.agents import (
     start_agent_thread,
     write_proc_tree,
 )
+from tests.support.polling import eventually
 
 CONTAINER = "b" * 64
 POD = "9d1b7c44-aaaa-bbbb-cccc-000011112222"

@@ -44,15 +44,6 @@ STARTUP_TIMEOUT = 30.0
 LISTENING = "agent listening on "
 
 
-def eventually(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    """Wait until ``condition()`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
-
-
 class CountingSource:
     """Wraps a GPU source, counting scans and failing on demand (set ``fail_with``)."""
 

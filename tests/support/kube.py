@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from api.demo.cluster import StubApiServer
 from api.kube import ClusterCache, ClusterWatcher
-
-EVENTUALLY_TIMEOUT = 2.0
-
-
-def eventually(
-    predicate: Callable[[], Any], timeout: float = EVENTUALLY_TIMEOUT, interval: float = 0.01
-) -> bool:
-    """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass; its last truthiness."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return bool(predicate())
-        time.sleep(interval)
 
 
 @contextmanager

@@ -12,7 +12,8 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api
 
 from api.demo.cluster import StubApiServer, make_node, make_pod
-from tests.support.kube import eventually, stub_api
+from tests.support.kube import stub_api
+from tests.support.polling import eventually
 
 
 def names(body: dict[str, Any]) -> list[str]:

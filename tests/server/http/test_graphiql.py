@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from api.kube.cache import ClusterCache
 from api.settings import Settings
 from tests.federation.cluster import GPU_A0, GPU_B0, NODE_A, NODE_B, PODS, live_cluster
 from tests.support import require
+from tests.support.polling import eventually
 from tests.support.server import RunningServer, serve_app
 
 pytestmark = pytest.mark.browser
@@ -168,14 +168,6 @@ def _wait_for_response(page: Any, *needles: str) -> str:
     return text
 
 
-def _eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.05)
-
-
 WALK_QUERY = """query TrainerWalk {
   pod(namespace: "ml", name: "trainer-0") {
     uid
@@ -245,7 +237,9 @@ def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
         _screenshot(page, tmp_path, "graphiql-subscription.png")
         # The run button stops it; the server lets go of it.
         page.click(".graphiql-execute-button")
-        _eventually(lambda: cluster.active_subscriptions == 0, "subscription released")
+        eventually(
+            lambda: cluster.active_subscriptions == 0, what="subscription released", interval=0.05
+        )
 
     assert browser.blocked == [], f"the page tried to leave the host: {browser.blocked}"
     assert browser.problems == []
@@ -397,7 +391,9 @@ def test_graphiql_sends_a_pasted_token_with_queries_and_subscriptions(tmp_path: 
         _run_and_wait(page, GPU_B0, '"utilizationGpu": 41')
         assert cluster.active_subscriptions == 1
         page.click(".graphiql-execute-button")
-        _eventually(lambda: cluster.active_subscriptions == 0, "subscription released")
+        eventually(
+            lambda: cluster.active_subscriptions == 0, what="subscription released", interval=0.05
+        )
     assert browser.blocked == []
     # The refused query's 401 is the only console error the page may show.
     assert all("401" in problem for problem in browser.problems), browser.problems

@@ -8,7 +8,8 @@ from api.app import STALE_AFTER_SECONDS, readiness
 from api.demo.cluster import make_node, make_pod
 from api.kube import ClusterCache
 from api.metrics import Metrics
-from tests.support.kube import eventually, stub_api, watched_cache
+from tests.support.kube import stub_api, watched_cache
+from tests.support.polling import eventually
 
 
 def test_staleness_stays_small_while_bookmarks_flow_and_grows_when_the_api_server_stops() -> None:

@@ -9,7 +9,8 @@ import orjson
 
 from api.demo.cluster import StubApiServer, make_node, make_pod
 from api.kube import ClusterCache, ClusterWatcher
-from tests.support.kube import eventually, stub_api, watched_cache
+from tests.support.kube import stub_api, watched_cache
+from tests.support.polling import eventually
 
 
 def seed(server: StubApiServer, pods: int = 10, nodes: int = 2) -> None:
