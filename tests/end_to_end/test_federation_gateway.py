@@ -8,6 +8,7 @@ processes -> pods there, and comes back to the jobs subgraph for Pod.owner.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,9 @@ class SdlOnly:
 def test_a_regressed_gpugraph_sdl_fails_composition_clearly(tmp_path: Path) -> None:
     missing = gateway_missing()
     require(missing is None, missing or "")
-    data: Any = build_schema().execute_sync("{ _service { sdl } }").data
+    # The schema's extensions include async hooks (large documents parse in a thread), so
+    # it runs the way the server runs it: asynchronously.
+    data: Any = asyncio.run(build_schema().execute("{ _service { sdl } }")).data
     sdl = data["_service"]["sdl"]
     # The regression: Pod loses the namespace+name key the jobs subgraph joins on.
     regressed = sdl.replace(' @key(fields: "namespace name")', "", 1)
