@@ -1,4 +1,4 @@
-"""The ``gpugraph`` command: ``agent``, ``serve`` and ``demo``."""
+"""The ``gpugraph`` command: ``agent``, ``serve``, ``top`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -310,6 +310,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     serve.set_defaults(handler=_run_serve, parser=serve)
     _add_delegated(
         subparsers,
+        "top",
+        "show the cluster's GPUs, pods and nodes, like kubectl top and nvidia-smi",
+        "api.top",
+        "add_top_arguments",
+        "run_top",
+        load=command in (None, "top"),
+    )
+    _add_delegated(
+        subparsers,
         "demo",
         "run a self-contained demo cluster with fake GPUs",
         "api.demo",
@@ -318,6 +327,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         load=command in (None, "demo"),
     )
     return parser
+
+
+def kubectl_main() -> int:
+    """Entry point of ``kubectl-gpugraph``: ``kubectl gpugraph top`` is ``gpugraph top``."""
+    return main()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

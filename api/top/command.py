@@ -1,0 +1,140 @@
+"""``gpugraph top`` run: connect, fetch, build the view, print it or follow it live."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import model
+from .connection import resolve
+from .errors import TopError
+from .queries import SNAPSHOT, WATCH
+from .transport import HttpTransport, Transport
+
+PIPE_WIDTH = 1000
+
+
+def filters_of(args: argparse.Namespace) -> model.Filters:
+    """The Filters the flags ask for; TopError for contradicting flags."""
+    if args.namespace and args.all_namespaces:
+        raise TopError("-n/--namespace and -A/--all-namespaces contradict each other")
+    if args.view == "nodes" and (args.namespace or args.selector):
+        raise TopError("top nodes has no -n or -l: it sums every pod; try top pods")
+    if args.watch and args.selector:
+        raise TopError("-l/--selector does not work with --watch: use -n or --node")
+    if args.watch and args.output in ("json", "yaml"):
+        raise TopError("--watch draws a live table; use -o json or yaml without it")
+    return model.Filters(
+        namespace=args.namespace, node=args.node, selector=args.selector, sort_by=args.sort_by
+    )
+
+
+def fetch(transport: Transport, filters: model.Filters) -> model.Snapshot:
+    """One snapshot of the cluster, with the filters applied."""
+    body = transport.execute(
+        SNAPSHOT,
+        {"node": filters.node, "namespace": filters.namespace, "selector": filters.selector},
+    )
+    return model.apply(model.snapshot_from_query(body), filters)
+
+
+def _dump(view: str, snapshot: model.Snapshot, filters: model.Filters, fmt: str) -> str:
+    from .documents import document
+
+    doc = document(view, snapshot, filters.sort_by)
+    if fmt == "yaml":
+        import yaml
+
+        return str(yaml.safe_dump(doc, sort_keys=False))
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # rich turns colour off when stdout is no terminal, and honours NO_COLOR. Piped
+    # output is for grep and scripts: no 80-column squeeze that would cut cells.
+    width = None if sys.stdout.isatty() else PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+def _footer(count: int, clock: Callable[[], float]) -> Any:
+    from rich.text import Text
+
+    stamp = time.strftime("%H:%M:%S", time.localtime(clock()))
+    return Text(f"update {count} at {stamp}; Ctrl-C to quit", style="dim")
+
+
+async def watch(
+    transport: Transport,
+    view: str,
+    filters: model.Filters,
+    interval: float,
+    *,
+    wide: bool = False,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Redraw the view in place on every subscription tick."""
+    from rich.console import Group
+    from rich.live import Live
+
+    from .render import view as render
+
+    console = _console()
+    # The tick carries no pod list; the first query fills in what pods requested.
+    first = fetch(transport, filters)
+    pods = first.pods
+    count = 1
+    with Live(
+        Group(render(view, first, filters.sort_by, wide=wide), _footer(count, clock)),
+        console=console,
+        auto_refresh=False,
+        redirect_stdout=False,
+    ) as live:
+        variables = {"node": filters.node, "interval": interval}
+        async for body in transport.subscribe(WATCH, variables):
+            tick = model.snapshot_from_tick(body)
+            tick.pods = pods
+            snapshot = model.apply(tick, filters)
+            count += 1
+            live.update(
+                Group(render(view, snapshot, filters.sort_by, wide=wide), _footer(count, clock)),
+                refresh=True,
+            )
+
+
+def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
+    """The whole command; errors are one line on stderr and exit code 1."""
+    try:
+        filters = filters_of(args)
+        if transport is None:
+            endpoint = resolve(
+                server=args.server,
+                token=args.token,
+                kubeconfig=args.kubeconfig,
+                namespace=args.gpugraph_namespace,
+                service=args.service,
+            )
+            transport = HttpTransport(endpoint)
+        wide = args.output == "wide"
+        if args.watch:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(watch(transport, args.view, filters, args.interval, wide=wide))
+            return 0
+        snapshot = fetch(transport, filters)
+        if args.output in ("json", "yaml"):
+            sys.stdout.write(_dump(args.view, snapshot, filters, args.output))
+            return 0
+        from .render import view
+
+        _console().print(view(args.view, snapshot, filters.sort_by, wide=wide))
+        return 0
+    except TopError as exc:
+        print(f"gpugraph top: error: {exc}", file=sys.stderr)
+        return 1

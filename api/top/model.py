@@ -1,0 +1,378 @@
+"""View models: GraphQL answers turned into GPU, pod and node rows, filtered and sorted."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TopError
+
+SORT_KEYS = ("name", "memory", "sm")
+
+# How the server names a node whose agent did not answer, in a subscription tick's errors
+# (graph_schema's AgentUnavailableError and NodeSampleError messages).
+_DOWN_MESSAGES = (
+    re.compile(r"^agent on node '(?P<node>[^']+)' unavailable: (?P<reason>.*)$", re.S),
+    re.compile(r"^GPU sampling failed on node '(?P<node>[^']+)': (?P<reason>.*)$", re.S),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A pod as the GPU views need it."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    gpu_request: int | None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """One process on one GPU."""
+
+    pid: int
+    name: str | None
+    pod: PodRef | None
+    container: str | None
+    memory_bytes: int | None
+    sm_percent: int | None
+    unrequested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """One GPU and its processes."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str | None
+    utilization: int | None
+    memory_used: int | None
+    memory_total: int | None
+    temperature: int | None
+    error: str | None
+    processes: tuple[ProcessRow, ...]
+
+    @property
+    def pods(self) -> list[str]:
+        """The distinct pods on this GPU, as ``namespace/name``."""
+        return list(dict.fromkeys(p.pod.key for p in self.processes if p.pod is not None))
+
+
+@dataclass(frozen=True, slots=True)
+class DownNode:
+    """A node whose agent did not answer, and why."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodRow:
+    """One pod's GPU use."""
+
+    namespace: str
+    name: str
+    node: str | None
+    gpus_requested: int
+    gpus_used: int
+    memory_bytes: int
+    sm_percent: int
+
+    @property
+    def unrequested(self) -> bool:
+        """It uses more GPUs than it requested (a pod requesting none, using one, included)."""
+        return self.gpus_used > self.gpus_requested
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node's GPUs, summed."""
+
+    name: str
+    down_reason: str | None
+    gpus: int
+    utilization: int | None
+    memory_used: int
+    memory_total: int
+    max_temperature: int | None
+    pods: int
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """What the user asked to see."""
+
+    namespace: str | None = None
+    node: str | None = None
+    selector: str | None = None
+    sort_by: str = "name"
+
+    @property
+    def by_pod(self) -> bool:
+        """Whether only some pods' processes are wanted."""
+        return self.namespace is not None or self.selector is not None
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything one answer (a query, or a subscription tick) said about the cluster."""
+
+    gpus: list[GpuRow]
+    down: list[DownNode]
+    # The pods the filters select; None in a subscription tick, which carries no pod list.
+    pods: list[PodRef] | None = None
+
+
+def _pod(data: Mapping[str, Any] | None) -> PodRef | None:
+    if data is None:
+        return None
+    return PodRef(
+        uid=str(data["uid"]),
+        namespace=data["namespace"],
+        name=data["name"],
+        node=data.get("nodeName"),
+        gpu_request=data.get("gpuRequest"),
+    )
+
+
+def gpu_rows(gpus: Iterable[Mapping[str, Any]]) -> list[GpuRow]:
+    """GpuRows from ``TopGpu`` fragments."""
+    rows = []
+    for gpu in gpus:
+        processes = tuple(
+            ProcessRow(
+                pid=p["pid"],
+                name=p.get("name"),
+                pod=_pod(p.get("pod")),
+                container=(p.get("container") or {}).get("name"),
+                memory_bytes=p.get("usedMemoryBytes"),
+                sm_percent=p.get("smUtilization"),
+            )
+            for p in gpu.get("processes") or ()
+        )
+        rows.append(
+            GpuRow(
+                node=gpu["node"]["name"],
+                index=gpu["index"],
+                uuid=gpu["uuid"],
+                model=gpu.get("name"),
+                utilization=gpu.get("utilizationGpu"),
+                memory_used=gpu.get("memoryUsedBytes"),
+                memory_total=gpu.get("memoryTotalBytes"),
+                temperature=gpu.get("temperatureC"),
+                error=gpu.get("error"),
+                processes=processes,
+            )
+        )
+    return rows
+
+
+def down_from_errors(errors: Sequence[Mapping[str, Any]]) -> tuple[list[DownNode], list[str]]:
+    """Down nodes named in GraphQL errors, and the messages of any other errors."""
+    down, other = [], []
+    for error in errors:
+        message = str(error.get("message", ""))
+        for pattern in _DOWN_MESSAGES:
+            match = pattern.match(message)
+            if match:
+                down.append(DownNode(match["node"], match["reason"]))
+                break
+        else:
+            other.append(message)
+    return down, other
+
+
+def _raise_errors(messages: Sequence[str], errors: Sequence[Mapping[str, Any]]) -> None:
+    for error in errors:
+        if (error.get("extensions") or {}).get("code") == "NOT_READY":
+            raise TopError(f"server not ready: {error.get('message')}")
+    if messages:
+        raise TopError(f"server error: {messages[0]}")
+
+
+def snapshot_from_query(body: Mapping[str, Any]) -> Snapshot:
+    """A Snapshot from the ``Top`` query's response body; TopError for errors it cannot show."""
+    errors = body.get("errors") or []
+    data = body.get("data")
+    down_named, other = down_from_errors(errors)
+    if not data or other:
+        _raise_errors(other or [str(e.get("message")) for e in errors] or ["no data"], errors)
+    assert data is not None
+    down = [
+        DownNode(n["name"], n["agent"]["error"] or "agent not reachable")
+        for n in data.get("nodes") or ()
+        if not n["agent"]["reachable"]
+    ]
+    known = {d.node for d in down}
+    down.extend(d for d in down_named if d.node not in known)
+    pods = [p for p in (_pod(p) for p in data.get("pods") or ()) if p is not None]
+    return Snapshot(gpus=gpu_rows(data.get("gpus") or ()), down=down, pods=pods)
+
+
+def snapshot_from_tick(body: Mapping[str, Any]) -> Snapshot:
+    """A Snapshot from one ``gpuUpdates`` tick."""
+    errors = body.get("errors") or []
+    down, other = down_from_errors(errors)
+    data = body.get("data")
+    if not data or other:
+        _raise_errors(other or ["no data"], errors)
+    assert data is not None
+    return Snapshot(gpus=gpu_rows(data.get("gpuUpdates") or ()), down=down)
+
+
+def _gpus_per_pod(gpus: Iterable[GpuRow]) -> dict[str, set[str]]:
+    used: dict[str, set[str]] = {}
+    for gpu in gpus:
+        for process in gpu.processes:
+            if process.pod is not None:
+                used.setdefault(process.pod.uid, set()).add(gpu.uuid)
+    return used
+
+
+def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
+    """The snapshot with processes flagged as unrequested and cut down to the filters."""
+    used = _gpus_per_pod(snapshot.gpus)
+    selected = None if snapshot.pods is None else {p.uid for p in snapshot.pods}
+
+    def wanted(process: ProcessRow) -> bool:
+        if not filters.by_pod:
+            return True
+        pod = process.pod
+        if pod is None:
+            return False
+        if filters.namespace is not None and pod.namespace != filters.namespace:
+            return False
+        return selected is None or pod.uid in selected
+
+    gpus = []
+    for gpu in snapshot.gpus:
+        if filters.node is not None and gpu.node != filters.node:
+            continue
+        processes = tuple(
+            ProcessRow(
+                pid=p.pid,
+                name=p.name,
+                pod=p.pod,
+                container=p.container,
+                memory_bytes=p.memory_bytes,
+                sm_percent=p.sm_percent,
+                unrequested=p.pod is not None
+                and len(used.get(p.pod.uid, ())) > (p.pod.gpu_request or 0),
+            )
+            for p in gpu.processes
+            if wanted(p)
+        )
+        if filters.by_pod and not processes:
+            continue
+        gpus.append(
+            GpuRow(
+                node=gpu.node,
+                index=gpu.index,
+                uuid=gpu.uuid,
+                model=gpu.model,
+                utilization=gpu.utilization,
+                memory_used=gpu.memory_used,
+                memory_total=gpu.memory_total,
+                temperature=gpu.temperature,
+                error=gpu.error,
+                processes=processes,
+            )
+        )
+    down = [d for d in snapshot.down if filters.node is None or d.node == filters.node]
+    return Snapshot(gpus=sort_gpus(gpus, filters.sort_by), down=down, pods=snapshot.pods)
+
+
+def sort_gpus(gpus: list[GpuRow], sort_by: str) -> list[GpuRow]:
+    """GPUs by node and index, or busiest first by memory or utilization."""
+    gpus = sorted(gpus, key=lambda g: (g.node, g.index))
+    if sort_by == "memory":
+        gpus.sort(key=lambda g: -(g.memory_used or 0))
+    elif sort_by == "sm":
+        gpus.sort(key=lambda g: -(g.utilization or 0))
+    return gpus
+
+
+def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
+    """A row per pod that requests or uses GPUs, from an ``apply``-ed snapshot."""
+    pods: dict[str, PodRef] = {}
+    for pod in snapshot.pods or ():
+        if pod.gpu_request:
+            pods[pod.uid] = pod
+    gpus: dict[str, set[str]] = {}
+    memory: dict[str, int] = {}
+    sm: dict[str, int] = {}
+    for gpu in snapshot.gpus:
+        for process in gpu.processes:
+            owner = process.pod
+            if owner is None:
+                continue
+            pods.setdefault(owner.uid, owner)
+            gpus.setdefault(owner.uid, set()).add(gpu.uuid)
+            memory[owner.uid] = memory.get(owner.uid, 0) + (process.memory_bytes or 0)
+            sm[owner.uid] = sm.get(owner.uid, 0) + (process.sm_percent or 0)
+    rows = [
+        PodRow(
+            namespace=pod.namespace,
+            name=pod.name,
+            node=pod.node,
+            gpus_requested=pod.gpu_request or 0,
+            gpus_used=len(gpus.get(uid, ())),
+            memory_bytes=memory.get(uid, 0),
+            sm_percent=sm.get(uid, 0),
+        )
+        for uid, pod in pods.items()
+    ]
+    rows.sort(key=lambda r: (r.namespace, r.name))
+    if sort_by == "memory":
+        rows.sort(key=lambda r: -r.memory_bytes)
+    elif sort_by == "sm":
+        rows.sort(key=lambda r: -r.sm_percent)
+    return rows
+
+
+def node_rows(snapshot: Snapshot, sort_by: str) -> list[NodeRow]:
+    """A row per node: its GPUs summed, or why its agent is down."""
+    by_node: dict[str, list[GpuRow]] = {}
+    for gpu in snapshot.gpus:
+        by_node.setdefault(gpu.node, []).append(gpu)
+    rows = []
+    for name, gpus in by_node.items():
+        utils = [g.utilization for g in gpus if g.utilization is not None]
+        temps = [g.temperature for g in gpus if g.temperature is not None]
+        processes = [p for g in gpus for p in g.processes]
+        rows.append(
+            NodeRow(
+                name=name,
+                down_reason=None,
+                gpus=len(gpus),
+                utilization=round(sum(utils) / len(utils)) if utils else None,
+                memory_used=sum(g.memory_used or 0 for g in gpus),
+                memory_total=sum(g.memory_total or 0 for g in gpus),
+                max_temperature=max(temps) if temps else None,
+                pods=len({p.pod.uid for p in processes if p.pod is not None}),
+                processes=len(processes),
+            )
+        )
+    rows.extend(
+        NodeRow(d.node, d.reason, 0, None, 0, 0, None, 0, 0)
+        for d in snapshot.down
+        if d.node not in by_node
+    )
+    rows.sort(key=lambda r: r.name)
+    if sort_by == "memory":
+        rows.sort(key=lambda r: -r.memory_used)
+    elif sort_by == "sm":
+        rows.sort(key=lambda r: -(r.utilization or 0))
+    return rows

@@ -1,0 +1,40 @@
+"""The GraphQL documents ``gpugraph top`` sends: public queries and the gpuUpdates subscription."""
+
+from __future__ import annotations
+
+# Every view is built from these fields, in one query or in each subscription tick.
+GPU_FIELDS = """
+fragment TopGpu on Gpu {
+  uuid index name utilizationGpu memoryUsedBytes memoryTotalBytes temperatureC error
+  node { name }
+  processes {
+    pid name usedMemoryBytes smUtilization
+    pod { uid namespace name nodeName gpuRequest }
+    container { name }
+  }
+}
+"""
+
+# One round trip: the GPUs, every node's agent status (a down agent is a node, not
+# a blank) and the pods the filters select, with what they requested.
+SNAPSHOT = (
+    """
+query Top($node: String, $namespace: String, $selector: String) {
+  gpus(nodeName: $node) { ...TopGpu }
+  nodes { name agent { reachable error } }
+  pods(nodeName: $node, namespace: $namespace, labelSelector: $selector) {
+    uid namespace name nodeName gpuRequest
+  }
+}
+"""
+    + GPU_FIELDS
+)
+
+WATCH = (
+    """
+subscription TopWatch($node: String, $interval: Float) {
+  gpuUpdates(nodeName: $node, intervalSeconds: $interval) { ...TopGpu }
+}
+"""
+    + GPU_FIELDS
+)
