@@ -16,6 +16,7 @@ from graph_schema.scope import EVERYTHING, Scope
 
 from .auth import AuthMiddleware, KubernetesAuth, caller_of
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
+from .gpu_metrics import GpuMetricsExporter
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
 from .log_limits import limit_tracebacks
 from .metrics import CONTENT_TYPE_LATEST, Metrics, StalenessSource
@@ -107,8 +108,18 @@ def create_app(
             503, {"status": "not ready", "reason": "waiting for the first list of pods and nodes"}
         )
 
+    gpu_metrics = GpuMetricsExporter(
+        cluster,
+        snapshots,
+        timeout=settings.request_timeout,
+        dcgm_names=settings.metrics_dcgm_names,
+    )
+
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        # The GPU series are fetched first, so the server's own counters
+        # include the agent calls this scrape made.
+        gpus = await gpu_metrics.render()
+        return Response(metrics.render() + gpus, media_type=CONTENT_TYPE_LATEST)
 
     def scope_of(request: Request) -> Scope:
         if auth is None:

@@ -188,6 +188,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="trust a passed review this long, a failed one a sixth of it; subscriptions "
         f"re-check their caller as reviews expire (default {d.auth_cache_ttl:g})",
     )
+    metrics = parser.add_argument_group("metrics")
+    metrics.add_argument(
+        "--metrics-dcgm-names",
+        action=argparse.BooleanOptionalAction,
+        default=d.metrics_dcgm_names,
+        help="on /metrics, also export DCGM_FI_DEV_FB_USED (MiB) and DCGM_FI_DEV_GPU_UTIL (%%) "
+        "with dcgm-exporter's labels, for dashboards built on them (default off: they "
+        "collide where dcgm-exporter runs too)",
+    )
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=d.log_level)
 
 
@@ -219,6 +228,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         auth_mode=args.auth_mode,
         auth_audiences=tuple(args.auth_audiences),
         auth_cache_ttl=args.auth_cache_ttl,
+        metrics_dcgm_names=args.metrics_dcgm_names,
     )
 
 

@@ -54,6 +54,8 @@ class Settings:
     auth_audiences: tuple[str, ...] = field(default_factory=tuple)
     # How long a passed review is trusted; a failed one, a sixth of that.
     auth_cache_ttl: float = 60.0
+    # Also export dcgm-exporter's names (off: they collide where it runs too).
+    metrics_dcgm_names: bool = False
 
     def __post_init__(self) -> None:
         # The one place where settings are checked; the command line reports
