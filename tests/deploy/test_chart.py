@@ -75,6 +75,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "existing-secret": {"auth": {"existingSecret": "my-token"}},
     "containerd": {"agent": {"containerd": {"enabled": True}}},
     "no-containerd": {"agent": {"containerd": {"enabled": False}, "pidResolver": "cgroup"}},
+    "metrics": {"metrics": {"dcgmNames": True, "dashboard": {"enabled": False}}},
 }
 
 
@@ -149,6 +150,7 @@ def test_default_install_renders_every_kind(chart: helm.Chart) -> None:
             "ClusterRole",
             "ClusterRoleBinding",
             "ClusterRoleBinding",  # system:auth-delegator, for TokenReview/SubjectAccessReview
+            "ConfigMap",  # the Grafana dashboard
             "DaemonSet",
             "Deployment",
             "NetworkPolicy",
