@@ -236,8 +236,11 @@ class Cluster:
         return int(found.group(1)) if found else -1
 
 
-def start_cluster(nodes: int, pods: int) -> Cluster:
-    """Stub API server with the fleet, the real cache filled from it, agents in a subprocess."""
+def start_cluster(nodes: int, pods: int, down: int = 0) -> Cluster:
+    """Stub API server with the fleet, the real cache filled from it, agents in a subprocess.
+
+    The last ``down`` nodes have no agent.
+    """
     fleet = build_fleet(nodes, pods)
     stub = StubApiServer().start()
     stub.load(pods=fleet.pod_objects, nodes=fleet.node_objects)
@@ -254,6 +257,8 @@ def start_cluster(nodes: int, pods: int) -> Cluster:
                 str(pods),
                 "--port",
                 str(port),
+                "--down",
+                str(down),
             ],
             stdout=subprocess.PIPE,
             text=True,

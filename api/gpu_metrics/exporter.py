@@ -5,7 +5,9 @@ scrape joins calls in flight and reuses snapshots within ``--snapshot-ttl``:
 however often Prometheus scrapes, each agent sees at most one call per TTL.
 The fetches run concurrently on the event loop; the join and the text
 rendering, which grow with the cluster, run in a worker thread so a scrape of
-1,000 nodes does not hold the loop that serves GraphQL.
+1,000 nodes does not hold the loop that serves GraphQL. Scrapes that find the
+very snapshots the last one rendered (within the TTL: a Prometheus HA pair,
+or a scrape racing another) get its text instead of rendering it again.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class GpuMetricsExporter:
         self._snapshots = snapshots
         self._timeout = timeout
         self._dcgm_names = dcgm_names
+        # One rendering at a time, so concurrent scrapes of the same snapshots share it.
+        self._rendering = asyncio.Lock()
+        self._last: tuple[list[NodeResult], bytes] | None = None
 
     async def _fetch(self, node: str) -> NodeResult:
         try:
@@ -74,4 +79,16 @@ class GpuMetricsExporter:
     async def render(self) -> bytes:
         """One scrape's GPU series in the Prometheus text format."""
         results = await self.collect()
-        return await asyncio.to_thread(self.render_results, results)
+        async with self._rendering:
+            if self._last is not None and _same_snapshots(self._last[0], results):
+                return self._last[1]
+            body = await asyncio.to_thread(self.render_results, results)
+            self._last = (results, body)
+            return body
+
+
+def _same_snapshots(before: list[NodeResult], now: list[NodeResult]) -> bool:
+    """Whether ``now`` holds the very snapshot objects (and failures) of ``before``."""
+    return len(before) == len(now) and all(
+        a.node == b.node and a.snapshot is b.snapshot for a, b in zip(before, now, strict=True)
+    )

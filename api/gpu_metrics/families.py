@@ -118,7 +118,8 @@ class _Families:
         )
         self.unrequested = g(
             "gpugraph_pod_gpus_unrequested",
-            "GPUs (or MIG devices) the pod's processes use beyond its nvidia.com/gpu request.",
+            "GPUs (or MIG devices) the pod's processes use beyond its nvidia.com/gpu request; "
+            "present only while above 0.",
             ("namespace", "pod", "node"),
         )
         self.dcgm: tuple[GaugeMetricFamily, GaugeMetricFamily] | None = None
@@ -175,8 +176,10 @@ class _Families:
             for reason, used in reasons.items():
                 self.unattributed.add_metric([node, str(index), uuid, reason], float(used))
         for pod, devices in attributed.pod_devices.values():
-            beyond = max(0, len(devices) - (pod.gpu_request or 0))
-            self.unrequested.add_metric([pod.namespace, pod.name, node], float(beyond))
+            beyond = len(devices) - (pod.gpu_request or 0)
+            # Only while positive: one series per GPU pod would mostly say 0.
+            if beyond > 0:
+                self.unrequested.add_metric([pod.namespace, pod.name, node], float(beyond))
         for gpu in sample.gpus:
             self._add_gpu(node, gpu, sample.driver_version or "", attributed)
 

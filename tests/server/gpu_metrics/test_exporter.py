@@ -162,7 +162,8 @@ def test_gpus_beyond_the_request_are_unrequested(world: World) -> None:
     name = "gpugraph_pod_gpus_unrequested"
     assert value(s, name, namespace="research", pod="notebook", node="gpu-a") == 1
     assert value(s, name, namespace="ml", pod="greedy", node="gpu-b") == 1
-    assert value(s, name, pod="chat-0") == 0
+    # A pod within its request has no series.
+    assert not where(s, name, pod="chat-0")
 
 
 def test_a_dead_agent_is_agent_up_0_and_no_series_for_its_node(world: World) -> None:
@@ -248,6 +249,22 @@ def test_promtool_finds_nothing_to_lint(world: World) -> None:
         p.startswith("DCGM_FI_") and "label names should be written in 'snake_case'" in p
         for p in problems
     ), problems
+
+
+def test_scrapes_of_the_same_snapshots_share_one_rendering(world: World) -> None:
+    exporter = world.exporter()
+
+    async def scrape_twice() -> tuple[bytes, bytes]:
+        first, second = await asyncio.gather(exporter.render(), exporter.render())
+        return first, second
+
+    first, second = asyncio.run(scrape_twice())
+    assert first is second
+    # A new snapshot from one node is a new rendering.
+    world.snapshots.put(snapshot("gpu-b", [gpu_sample("gpu-b", 0, [])]))
+    third = asyncio.run(exporter.render())
+    assert third is not first
+    assert not where(parse(third), "gpugraph_gpu_info", node="gpu-b", gpu="1")
 
 
 class _Discovery:
