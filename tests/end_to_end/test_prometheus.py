@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -30,6 +31,7 @@ from tests.support.prometheus import (
     running_prometheus,
 )
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 STARTUP_TIMEOUT = 90.0
 NODES = 4
 JOB = "gpugraph"
@@ -228,6 +230,29 @@ def test_every_dashboard_panel_returns_data(prometheus: Prometheus) -> None:
     picked = {"namespace": "research", "node": "gpu-node-1"}
     for _title, promql in panel_queries(dashboard, picked):
         prometheus.query(promql)
+
+
+def readme_promql() -> list[str]:
+    """The queries of the README's PromQL examples, each after its comment."""
+    section = README.read_text().split("## Prometheus and Grafana", 1)[1]
+    block = section.split("```promql\n", 1)[1].split("```", 1)[0]
+    queries: list[str] = []
+    for chunk in block.split("\n\n"):
+        lines = [line for line in chunk.splitlines() if not line.startswith("#")]
+        queries.append(" ".join(line.strip() for line in lines))
+    return queries
+
+
+def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
+    queries = readme_promql()
+    assert len(queries) >= 4
+    results = [prometheus.query(q) for q in queries]
+    shared, orphaned = results[0], results[1]
+    # The demo's shared GPU: the two inference pods (once per job).
+    assert {s["metric"]["pod"] for s in shared} == {"chat-api-0", "chat-api-1"}
+    assert {(s["metric"]["node"], s["metric"]["reason"]) for s in orphaned} == {
+        ("gpu-node-0", "host_process")
+    }
 
 
 def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
