@@ -66,7 +66,13 @@ class GpuMetricsExporter:
         return NodeResult(node, snapshot, self._snapshots.snapshot_age(node, snapshot))
 
     async def collect(self) -> list[NodeResult]:
-        """Every GPU node's snapshot (or its absence), fetched concurrently."""
+        """Every GPU node's snapshot (or its absence), fetched concurrently.
+
+        Nothing before the cache's first full list: with pods still missing,
+        every process would count as memory in no pod, and alerts would fire.
+        """
+        if not self._cluster.ready:
+            return []
         nodes = [n.name for n in self._cluster.nodes() if is_gpu_node(n)]
         return list(await asyncio.gather(*(self._fetch(n) for n in nodes)))
 

@@ -207,6 +207,14 @@ def test_nodes_without_gpus_are_not_asked(world: World) -> None:
     assert value(world.scrape(), "gpugraph_agent_up", node="new-gpu") == 0
 
 
+def test_nothing_before_the_cache_has_listed_the_cluster(world: World) -> None:
+    world.cluster = MemoryCluster(ready=False)
+    world.cluster.add_node(node_record("gpu-a"))
+    # Its pods are not listed yet: its processes must not count as memory in no pod.
+    assert world.scrape() == {}
+    assert world.snapshots.total_calls == 0
+
+
 def test_a_field_the_gpu_did_not_report_is_no_series(world: World) -> None:
     s = world.scrape()
     assert where(s, "gpugraph_gpu_temperature_celsius", node="gpu-b", gpu="0")
