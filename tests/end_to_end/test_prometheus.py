@@ -277,3 +277,48 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         "GpuUsedWithoutRequest": {("research", "notebook-alice")},
         "GpugraphAgentDown": {("gpu-node-3",)},
     }
+
+
+def test_under_auth_prometheus_needs_a_token_allowed_get_metrics(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``gpugraph demo --auth``: admin may get /metrics, the research user may not."""
+    require_prometheus()
+    running = start_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth")
+    try:
+        eventually(
+            lambda: "Press Ctrl-C to stop." in running.text() or running.process.poll() is not None,
+            STARTUP_TIMEOUT,
+            interval=0.1,
+            what="the demo's banner",
+        )
+        tokens = dict(re.findall(r"^  (admin|research) +(\S+)$", running.text(), flags=re.M))
+        assert set(tokens) == {"admin", "research"}, running.text()
+        address = running.url.removeprefix("http://")
+        (job, _) = scrape_configs(address)
+        jobs = [
+            {**job, "job_name": who, "authorization": {"type": "Bearer", "credentials": token}}
+            for who, token in tokens.items()
+        ]
+        with running_prometheus(tmp_path_factory.mktemp("auth-prom"), free_port(), jobs) as prom:
+
+            def health() -> dict[str, tuple[str, str]]:
+                return {t["labels"]["job"]: (t["health"], t["lastError"]) for t in prom.targets()}
+
+            eventually(
+                lambda: all(h != "unknown" for h, _ in health().values()) and len(health()) == 2,
+                60,
+                interval=0.5,
+                what="both targets scraped",
+            )
+            states = health()
+            assert states["admin"] == ("up", "")
+            assert states["research"][0] == "down" and "403" in states["research"][1]
+            eventually(
+                lambda: prom.query('gpugraph_agent_up{job="admin"}'), 30, what="admin's series"
+            )
+            assert prom.query('gpugraph_agent_up{job="research"}') == []
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(10)
