@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,10 @@ def scrape_configs(address: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
-    require_prometheus()
-    running = start_demo(
-        tmp_path_factory.mktemp("demo"), "--nodes", str(NODES), "--interval", "3600"
-    )
+@contextmanager
+def started_demo(workdir: Path, *args: str) -> Iterator[RunningDemo]:
+    """``gpugraph demo *args`` once it has printed its banner; killed on exit."""
+    running = start_demo(workdir, *args)
     try:
         eventually(
             lambda: "Press Ctrl-C to stop." in running.text() or running.process.poll() is not None,
@@ -100,6 +99,15 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
         if running.process.poll() is None:
             running.process.kill()
             running.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
+    require_prometheus()
+    with started_demo(
+        tmp_path_factory.mktemp("demo"), "--nodes", str(NODES), "--interval", "3600"
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -284,14 +292,7 @@ def test_under_auth_prometheus_needs_a_token_allowed_get_metrics(
 ) -> None:
     """``gpugraph demo --auth``: admin may get /metrics, the research user may not."""
     require_prometheus()
-    running = start_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth")
-    try:
-        eventually(
-            lambda: "Press Ctrl-C to stop." in running.text() or running.process.poll() is not None,
-            STARTUP_TIMEOUT,
-            interval=0.1,
-            what="the demo's banner",
-        )
+    with started_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth") as running:
         tokens = dict(re.findall(r"^  (admin|research) +(\S+)$", running.text(), flags=re.M))
         assert set(tokens) == {"admin", "research"}, running.text()
         address = running.url.removeprefix("http://")
@@ -318,7 +319,3 @@ def test_under_auth_prometheus_needs_a_token_allowed_get_metrics(
                 lambda: prom.query('gpugraph_agent_up{job="admin"}'), 30, what="admin's series"
             )
             assert prom.query('gpugraph_agent_up{job="research"}') == []
-    finally:
-        if running.process.poll() is None:
-            running.process.kill()
-            running.process.wait(10)
