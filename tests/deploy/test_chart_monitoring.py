@@ -182,7 +182,8 @@ def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -
                 "interval": "1m",
                 "input_series": [
                     {"series": orphan % "host_process", "values": "0 0 25769803776x20"},
-                    {"series": orphan % "unresolved", "values": "0x22"},
+                    # A PID the agent could not read is not known to be in no pod.
+                    {"series": orphan.replace("n1", "n2") % "unresolved", "values": "1e9x22"},
                     {
                         "series": 'gpugraph_pod_gpus_unrequested{namespace="research",'
                         'pod="notebook",node="n1"}',
