@@ -45,6 +45,7 @@ def dashboard_problems(dashboard: dict[str, Any]) -> list[str]:
     ids = [p.get("id") for p in dashboard.get("panels", [])]
     if len(ids) != len(set(ids)) or not all(isinstance(i, int) for i in ids):
         problems.append(f"panel ids not unique integers: {ids}")
+    problems += _overlaps(dashboard.get("panels", []))
     for panel in dashboard.get("panels", []):
         where = f"panel {panel.get('id')} ({panel.get('title')})"
         if panel.get("type") not in PANEL_TYPES:
@@ -68,6 +69,26 @@ def dashboard_problems(dashboard: dict[str, Any]) -> list[str]:
             used = set(_VARIABLE.findall(json.dumps(target))) - {"__all"}
             for name in used - defined:
                 problems.append(f"{where}: uses undefined variable ${name}")
+    return problems
+
+
+def _overlaps(panels: list[dict[str, Any]]) -> list[str]:
+    """Panels whose grid rectangles overlap (Grafana would push one down, out of order)."""
+    cells: dict[tuple[int, int], Any] = {}
+    problems = []
+    for panel in panels:
+        grid = panel.get("gridPos", {})
+        if not all(isinstance(grid.get(k), int) for k in ("h", "w", "x", "y")):
+            continue
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                other = cells.setdefault((x, y), panel.get("id"))
+                if other != panel.get("id"):
+                    problems.append(f"panels {other} and {panel.get('id')} overlap")
+                    break
+            else:
+                continue
+            break
     return problems
 
 
