@@ -18,8 +18,9 @@ from .auth import AuthMiddleware, KubernetesAuth, caller_of
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
 from .gpu_metrics import GpuMetricsExporter
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
+from .http.exposition import exposition_response
 from .log_limits import limit_tracebacks
-from .metrics import CONTENT_TYPE_LATEST, Metrics, StalenessSource
+from .metrics import Metrics, StalenessSource
 from .settings import Settings, SettingsError
 
 __all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "create_app"]
@@ -119,7 +120,7 @@ def create_app(
         # The GPU series are fetched first, so the server's own counters
         # include the agent calls this scrape made.
         gpus = await gpu_metrics.render()
-        return Response(metrics.render() + gpus, media_type=CONTENT_TYPE_LATEST)
+        return await exposition_response(request, metrics.render() + gpus)
 
     def scope_of(request: Request) -> Scope:
         if auth is None:

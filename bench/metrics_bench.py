@@ -4,7 +4,8 @@ Measures, side by side in one run (issue: "scrape cost at 1,000 nodes: bounded,
 and shown in a benchmark"):
 
 1. one scrape of every node, all agents up and then with one agent dead:
-   series, bytes, the fan-out to the agents, the join and rendering, and the
+   series, bytes (and gzipped, as Prometheus gets them), the fan-out to the
+   agents, the join and rendering, and the
    longest the event loop was held while it ran, with the rendering in a
    worker thread (as ``/metrics`` does it) against rendering on the loop;
 2. scrapes within one ``--snapshot-ttl``: agent calls per scrape, and what a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import os
 import platform
 import statistics
@@ -34,6 +36,7 @@ from cluster_bench import CallLog, ms, pct, start_cluster  # noqa: E402
 
 from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
 from api.gpu_metrics import GpuMetricsExporter  # noqa: E402
+from api.http.exposition import GZIP_LEVEL  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
 
 
@@ -129,6 +132,10 @@ async def scrape_cost(nodes: int, pods: int, down: int, repeat: int) -> dict[str
             held, _ = await stalls.measure(lambda: asyncio.sleep(render[-1]))
             idle_hold.append(held)
         total = [c + r for c, r in zip(collect, render, strict=True)]
+        # What /metrics sends Prometheus, which asks for gzip.
+        start = time.perf_counter()
+        zipped = len(gzip.compress(body, GZIP_LEVEL))
+        gzip_seconds = time.perf_counter() - start
 
         # Benchmark 2: ten scrapes within one TTL share the agent calls.
         shared_pool = AgentPool(
@@ -154,6 +161,8 @@ async def scrape_cost(nodes: int, pods: int, down: int, repeat: int) -> dict[str
         "down": down,
         "series": series_of(body),
         "bytes": len(body),
+        "gzip_bytes": zipped,
+        "gzip": gzip_seconds,
         "agents_down": agents_down(body),
         "collect": statistics.median(collect),
         "render": statistics.median(render),
@@ -177,14 +186,15 @@ def report(rows: list[dict[str, Any]], pods: int) -> None:
     print("## 1. One scrape of every node's GPU series (8 GPUs x 4 processes per node), TTL 0\n")
     print(
         "| nodes | dead agents | agent_up 0 | series | bytes | agent calls | fan-out p50 ms | "
-        "join+render p50 ms | scrape p50 ms | scrape p99 ms |"
+        "join+render p50 ms | scrape p50 ms | scrape p99 ms | gzipped | gzip ms |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['nodes']} | {r['down']} | {r['agents_down']} | {r['series']:,} | "
             f"{r['bytes'] / 1e6:.2f} MB | {r['calls']:.0f} | {ms(r['collect'])} | "
-            f"{ms(r['render'])} | {ms(r['p50'])} | {ms(r['p99'])} |"
+            f"{ms(r['render'])} | {ms(r['p50'])} | {ms(r['p99'])} | "
+            f"{r['gzip_bytes'] / 1e6:.2f} MB | {ms(r['gzip'])} |"
         )
     print("\n### Longest time the event loop was held (a 1 ms ticker's worst lateness)\n")
     print(
