@@ -45,8 +45,8 @@ class ContainerKey:
 class ContainerUsage:
     """What one container's processes hold on one GPU."""
 
-    memory_bytes: int = 0
-    # Percent summed over the processes; None while no process reported it.
+    # Summed over the processes; None while no process reported it.
+    memory_bytes: int | None = None
     sm_percent: int | None = None
     processes: int = 0
 
@@ -54,7 +54,7 @@ class ContainerUsage:
         """Count one more process of the container."""
         self.processes += 1
         if process.used_memory_bytes is not None:
-            self.memory_bytes += process.used_memory_bytes
+            self.memory_bytes = (self.memory_bytes or 0) + process.used_memory_bytes
         if process.sm_utilization is not None:
             self.sm_percent = (self.sm_percent or 0) + process.sm_utilization
 

@@ -168,8 +168,9 @@ class _Families:
                 key.container,
                 key.pod_uid,
             ]
-            self.container_memory.add_metric(labels, float(usage.memory_bytes))
             self.container_processes.add_metric(labels, float(usage.processes))
+            if usage.memory_bytes is not None:
+                self.container_memory.add_metric(labels, float(usage.memory_bytes))
             if usage.sm_percent is not None:
                 self.container_sm.add_metric(labels, min(usage.sm_percent, 100) / 100)
         for (index, uuid), reasons in attributed.unattributed.items():

@@ -221,6 +221,17 @@ def test_a_field_the_gpu_did_not_report_is_no_series(world: World) -> None:
     assert not where(s, "gpugraph_gpu_temperature_celsius", node="gpu-b", gpu="1")
 
 
+def test_a_container_whose_memory_the_driver_did_not_report_has_no_memory_series(
+    world: World,
+) -> None:
+    pod = world.greedy
+    unknown = process(22, None, container_id=pod.containers[0].container_id, pod_uid=pod.uid)
+    world.snapshots.put(snapshot("gpu-b", [gpu_sample("gpu-b", 0, [unknown])]))
+    s = world.scrape()
+    assert value(s, "gpugraph_container_gpu_processes", pod="greedy") == 1
+    assert not where(s, "gpugraph_container_gpu_memory_used_bytes", pod="greedy")
+
+
 def test_mig_devices_are_a_label(world: World) -> None:
     mig = process(
         30, 5 * GiB, container_id=world.greedy.containers[0].container_id, pod_uid=world.greedy.uid
