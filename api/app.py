@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Lifespan
 
-from graph_schema import SchemaLimits, build_schema
+from graph_schema import build_schema
 from graph_schema.interfaces import Cluster, SnapshotSource
 from graph_schema.scope import EVERYTHING, Scope
 
@@ -76,15 +76,7 @@ def create_app(
     limit_tracebacks()
     request_timeout = settings.request_timeout
     schema = build_schema(
-        SchemaLimits(
-            max_depth=settings.max_depth,
-            max_aliases=settings.max_aliases,
-            max_tokens=settings.max_tokens,
-            max_subscriptions=settings.max_subscriptions,
-            max_result_items=settings.max_result_items,
-            introspection=settings.introspection,
-        ),
-        extensions=[lambda: QueryTimer(metrics, request_timeout)],
+        settings.limits, extensions=[lambda: QueryTimer(metrics, request_timeout)]
     )
     graphql = GraphQLApp(
         schema,

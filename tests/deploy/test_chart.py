@@ -437,6 +437,7 @@ def test_rendered_args_are_accepted_by_the_real_command_line(
     assert settings.max_aliases == limits["maxAliases"]
     assert settings.max_tokens == limits["maxTokens"]
     assert settings.max_result_items == limits["maxResultItems"]
+    assert settings.max_variable_items == limits["maxVariableItems"]
     assert settings.request_timeout == limits["requestTimeout"]
     assert settings.max_subscriptions == server["maxSubscriptions"]
     assert (settings.listen_host, settings.listen_port) == (server["listenHost"], server["port"])
