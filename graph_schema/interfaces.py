@@ -7,7 +7,7 @@ benchmarks can plug in anything with the same shape.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from node_resolver.models import NodeSnapshot
 
@@ -60,6 +60,15 @@ class Cluster(Protocol):
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         """Every cached pod called ``name``, across namespaces."""
+        ...
+
+
+@runtime_checkable
+class StalenessSource(Protocol):
+    """A cache that knows how long ago the API server last confirmed it."""
+
+    def staleness_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the API server last confirmed the cache; None before it has."""
         ...
 
 
