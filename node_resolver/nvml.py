@@ -12,6 +12,7 @@ can be passed in instead; tests use that to drive this exact code.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 
 from .gpu_source import merge_processes
 from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
+from .nvml_process_info import ProcessListReader, driver_entry_bytes, pynvml_entry_bytes
 
 T = TypeVar("T")
 
@@ -50,13 +52,36 @@ PROCESS_LISTS = (
     (ProcessType.GRAPHICS, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
 )
 
+# The name nvidia-ml-py dlopens on Linux.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+# The field error of a process list the agent cannot read with the driver's entry layout.
+PROCESS_INFO_LAYOUT_ERROR = "PROCESS_INFO_LAYOUT_UNREADABLE"
+
 MISSING_LIBRARY_HINT = (
-    "the NVML library libnvidia-ml.so.1 was not found. In Kubernetes this usually means the "
+    f"the NVML library {NVML_LIBRARY} was not found. In Kubernetes this usually means the "
     "agent pod was started without the NVIDIA container runtime (set runtimeClassName: nvidia "
     "or make it the default runtime) or without the environment that makes the runtime mount "
     "the driver: NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (or =all). "
     "Use --nvml-fake PATH to run without a GPU."
 )
+
+
+# Why NVML would not start, per error name; each is the whole one-line message after
+# "cannot start NVML: ".
+INIT_FAILURES = {
+    "DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded on this node",
+    "NO_PERMISSION": "no permission to open the NVIDIA device files (/dev/nvidia*)",
+    "LIB_RM_VERSION_MISMATCH": (
+        f"{NVML_LIBRARY} and the loaded NVIDIA kernel module come from different driver "
+        "versions, as after a driver upgrade without a reboot: reboot the node or reload the "
+        "nvidia kernel modules"
+    ),
+    "FUNCTION_NOT_FOUND": (
+        f"{NVML_LIBRARY} lacks nvmlInitWithFlags: the NVIDIA driver is older than the "
+        "R450 gpugraph needs"
+    ),
+}
 
 
 class NvmlUnavailableError(RuntimeError):
@@ -123,16 +148,28 @@ class NvmlGpuSource:
             raise NvmlUnavailableError(self._init_failure(exc)) from exc
         self.driver_version = self._node_value(self._nvml.nvmlSystemGetDriverVersion, _text)
         self.cuda_driver_version = self._node_value(self._nvml.nvmlSystemGetCudaDriverVersion, int)
+        self._v3_reader = self._process_list_reader()
 
     def _init_failure(self, exc: Exception) -> str:
         name = self.error_name(exc)
         if name == "LIBRARY_NOT_FOUND":
-            return f"cannot start NVML: {MISSING_LIBRARY_HINT}"
-        if name == "DRIVER_NOT_LOADED":
-            return "cannot start NVML: the NVIDIA kernel driver is not loaded on this node"
-        if name == "NO_PERMISSION":
-            return "cannot start NVML: no permission to open the NVIDIA device files"
-        return f"cannot start NVML: {name} ({exc})"
+            return f"cannot start NVML: {library_failure()}"
+        return f"cannot start NVML: {INIT_FAILURES.get(name, f'{name} ({exc})')}"
+
+    def _process_list_reader(self) -> ProcessListReader | None:
+        """A reader of the driver's own _v3 entries where pynvml would read another size."""
+        driver = driver_entry_bytes(self._nvml)
+        ours = pynvml_entry_bytes(self._nvml)
+        if driver is None or driver == ours:
+            return None
+        log.warning(
+            "this NVML driver (%s) writes %d-byte process entries through the _v3 process "
+            "lists where nvidia-ml-py reads %s-byte ones; reading them with the driver's size",
+            self.driver_version,
+            driver,
+            ours,
+        )
+        return ProcessListReader(self._nvml, driver)
 
     def _node_value(self, read: Callable[[], Any], convert: Callable[[Any], T]) -> T | None:
         try:
@@ -325,6 +362,8 @@ class NvmlGpuSource:
 
     def _process_list(self, gpu: GpuSample, field: str, function: str, handle: Any) -> Any:
         nvml = self._nvml
+        if self._v3_reader is not None:
+            return self._read_v3(gpu, field, function, handle, self._v3_reader)
         if not self._legacy_process_lists:
             try:
                 return self._read(gpu, (field,), getattr(nvml, function), handle)
@@ -336,6 +375,22 @@ class NvmlGpuSource:
             gpu.field_errors[field] = "LIBRARY_MISMATCH"
             return None
         return self._read(gpu, (field,), legacy, handle)
+
+    def _read_v3(
+        self, gpu: GpuSample, field: str, function: str, handle: Any, reader: ProcessListReader
+    ) -> Any:
+        try:
+            return self._read(gpu, (field,), reader.read, function, handle)
+        except (AttributeError, TypeError, ctypes.ArgumentError):
+            # This nvidia-ml-py's internals differ from what the reader calls: no list rather
+            # than a list read with the wrong layout.
+            if (gpu.index, PROCESS_INFO_LAYOUT_ERROR) not in self._logged:
+                self._logged.add((gpu.index, PROCESS_INFO_LAYOUT_ERROR))
+                log.warning(
+                    "cannot read %d-byte process entries", reader.entry_bytes, exc_info=True
+                )
+            gpu.field_errors[field] = PROCESS_INFO_LAYOUT_ERROR
+            return None
 
     def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:
         """Latest SM utilization per PID from NVML samples newer than the window."""
@@ -363,6 +418,18 @@ class NvmlGpuSource:
             if seen is None or stamp >= seen[0]:
                 latest[pid] = (stamp, sm)
         return {pid: sm for pid, (_, sm) in latest.items()}
+
+
+def library_failure() -> str:
+    """Why pynvml could not load the NVML library: missing, or present but unloadable."""
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError as exc:
+        # dlopen's reason, e.g. "...: invalid ELF header" or "wrong ELF class: ELFCLASS32".
+        reason = str(exc)
+        if "No such file or directory" not in reason:
+            return f"{NVML_LIBRARY} was found but cannot be loaded ({reason})"
+    return MISSING_LIBRARY_HINT
 
 
 def _text(value: Any) -> str:
