@@ -1,28 +1,29 @@
-"""NvmlGpuSource against a stand-in ``pynvml`` module.
+"""NvmlGpuSource against a stand-in ``pynvml`` module: what the C fake cannot express.
 
-The stand-in reuses nvidia-ml-py's own constants and NVMLError classes and
-replaces only the functions that would call into libnvidia-ml, simulating a
-node's GPUs with the same signatures and error behaviour. Everything above it
-is the production code path.
+The real NVML path (nvidia-ml-py over the fake libnvidia-ml.so.1) is tested in
+test_nvml_library.py. This stand-in covers the rest: what the source learns
+once and stops asking, exceptions outside pynvml's NVMLError family, a pynvml
+without the _v2 fallbacks, and the sizing call's SUCCESS on an idle GPU. It
+reuses nvidia-ml-py's own constants and NVMLError classes, and agrees with real
+NVML where both can speak (e.g. no utilization in MIG mode).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pynvml
-import pytest
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.models import GpuSample, ProcessType
-from node_resolver.nvml import NVML_VALUE_NOT_AVAILABLE, NvmlGpuSource, NvmlUnavailableError
-from tests.support.agents import skip_if_nvml_loads
+from node_resolver.nvml import NvmlGpuSource
+from tests.support.libnvml import FakeGpu, FakeMig, FakeNode, FakeProcess, build_library, probe
 
 NOW = 1_800_000_000.0  # the test clock, Unix seconds
-NOW_US = int(NOW * 1_000_000)
 
 
 @dataclass
@@ -84,17 +85,13 @@ class StandInNvml:
         self,
         gpus: list[SimGpu],
         *,
-        init_error: int | None = None,
         driver_has_v3: bool = True,
         driver_has_memory_v2: bool = True,
     ) -> None:
         self.gpus = gpus
-        self.init_error = init_error
         self.driver_has_v3 = driver_has_v3
         self.driver_has_memory_v2 = driver_has_memory_v2
-        self.count_error: int | None = None
         self.calls: list[str] = []
-        self.util_since: list[int] = []
         self.memory_versions: list[int | None] = []
         self.unversioned_calls: list[str] = []
         self.module = types.ModuleType("pynvml")
@@ -117,8 +114,7 @@ class StandInNvml:
             raise pynvml.NVMLError(errors[fn])
 
     def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise pynvml.NVMLError(self.init_error)
+        pass
 
     def nvmlShutdown(self) -> None:
         self.calls.append("nvmlShutdown")
@@ -130,8 +126,6 @@ class StandInNvml:
         return 12040
 
     def nvmlDeviceGetCount(self) -> int:
-        if self.count_error is not None:
-            raise pynvml.NVMLError(self.count_error)
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
@@ -165,6 +159,9 @@ class StandInNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> Any:
         self._check("nvmlDeviceGetUtilizationRates", handle)
+        # As in nvml.h: not supported in MIG mode, for the GPU as for its MIG devices.
+        if handle.mig is not None or handle.gpu.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return types.SimpleNamespace(gpu=handle.gpu.util_gpu, memory=handle.gpu.util_mem)
 
     def nvmlDeviceGetTemperature(self, handle: Handle, sensor: int) -> int:
@@ -246,7 +243,6 @@ class StandInNvml:
         # NVML documents utilization queries as not supported in MIG mode.
         if handle.mig is not None or handle.gpu.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        self.util_since.append(timeStamp)
         fresh = [s for s in handle.gpu.samples if s[1] > timeStamp]
         if not fresh:
             # What NVML does on an idle GPU: no samples newer than timeStamp. Depending on the
@@ -265,187 +261,15 @@ def source_for(
     return NvmlGpuSource(nvml.module, utilization_window=window, clock=lambda: NOW), nvml
 
 
-def test_reads_every_metric_and_converts_power_to_watts() -> None:
-    source, _ = source_for(SimGpu("GPU-a", compute=[(100, 1 << 30)]))
-    node = source.sample()
-    assert (node.driver_version, node.cuda_driver_version, node.error) == ("550.90.07", 12040, None)
-    (gpu,) = node.gpus
-    assert gpu.index == 0 and gpu.uuid == "GPU-a" and gpu.name == "NVIDIA H200"
-    assert (gpu.memory_total_bytes, gpu.memory_used_bytes) == (150754820096, 2147483648)
-    assert (gpu.utilization_gpu, gpu.utilization_memory, gpu.temperature_c) == (87, 40, 55)
-    assert (gpu.power_usage_watts, gpu.power_limit_watts) == (350.5, 700.0)
-    assert gpu.mig_enabled is None and gpu.field_errors == {"mig_enabled": "NOT_SUPPORTED"}
-    assert [(p.pid, p.type, p.used_memory_bytes) for p in gpu.processes] == [
-        (100, ProcessType.COMPUTE, 1 << 30)
-    ]
-
-
-@pytest.mark.parametrize("idle_return", [pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS])
-def test_idle_gpu_without_process_utilization_samples_is_not_an_error(idle_return: int) -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], samples=[], idle_return=idle_return)
+def test_idle_gpu_whose_sizing_call_returns_success_is_not_an_error() -> None:
+    # Some drivers answer an idle GPU's sizing call with SUCCESS, which pynvml raises.
+    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], samples=[], idle_return=pynvml.NVML_SUCCESS)
     source, nvml = source_for(sim)
     (gpu,) = source.sample().gpus
     assert gpu.error is None
     assert "processes.sm_utilization" not in gpu.field_errors
     assert [(p.pid, p.sm_utilization) for p in gpu.processes] == [(100, None)]
     assert "nvmlDeviceGetProcessUtilization" in nvml.calls
-
-
-def test_sm_utilization_takes_the_latest_sample_inside_the_window() -> None:
-    window_start = NOW_US - 2_000_000
-    samples = [
-        (100, window_start - 10, 99),  # too old: before the window
-        (100, NOW_US - 900_000, 20),
-        (100, NOW_US - 100_000, 35),  # the latest for PID 100
-        (200, NOW_US - 500_000, 70),
-    ]
-    gpu_sim = SimGpu("GPU-a", compute=[(100, 1), (200, 2), (300, 3)], samples=samples)
-    source, nvml = source_for(gpu_sim, window=2.0)
-    (gpu,) = source.sample().gpus
-    assert nvml.util_since == [window_start]
-    assert {p.pid: p.sm_utilization for p in gpu.processes} == {100: 35, 200: 70, 300: None}
-
-
-@pytest.mark.parametrize("unavailable", [None, NVML_VALUE_NOT_AVAILABLE])
-def test_not_available_used_gpu_memory_becomes_none(unavailable: int | None) -> None:
-    source, _ = source_for(SimGpu("GPU-a", compute=[(100, unavailable), (101, 0)]))
-    (gpu,) = source.sample().gpus
-    assert {p.pid: p.used_memory_bytes for p in gpu.processes} == {100: None, 101: 0}
-
-
-def test_compute_and_graphics_lists_merge_into_one_entry_per_pid() -> None:
-    sim = SimGpu(
-        "GPU-a",
-        compute=[(100, 1 << 30), (200, 5)],
-        graphics=[(100, 1 << 30), (300, None)],
-    )
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    by_pid = {p.pid: p for p in gpu.processes}
-    assert len(gpu.processes) == 3
-    assert by_pid[100].type is ProcessType.BOTH and by_pid[100].used_memory_bytes == 1 << 30
-    assert by_pid[200].type is ProcessType.COMPUTE
-    assert by_pid[300].type is ProcessType.GRAPHICS and by_pid[300].used_memory_bytes is None
-
-
-def test_a_lost_gpu_is_reported_on_that_gpu_only() -> None:
-    healthy = SimGpu("GPU-ok", compute=[(100, 1)])
-    failing = SimGpu("GPU-lost", name="NVIDIA A100", compute=[(200, 1)])
-    source, _ = source_for(healthy, failing)
-    assert source.sample().gpus[1].error is None
-    failing.lost = True
-    node = source.sample()
-    ok, lost = node.gpus
-    assert node.error is None
-    assert ok.error is None and [p.pid for p in ok.processes] == [100]
-    # Identity from the last good scan; no metrics and no processes.
-    assert lost == GpuSample(index=1, uuid="GPU-lost", name="NVIDIA A100", error="GPU_IS_LOST")
-
-
-def test_a_gpu_lost_halfway_through_its_fields_drops_the_partial_metrics() -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1)])
-    sim.errors["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_GPU_IS_LOST
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu == GpuSample(index=0, uuid="GPU-a", error="GPU_IS_LOST")
-
-
-def test_a_not_supported_field_is_none_with_a_field_error() -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1)])
-    sim.errors["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_NOT_SUPPORTED
-    sim.errors["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_NO_PERMISSION
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None
-    assert gpu.power_usage_watts is None and gpu.power_limit_watts == 700.0
-    assert gpu.utilization_gpu is None and gpu.utilization_memory is None
-    assert gpu.field_errors == {
-        "power_usage_watts": "NOT_SUPPORTED",
-        "utilization_gpu": "NO_PERMISSION",
-        "utilization_memory": "NO_PERMISSION",
-        "mig_enabled": "NOT_SUPPORTED",
-    }
-    assert gpu.temperature_c == 55 and [p.pid for p in gpu.processes] == [100]
-
-
-def test_mig_processes_are_read_per_mig_device() -> None:
-    sim = SimGpu(
-        "GPU-mig",
-        mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
-        # The parent's own list is not what MIG-aware tools read; it must not leak in.
-        compute=[(999, 1)],
-        mig=[
-            SimMig("MIG-a", gi=1, ci=0, compute=[(100, 1 << 30)]),
-            None,  # an empty slot: NOT_FOUND
-            SimMig("MIG-c", gi=2, ci=0, compute=[(200, 2 << 30), (201, None)]),
-        ],
-    )
-    source, nvml = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None and gpu.mig_enabled is True
-    assert [
-        (d.index, d.uuid, d.gpu_instance_id, d.compute_instance_id) for d in gpu.mig_devices
-    ] == [
-        (0, "MIG-a", 1, 0),
-        (2, "MIG-c", 2, 0),
-    ]
-    assert gpu.mig_devices[0].memory_total_bytes == 20 << 30
-    assert {p.pid: (p.mig_device_uuid, p.used_memory_bytes) for p in gpu.processes} == {
-        100: ("MIG-a", 1 << 30),
-        200: ("MIG-c", 2 << 30),
-        201: ("MIG-c", None),
-    }
-    # NVML does not support utilization queries in MIG mode; SM is unknown, not an error.
-    assert all(p.sm_utilization is None for p in gpu.processes)
-    assert gpu.field_errors == {}
-    assert "nvmlDeviceGetProcessUtilization" not in nvml.calls
-
-
-def test_a_failed_mig_enumeration_marks_the_process_list_incomplete() -> None:
-    sim = SimGpu("GPU-mig", mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE, mig=[SimMig("MIG-a", 1, 0)])
-    sim.errors["nvmlDeviceGetMaxMigDeviceCount"] = pynvml.NVML_ERROR_NO_PERMISSION
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None and gpu.processes == [] and gpu.mig_devices == []
-    # No processes here means "could not read them", not an idle GPU.
-    assert gpu.field_errors == {"mig_devices": "NO_PERMISSION", "processes": "NO_PERMISSION"}
-
-
-def test_mig_device_errors_are_kept_apart_by_mig_index() -> None:
-    first = SimMig("MIG-a", gi=1, ci=0, compute=[(100, 1)])
-    first.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_NOT_SUPPORTED
-    third = SimMig("MIG-c", gi=2, ci=0, compute=[(200, 1)])
-    third.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_NO_PERMISSION
-    third.errors["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_UNKNOWN
-    sim = SimGpu(
-        "GPU-mig",
-        mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
-        mig=[first, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, third],
-    )
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None
-    assert [d.uuid for d in gpu.mig_devices] == ["MIG-a", "MIG-c"]
-    assert [p.pid for p in gpu.processes] == [100]
-    assert gpu.field_errors == {
-        "mig_devices[0].memory": "NOT_SUPPORTED",
-        "mig_devices[1]": "INSUFFICIENT_RESOURCES",
-        "processes": "INSUFFICIENT_RESOURCES",
-        "mig_devices[2].memory": "NO_PERMISSION",
-        "mig_devices[2].processes.compute": "UNKNOWN",
-    }
-
-
-def test_compute_and_graphics_list_failures_are_reported_apart() -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1)], graphics=[(200, 2)])
-    sim.errors["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_NO_PERMISSION
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert [(p.pid, p.type) for p in gpu.processes] == [(200, ProcessType.GRAPHICS)]
-    assert gpu.field_errors == {
-        "processes.compute": "NO_PERMISSION",
-        "mig_enabled": "NOT_SUPPORTED",
-    }
 
 
 def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls() -> None:
@@ -484,13 +308,6 @@ def test_an_unexpected_exception_on_one_gpu_is_that_gpus_error_only() -> None:
     assert failed == GpuSample(index=1, uuid="GPU-odd", error="RuntimeError")
 
 
-def test_memory_is_read_with_v2_which_leaves_reserved_memory_out() -> None:
-    source, nvml = source_for(SimGpu("GPU-a", used=2 << 30, reserved=1 << 30))
-    (gpu,) = source.sample().gpus
-    assert gpu.memory_used_bytes == 2 << 30
-    assert nvml.memory_versions == [pynvml.nvmlMemory_v2]
-
-
 def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
     sim = SimGpu("GPU-a", used=2 << 30, reserved=1 << 30)
     source, nvml = source_for(sim, driver_has_memory_v2=False)
@@ -500,40 +317,6 @@ def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
         assert "memory_used_bytes" not in gpu.field_errors
     # v2 is asked once; after FUNCTION_NOT_FOUND only v1.
     assert nvml.memory_versions == [pynvml.nvmlMemory_v2, None, None]
-
-
-def test_mig_capable_gpu_with_mig_off_reads_the_whole_gpu() -> None:
-    sim = SimGpu("GPU-a", mig_mode=0, compute=[(100, 1)], mig=[SimMig("MIG-x", 1, 0)])
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert (
-        gpu.mig_enabled is False and gpu.mig_devices == [] and "mig_enabled" not in gpu.field_errors
-    )
-    assert [(p.pid, p.mig_device_uuid) for p in gpu.processes] == [(100, None)]
-
-
-def test_a_failing_device_count_is_a_node_error() -> None:
-    source, nvml = source_for(SimGpu("GPU-a"))
-    nvml.count_error = pynvml.NVML_ERROR_UNKNOWN
-    node = source.sample()
-    assert node.error == "UNKNOWN" and node.gpus == []
-    assert node.driver_version == "550.90.07"
-
-
-def test_missing_library_is_a_clear_startup_error() -> None:
-    nvml = StandInNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-    with pytest.raises(NvmlUnavailableError) as caught:
-        NvmlGpuSource(nvml.module)
-    message = str(caught.value)
-    assert "libnvidia-ml.so.1" in message
-    assert "NVIDIA_VISIBLE_DEVICES=all" in message
-    assert "NVIDIA_DRIVER_CAPABILITIES" in message
-
-
-def test_missing_library_with_the_real_pynvml_module() -> None:
-    skip_if_nvml_loads()
-    with pytest.raises(NvmlUnavailableError, match="NVIDIA_VISIBLE_DEVICES=all"):
-        NvmlGpuSource()
 
 
 def test_close_shuts_nvml_down_once() -> None:
@@ -555,3 +338,40 @@ def test_a_fake_file_error_gpu_looks_exactly_like_an_nvml_lost_gpu(tmp_path: Pat
     write_fake_nvml(path, {"gpus": [gpu]})
     (from_file,) = FakeGpuSource(path).sample().gpus
     assert from_file == from_nvml
+
+
+def test_the_stand_in_agrees_with_the_c_library_on_a_mig_gpu(tmp_path: Path) -> None:
+    mig: list[SimMig | int | None] = [
+        SimMig("MIG-a", gi=1, ci=0, compute=[(100, 1 << 30)]),
+        None,
+        SimMig("MIG-c", gi=2, ci=0, compute=[(200, 2 << 30), (201, None)]),
+    ]
+    sim = SimGpu("GPU-mig", mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE, compute=[(999, 1)], mig=mig)
+    stand_in, _ = source_for(sim)
+    from_stand_in = dataclasses.asdict(stand_in.sample().gpus[0])
+
+    def library_mig(slot: SimMig | int | None) -> FakeMig | None:
+        if not isinstance(slot, SimMig):
+            return None
+        processes = [FakeProcess(pid, memory) for pid, memory in slot.compute]
+        return FakeMig(slot.uuid, slot.gi, slot.ci, slot.total, slot.used, processes)
+
+    gpu = FakeGpu(
+        "GPU-mig",
+        total=sim.total,
+        used=sim.used,
+        mig_mode=1,
+        processes=[FakeProcess(999, 1)],
+        mig=[library_mig(slot) for slot in mig],
+    )
+    config = FakeNode([gpu], driver="550.90.07").write(tmp_path / "nvml.conf")
+    (scan,) = probe(build_library(), config, now=NOW).scans
+    (from_library,) = scan["gpus"]
+    # The probe's JSON spells enums by value.
+    for process in from_stand_in["processes"]:
+        process["type"] = process["type"].value
+    assert from_stand_in == from_library
+    assert from_library["field_errors"] == {
+        "utilization_gpu": "NOT_SUPPORTED",
+        "utilization_memory": "NOT_SUPPORTED",
+    }

@@ -189,7 +189,9 @@ def build_library(variant: Variant = Variant.CURRENT) -> Path:
     require(cc is not None, "no C compiler (cc or gcc) to build the fake libnvidia-ml.so.1")
     assert cc is not None
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    directory = Path(tempfile.gettempdir()) / f"gpugraph-libnvml-{digest}-{os.getuid()}" / variant.value
+    directory = (
+        Path(tempfile.gettempdir()) / f"gpugraph-libnvml-{digest}-{os.getuid()}" / variant.value
+    )
     library = directory / LIBRARY_NAME
     if not library.exists():
         directory.mkdir(parents=True, exist_ok=True)
@@ -236,7 +238,7 @@ def probe(
 
     ``between[i]`` is written to ``config`` after scan ``i``; ``now`` fixes the source's clock.
     """
-    spec = {"scans": scans, "window": window, "now": now}
+    spec: dict[str, Any] = {"scans": scans, "window": window, "now": now}
     spec["between"] = [node.lines() for node in between]
     result = subprocess.run(
         [sys.executable, "-m", "tests.support.libnvml.probe", str(config)],
