@@ -92,6 +92,10 @@ class _NeverRaisedError(Exception):
     """Internal: stands in for exception classes an older pynvml does not define."""
 
 
+class _DriverLacksV3Error(Exception):
+    """Internal: the driver has no ``_v3`` process-list calls; the ``_v2`` ones are used."""
+
+
 class _GpuFailedError(Exception):
     """Internal: an error that takes the whole GPU down, carrying the NVML error name."""
 
@@ -131,7 +135,7 @@ class NvmlGpuSource:
         self._clock = clock
         self._closed = False
         # pynvml's unversioned process-list calls need the driver's _v3 entry points and raise
-        # this (not an NVMLError) on drivers without them; the _v2 calls work there.
+        # this on drivers without them (releases up to 12.535 an NVMLError); _v2 works there.
         self._mismatch: type[Exception] = getattr(
             self._nvml, "NVMLLibraryMismatchError", _NeverRaisedError
         )
@@ -366,8 +370,8 @@ class NvmlGpuSource:
             return self._read_v3(gpu, field, function, handle, self._v3_reader)
         if not self._legacy_process_lists:
             try:
-                return self._read(gpu, (field,), getattr(nvml, function), handle)
-            except self._mismatch:
+                return self._read(gpu, (field,), self._unversioned, function, handle)
+            except _DriverLacksV3Error:
                 log.info("this NVML driver predates %s_v3; using the _v2 calls", function)
                 self._legacy_process_lists = True
         legacy = getattr(nvml, f"{function}_v2", None)
@@ -375,6 +379,18 @@ class NvmlGpuSource:
             gpu.field_errors[field] = "LIBRARY_MISMATCH"
             return None
         return self._read(gpu, (field,), legacy, handle)
+
+    def _unversioned(self, function: str, handle: Any) -> Any:
+        """pynvml's unversioned (``_v3``) call, telling a driver without ``_v3`` apart."""
+        try:
+            return getattr(self._nvml, function)(handle)
+        except self._mismatch as exc:
+            raise _DriverLacksV3Error from exc
+        except self._nvml.NVMLError as exc:
+            # nvidia-ml-py 12.535 raises the symbol lookup's own error instead.
+            if self.error_name(exc) == "FUNCTION_NOT_FOUND":
+                raise _DriverLacksV3Error from exc
+            raise
 
     def _read_v3(
         self, gpu: GpuSample, field: str, function: str, handle: Any, reader: ProcessListReader

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
+import pytest
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.models import GpuSample, ProcessType
@@ -87,10 +88,12 @@ class StandInNvml:
         *,
         driver_has_v3: bool = True,
         driver_has_memory_v2: bool = True,
+        mismatch_as_lookup_error: bool = False,
     ) -> None:
         self.gpus = gpus
         self.driver_has_v3 = driver_has_v3
         self.driver_has_memory_v2 = driver_has_memory_v2
+        self.mismatch_as_lookup_error = mismatch_as_lookup_error
         self.calls: list[str] = []
         self.memory_versions: list[int | None] = []
         self.unversioned_calls: list[str] = []
@@ -220,6 +223,8 @@ class StandInNvml:
         # pynvml's @throwOnVersionMismatch: the unversioned call wraps the _v3 symbol.
         self.unversioned_calls.append(fn)
         if not self.driver_has_v3:
+            if self.mismatch_as_lookup_error:  # nvidia-ml-py 12.535's way
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             raise pynvml.NVMLLibraryMismatchError(f"use a versioned function such as {fn}_v2")
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
@@ -272,9 +277,14 @@ def test_idle_gpu_whose_sizing_call_returns_success_is_not_an_error() -> None:
     assert "nvmlDeviceGetProcessUtilization" in nvml.calls
 
 
-def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls() -> None:
+@pytest.mark.parametrize("mismatch_as_lookup_error", [False, True])
+def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
+    mismatch_as_lookup_error: bool,
+) -> None:
     sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], graphics=[(100, 1 << 30), (200, None)])
-    source, nvml = source_for(sim, driver_has_v3=False)
+    source, nvml = source_for(
+        sim, driver_has_v3=False, mismatch_as_lookup_error=mismatch_as_lookup_error
+    )
     for _ in range(2):
         (gpu,) = source.sample().gpus
         assert gpu.error is None and "processes.compute" not in gpu.field_errors
