@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from .gpu_source import merge_processes
 from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
-from .nvml_process_info import ProcessListReader, driver_entry_bytes, pynvml_entry_bytes
+from .nvml_process_info import R535_ENTRY_BYTES, ProcessListReader, process_list_layout
 
 T = TypeVar("T")
 
@@ -55,8 +55,8 @@ PROCESS_LISTS = (
 # The name nvidia-ml-py dlopens on Linux.
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
-# The field error of a process list the agent cannot read with the driver's entry layout.
-PROCESS_INFO_LAYOUT_ERROR = "PROCESS_INFO_LAYOUT_UNREADABLE"
+# The field error of a process list the reader could not call through this nvidia-ml-py.
+PROCESS_LIST_ERROR = "PROCESS_LIST_UNREADABLE"
 
 MISSING_LIBRARY_HINT = (
     f"the NVML library {NVML_LIBRARY} was not found. In Kubernetes this usually means the "
@@ -134,8 +134,9 @@ class NvmlGpuSource:
         self._window = utilization_window
         self._clock = clock
         self._closed = False
-        # pynvml's unversioned process-list calls need the driver's _v3 entry points and raise
-        # this on drivers without them (releases up to 12.535 an NVMLError); _v2 works there.
+        # Where process lists go through pynvml's own calls (a module without symbol lookup),
+        # its unversioned ones need the driver's _v3 entry points and raise this on drivers
+        # without them (releases up to 12.535 an NVMLError); _v2 works there.
         self._mismatch: type[Exception] = getattr(
             self._nvml, "NVMLLibraryMismatchError", _NeverRaisedError
         )
@@ -152,7 +153,7 @@ class NvmlGpuSource:
             raise NvmlUnavailableError(self._init_failure(exc)) from exc
         self.driver_version = self._node_value(self._nvml.nvmlSystemGetDriverVersion, _text)
         self.cuda_driver_version = self._node_value(self._nvml.nvmlSystemGetCudaDriverVersion, int)
-        self._v3_reader = self._process_list_reader()
+        self._process_reader = self._process_list_reader()
 
     def _init_failure(self, exc: Exception) -> str:
         name = self.error_name(exc)
@@ -161,19 +162,19 @@ class NvmlGpuSource:
         return f"cannot start NVML: {INIT_FAILURES.get(name, f'{name} ({exc})')}"
 
     def _process_list_reader(self) -> ProcessListReader | None:
-        """A reader of the driver's own _v3 entries where pynvml would read another size."""
-        driver = driver_entry_bytes(self._nvml)
-        ours = pynvml_entry_bytes(self._nvml)
-        if driver is None or driver == ours:
+        """A reader of the driver's own process-list entries; None without symbol lookup."""
+        layout = process_list_layout(self._nvml)
+        if layout is None:
             return None
-        log.warning(
-            "this NVML driver (%s) writes %d-byte process entries through the _v3 process "
-            "lists where nvidia-ml-py reads %s-byte ones; reading them with the driver's size",
-            self.driver_version,
-            driver,
-            ours,
-        )
-        return ProcessListReader(self._nvml, driver)
+        suffix, entry_bytes = layout
+        if entry_bytes == R535_ENTRY_BYTES:
+            log.warning(
+                "this NVML driver (%s) writes %d-byte process entries through the _v3 process "
+                "lists, as early R535 drivers do; reading them with that size",
+                self.driver_version,
+                entry_bytes,
+            )
+        return ProcessListReader(self._nvml, suffix, entry_bytes)
 
     def _node_value(self, read: Callable[[], Any], convert: Callable[[Any], T]) -> T | None:
         try:
@@ -366,8 +367,8 @@ class NvmlGpuSource:
 
     def _process_list(self, gpu: GpuSample, field: str, function: str, handle: Any) -> Any:
         nvml = self._nvml
-        if self._v3_reader is not None:
-            return self._read_v3(gpu, field, function, handle, self._v3_reader)
+        if self._process_reader is not None:
+            return self._read_entries(gpu, field, function, handle, self._process_reader)
         if not self._legacy_process_lists:
             try:
                 return self._read(gpu, (field,), self._unversioned, function, handle)
@@ -392,20 +393,21 @@ class NvmlGpuSource:
                 raise _DriverLacksV3Error from exc
             raise
 
-    def _read_v3(
+    def _read_entries(
         self, gpu: GpuSample, field: str, function: str, handle: Any, reader: ProcessListReader
     ) -> Any:
         try:
             return self._read(gpu, (field,), reader.read, function, handle)
         except (AttributeError, TypeError, ctypes.ArgumentError):
-            # This nvidia-ml-py's internals differ from what the reader calls: no list rather
-            # than a list read with the wrong layout.
-            if (gpu.index, PROCESS_INFO_LAYOUT_ERROR) not in self._logged:
-                self._logged.add((gpu.index, PROCESS_INFO_LAYOUT_ERROR))
+            # This nvidia-ml-py's internals differ from what the reader uses: no list rather
+            # than a guess.
+            if (gpu.index, PROCESS_LIST_ERROR) not in self._logged:
+                self._logged.add((gpu.index, PROCESS_LIST_ERROR))
                 log.warning(
-                    "cannot read %d-byte process entries", reader.entry_bytes, exc_info=True
+                    "cannot call the driver's process lists through this nvidia-ml-py",
+                    exc_info=True,
                 )
-            gpu.field_errors[field] = PROCESS_INFO_LAYOUT_ERROR
+            gpu.field_errors[field] = PROCESS_LIST_ERROR
             return None
 
     def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:

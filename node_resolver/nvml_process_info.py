@@ -1,15 +1,18 @@
-"""The size of NVML's process-list entries, and a reader for when pynvml's differs.
+"""NVML's process lists, read with the entry layout the loaded driver writes.
 
 nvml.h has changed what ``nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3``
 writes without renaming it: 24-byte ``nvmlProcessInfo_v2_t`` entries from R510,
 32-byte ones (``usedGpuCcProtectedMemory`` appended) on early R535 drivers
 (535.43 to 535.86), and 24-byte ones again once 535.98 moved the extra field to
-``nvmlDeviceGetRunningProcessDetailList``. pynvml reads with one fixed struct,
-so against the other size it returns invented PIDs and memory without an error.
+``nvmlDeviceGetRunningProcessDetailList``. pynvml reads with one fixed struct
+per release, so against the other size it returns invented PIDs and memory
+without an error (12.535.77 read 32 bytes from every driver).
 
-The driver's size is told from its symbols, as nvitop does (XuehaiPan/nvitop
+The driver's layout is told from its symbols, as nvitop does (XuehaiPan/nvitop
 PR #79 and #89): ``nvmlDeviceGetConfComputeMemSizeInfo`` without
-``nvmlDeviceGetRunningProcessDetailList`` marks the 32-byte drivers.
+``nvmlDeviceGetRunningProcessDetailList`` marks the 32-byte drivers. Reading the
+entries here, rather than through pynvml's per-entry friendly objects, also
+costs a quarter of the time.
 """
 
 from __future__ import annotations
@@ -53,10 +56,11 @@ class ProcessEntry:
     usedGpuMemory: int  # pynvml's name
 
 
-def driver_entry_bytes(nvml: Any) -> int | None:
-    """Bytes per entry the loaded driver's _v3 process lists write; None if it has no _v3.
+def process_list_layout(nvml: Any) -> tuple[str, int] | None:
+    """(function suffix, entry bytes) of the loaded driver's newest process lists.
 
-    Also None for a module that cannot look symbols up (not nvidia-ml-py).
+    None for a module that cannot look symbols up (not nvidia-ml-py), or a driver
+    with neither ``_v3`` nor ``_v2`` process lists.
     """
     lookup = getattr(nvml, "_nvmlGetFunctionPointer", None)
     if lookup is None:
@@ -69,35 +73,29 @@ def driver_entry_bytes(nvml: Any) -> int | None:
             return False
         return True
 
-    if not has("nvmlDeviceGetComputeRunningProcesses_v3"):
-        return None
-    if has("nvmlDeviceGetConfComputeMemSizeInfo") and not has(
-        "nvmlDeviceGetRunningProcessDetailList"
-    ):
-        return R535_ENTRY_BYTES
-    return V2_ENTRY_BYTES
-
-
-def pynvml_entry_bytes(nvml: Any) -> int | None:
-    """Bytes per entry this pynvml reads from _v3 (12.535.77 read 32), or None if unknown."""
-    entry = getattr(nvml, "c_nvmlProcessInfo_v3_t", None) or getattr(
-        nvml, "c_nvmlProcessInfo_t", None
-    )
-    return ctypes.sizeof(entry) if entry is not None else None
+    if has("nvmlDeviceGetComputeRunningProcesses_v3"):
+        early_r535 = has("nvmlDeviceGetConfComputeMemSizeInfo") and not has(
+            "nvmlDeviceGetRunningProcessDetailList"
+        )
+        return "_v3", R535_ENTRY_BYTES if early_r535 else V2_ENTRY_BYTES
+    if has("nvmlDeviceGetComputeRunningProcesses_v2"):
+        return "_v2", V2_ENTRY_BYTES
+    return None
 
 
 class ProcessListReader:
-    """Calls a driver's _v3 process-list function with entries of the driver's own size."""
+    """Calls a driver's process-list functions with entries of the driver's own layout."""
 
-    def __init__(self, nvml: Any, entry_bytes: int) -> None:
+    def __init__(self, nvml: Any, suffix: str, entry_bytes: int) -> None:
         self._nvml = nvml
+        self._suffix = suffix
         self._entry = ENTRY_TYPES[entry_bytes]
         self.entry_bytes = entry_bytes
 
     def read(self, function: str, handle: Any) -> list[ProcessEntry]:
-        """``function``'s _v3 entries for ``handle``, as pynvml's own call would return them."""
+        """``function``'s entries for ``handle``; NVML errors raised as pynvml raises them."""
         nvml = self._nvml
-        call = nvml._nvmlGetFunctionPointer(f"{function}_v3")
+        call = nvml._nvmlGetFunctionPointer(function + self._suffix)
         count = ctypes.c_uint(0)
         ret = call(handle, ctypes.byref(count), None)
         if ret == nvml.NVML_SUCCESS:
@@ -110,4 +108,4 @@ class ProcessListReader:
         ret = call(handle, ctypes.byref(count), entries)
         if ret != nvml.NVML_SUCCESS:
             raise nvml.NVMLError(ret)
-        return [ProcessEntry(int(e.pid), int(e.usedGpuMemory)) for e in entries[: count.value]]
+        return [ProcessEntry(e.pid, e.usedGpuMemory) for e in entries[: count.value]]
