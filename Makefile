@@ -87,7 +87,7 @@ test: install-dev npm-if-npm lint typecheck proto-check
 
 # Every benchmark at a size that finishes in CI; the full sizes are their defaults.
 bench-small: install-dev
-	$(PY) bench/agent_bench.py --sizes 3
+	$(PY) bench/agent_bench.py --sizes 3 --nvml-scans 50
 	$(PY) bench/cache_bench.py --pods 2000
 	$(PY) bench/cluster_bench.py --small
 	$(PY) bench/hostile.py --small
