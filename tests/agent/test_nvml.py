@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,70 +27,30 @@ from tests.support.libnvml import FakeGpu, FakeMig, FakeNode, FakeProcess, build
 NOW = 1_800_000_000.0  # the test clock, Unix seconds
 
 
-@dataclass
-class SimMig:
-    """One MIG device of a simulated GPU."""
-
-    uuid: str
-    gi: int
-    ci: int
-    total: int = 20 << 30
-    used: int = 1 << 30
-    reserved: int = 0
-    compute: list[tuple[int, int | None]] = field(default_factory=list)
-    # NVML function name -> error code it returns for this MIG device
-    errors: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class SimGpu:
-    """One simulated GPU: what NVML would report for it."""
-
-    uuid: str
-    name: str = "NVIDIA H200"
-    total: int = 150754820096
-    used: int = 2147483648
-    # Memory the driver holds back: v1 of nvmlDeviceGetMemoryInfo counts it as used, v2 not.
-    reserved: int = 0
-    util_gpu: int = 87
-    util_mem: int = 40
-    temperature: int = 55
-    power_mw: int = 350500
-    limit_mw: int = 700000
-    compute: list[tuple[int, int | None]] = field(default_factory=list)
-    graphics: list[tuple[int, int | None]] = field(default_factory=list)
-    # (pid, timestamp in microseconds, SM %)
-    samples: list[tuple[int, int, int]] = field(default_factory=list)
-    # What the sizing call of nvmlDeviceGetProcessUtilization returns with no samples.
-    idle_return: int = pynvml.NVML_ERROR_NOT_FOUND
-    mig_mode: int | None = None  # None: MIG not supported on this GPU
-    # A slot holds a MIG device, None (empty: NOT_FOUND) or the error code its lookup returns.
-    mig: list[SimMig | int | None] = field(default_factory=list)
-    # NVML function name -> error code it returns for this GPU
-    errors: dict[str, int] = field(default_factory=dict)
-    # NVML function name -> exception pynvml raises outside its NVMLError family
-    crashes: dict[str, Exception] = field(default_factory=dict)
-    lost: bool = False
-
-
 @dataclass(frozen=True)
 class Handle:
-    gpu: SimGpu
-    mig: SimMig | None = None
+    gpu: FakeGpu
+    mig: FakeMig | None = None
 
 
 class StandInNvml:
-    """Builds a module object with pynvml's names, backed by simulated GPUs."""
+    """Builds a module object with pynvml's names, backed by the GPUs the C library reads."""
 
     def __init__(
         self,
-        gpus: list[SimGpu],
+        gpus: list[FakeGpu],
         *,
         driver_has_v3: bool = True,
         driver_has_memory_v2: bool = True,
         mismatch_as_lookup_error: bool = False,
+        idle_return: int = pynvml.NVML_ERROR_NOT_FOUND,
+        crashes: dict[tuple[str, str], Exception] | None = None,
     ) -> None:
         self.gpus = gpus
+        # What the sizing call of nvmlDeviceGetProcessUtilization returns with no samples.
+        self.idle_return = idle_return
+        # (GPU UUID, function) -> an exception pynvml raises outside its NVMLError family
+        self.crashes = crashes or {}
         self.driver_has_v3 = driver_has_v3
         self.driver_has_memory_v2 = driver_has_memory_v2
         self.mismatch_as_lookup_error = mismatch_as_lookup_error
@@ -110,8 +70,8 @@ class StandInNvml:
         self.calls.append(fn)
         if handle.gpu.lost:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        if fn in handle.gpu.crashes:
-            raise handle.gpu.crashes[fn]
+        if (handle.gpu.uuid, fn) in self.crashes:
+            raise self.crashes[handle.gpu.uuid, fn]
         errors = handle.mig.errors if handle.mig else handle.gpu.errors
         if fn in errors:
             raise pynvml.NVMLError(errors[fn])
@@ -157,7 +117,7 @@ class StandInNvml:
             assert version == pynvml.nvmlMemory_v2
             used = source.used
         else:
-            used = source.used + source.reserved
+            used = source.used + (handle.gpu.reserved if handle.mig is None else 0)
         return types.SimpleNamespace(total=source.total, used=used, free=source.total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> Any:
@@ -195,8 +155,6 @@ class StandInNvml:
         mig = handle.gpu.mig[index]
         if mig is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        if isinstance(mig, int):
-            raise pynvml.NVMLError(mig)
         return Handle(handle.gpu, mig)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Handle) -> int:
@@ -210,13 +168,18 @@ class StandInNvml:
         return handle.mig.ci
 
     @staticmethod
-    def _infos(entries: list[tuple[int, int | None]]) -> list[Any]:
+    def _infos(handle: Handle, graphics: bool) -> list[Any]:
         # pynvml's friendly objects; it already turns "not available" into None.
+        device = handle.mig or handle.gpu
         return [
             types.SimpleNamespace(
-                pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF
+                pid=p.pid,
+                usedGpuMemory=p.memory,
+                gpuInstanceId=handle.mig.gi if handle.mig else 0xFFFFFFFF,
+                computeInstanceId=handle.mig.ci if handle.mig else 0xFFFFFFFF,
             )
-            for pid, mem in entries
+            for p in device.processes
+            if (p.graphics if graphics else p.compute)
         ]
 
     def _unversioned(self, fn: str) -> None:
@@ -233,7 +196,7 @@ class StandInNvml:
 
     def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Handle) -> list[Any]:
         self._check("nvmlDeviceGetComputeRunningProcesses", handle)
-        return self._infos(handle.mig.compute if handle.mig else handle.gpu.compute)
+        return self._infos(handle, graphics=False)
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Handle) -> list[Any]:
         self._unversioned("nvmlDeviceGetGraphicsRunningProcesses")
@@ -241,7 +204,7 @@ class StandInNvml:
 
     def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: Handle) -> list[Any]:
         self._check("nvmlDeviceGetGraphicsRunningProcesses", handle)
-        return [] if handle.mig else self._infos(handle.gpu.graphics)
+        return self._infos(handle, graphics=True)
 
     def nvmlDeviceGetProcessUtilization(self, handle: Handle, timeStamp: int) -> list[Any]:
         self._check("nvmlDeviceGetProcessUtilization", handle)
@@ -252,7 +215,7 @@ class StandInNvml:
         if not fresh:
             # What NVML does on an idle GPU: no samples newer than timeStamp. Depending on the
             # driver the sizing call returns NOT_FOUND or SUCCESS; pynvml raises either.
-            raise pynvml.NVMLError(handle.gpu.idle_return)
+            raise pynvml.NVMLError(self.idle_return)
         return [
             types.SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
             for pid, ts, sm in fresh
@@ -260,7 +223,7 @@ class StandInNvml:
 
 
 def source_for(
-    *gpus: SimGpu, window: float = 2.0, **driver: bool
+    *gpus: FakeGpu, window: float = 2.0, **driver: Any
 ) -> tuple[NvmlGpuSource, StandInNvml]:
     nvml = StandInNvml(list(gpus), **driver)
     return NvmlGpuSource(nvml.module, utilization_window=window, clock=lambda: NOW), nvml
@@ -268,8 +231,8 @@ def source_for(
 
 def test_idle_gpu_whose_sizing_call_returns_success_is_not_an_error() -> None:
     # Some drivers answer an idle GPU's sizing call with SUCCESS, which pynvml raises.
-    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], samples=[], idle_return=pynvml.NVML_SUCCESS)
-    source, nvml = source_for(sim)
+    sim = FakeGpu("GPU-a", processes=[FakeProcess(100)])
+    source, nvml = source_for(sim, idle_return=pynvml.NVML_SUCCESS)
     (gpu,) = source.sample().gpus
     assert gpu.error is None
     assert "processes.sm_utilization" not in gpu.field_errors
@@ -281,7 +244,13 @@ def test_idle_gpu_whose_sizing_call_returns_success_is_not_an_error() -> None:
 def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
     mismatch_as_lookup_error: bool,
 ) -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], graphics=[(100, 1 << 30), (200, None)])
+    sim = FakeGpu(
+        "GPU-a",
+        processes=[
+            FakeProcess(100, graphics=True),
+            FakeProcess(200, None, compute=False, graphics=True),
+        ],
+    )
     source, nvml = source_for(
         sim, driver_has_v3=False, mismatch_as_lookup_error=mismatch_as_lookup_error
     )
@@ -297,7 +266,7 @@ def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
 
 
 def test_a_pynvml_without_v2_fallbacks_costs_only_the_process_lists() -> None:
-    source, nvml = source_for(SimGpu("GPU-a", compute=[(100, 1)]), driver_has_v3=False)
+    source, nvml = source_for(FakeGpu("GPU-a", processes=[FakeProcess(100)]), driver_has_v3=False)
     del nvml.module.nvmlDeviceGetComputeRunningProcesses_v2
     del nvml.module.nvmlDeviceGetGraphicsRunningProcesses_v2
     (gpu,) = source.sample().gpus
@@ -307,10 +276,12 @@ def test_a_pynvml_without_v2_fallbacks_costs_only_the_process_lists() -> None:
 
 
 def test_an_unexpected_exception_on_one_gpu_is_that_gpus_error_only() -> None:
-    healthy = SimGpu("GPU-ok", compute=[(100, 1)])
-    broken = SimGpu("GPU-odd", name="NVIDIA A100")
-    broken.crashes["nvmlDeviceGetTemperature"] = RuntimeError("ctypes went sideways")
-    source, _ = source_for(healthy, broken)
+    healthy = FakeGpu("GPU-ok", processes=[FakeProcess(100)])
+    broken = FakeGpu("GPU-odd", name="NVIDIA A100")
+    crash = RuntimeError("ctypes went sideways")
+    source, _ = source_for(
+        healthy, broken, crashes={("GPU-odd", "nvmlDeviceGetTemperature"): crash}
+    )
     node = source.sample()
     ok, failed = node.gpus
     assert node.error is None
@@ -319,7 +290,7 @@ def test_an_unexpected_exception_on_one_gpu_is_that_gpus_error_only() -> None:
 
 
 def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
-    sim = SimGpu("GPU-a", used=2 << 30, reserved=1 << 30)
+    sim = FakeGpu("GPU-a", used=2 << 30, reserved=1 << 30)
     source, nvml = source_for(sim, driver_has_memory_v2=False)
     for _ in range(2):
         (gpu,) = source.sample().gpus
@@ -330,14 +301,14 @@ def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
 
 
 def test_close_shuts_nvml_down_once() -> None:
-    source, nvml = source_for(SimGpu("GPU-a"))
+    source, nvml = source_for(FakeGpu("GPU-a"))
     source.close()
     source.close()
     assert nvml.calls.count("nvmlShutdown") == 1
 
 
 def test_a_fake_file_error_gpu_looks_exactly_like_an_nvml_lost_gpu(tmp_path: Path) -> None:
-    sim = SimGpu("GPU-x", name="NVIDIA H200")
+    sim = FakeGpu("GPU-x", name="NVIDIA H200")
     real, _ = source_for(sim)
     real.sample()
     sim.lost = True
@@ -351,30 +322,20 @@ def test_a_fake_file_error_gpu_looks_exactly_like_an_nvml_lost_gpu(tmp_path: Pat
 
 
 def test_the_stand_in_agrees_with_the_c_library_on_a_mig_gpu(tmp_path: Path) -> None:
-    mig: list[SimMig | int | None] = [
-        SimMig("MIG-a", gi=1, ci=0, compute=[(100, 1 << 30)]),
-        None,
-        SimMig("MIG-c", gi=2, ci=0, compute=[(200, 2 << 30), (201, None)]),
-    ]
-    sim = SimGpu("GPU-mig", mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE, compute=[(999, 1)], mig=mig)
-    stand_in, _ = source_for(sim)
-    from_stand_in = dataclasses.asdict(stand_in.sample().gpus[0])
-
-    def library_mig(slot: SimMig | int | None) -> FakeMig | None:
-        if not isinstance(slot, SimMig):
-            return None
-        processes = [FakeProcess(pid, memory) for pid, memory in slot.compute]
-        return FakeMig(slot.uuid, slot.gi, slot.ci, slot.total, slot.used, processes)
-
     gpu = FakeGpu(
         "GPU-mig",
-        total=sim.total,
-        used=sim.used,
-        mig_mode=1,
+        mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
         processes=[FakeProcess(999, 1)],
-        mig=[library_mig(slot) for slot in mig],
+        samples=[(100, int(NOW * 1_000_000), 50)],
+        mig=[
+            FakeMig("MIG-a", gi=1, processes=[FakeProcess(100, 1 << 30, graphics=True)]),
+            None,
+            FakeMig("MIG-c", gi=2, processes=[FakeProcess(200, 2 << 30), FakeProcess(201, None)]),
+        ],
     )
-    config = FakeNode([gpu], driver="550.90.07").write(tmp_path / "nvml.conf")
+    stand_in, _ = source_for(gpu)
+    from_stand_in = dataclasses.asdict(stand_in.sample().gpus[0])
+    config = FakeNode([gpu]).write(tmp_path / "nvml.conf")
     (scan,) = probe(build_library(), config, now=NOW).scans
     (from_library,) = scan["gpus"]
     # The probe's JSON spells enums by value.
