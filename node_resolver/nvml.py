@@ -6,7 +6,9 @@ on that GPU, and the rest of the node still answers. Only a missing or
 unusable NVML library at startup is fatal.
 
 ``pynvml`` is imported lazily, and a module object with the same functions
-can be passed in instead; tests use that to drive this exact code.
+can be passed in instead; tests use that to drive this exact code. With
+nvidia-ml-py the process lists are read in the driver's own entry layout
+(``nvml_process_info``); other modules' are read through their own functions.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The driver's layout is told from its symbols, as nvitop does (XuehaiPan/nvitop
 PR #79 and #89): ``nvmlDeviceGetConfComputeMemSizeInfo`` without
 ``nvmlDeviceGetRunningProcessDetailList`` marks the 32-byte drivers. Reading the
 entries here, rather than through pynvml's per-entry friendly objects, also
-costs a quarter of the time.
+halves a scan's cost or better (bench/README.md, "One NVML scan").
 """
 
 from __future__ import annotations
@@ -90,7 +90,6 @@ class ProcessListReader:
         self._nvml = nvml
         self._suffix = suffix
         self._entry = ENTRY_TYPES[entry_bytes]
-        self.entry_bytes = entry_bytes
 
     def read(self, function: str, handle: Any) -> list[ProcessEntry]:
         """``function``'s entries for ``handle``; NVML errors raised as pynvml raises them."""

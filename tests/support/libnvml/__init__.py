@@ -150,11 +150,16 @@ class FakeNode:
         return out
 
     def write(self, path: Path) -> Path:
-        """Write the config atomically (the library re-reads it when its mtime changes)."""
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text("\n".join(self.lines()) + "\n")
-        os.replace(partial, path)
-        return path
+        """Write this node's config to ``path``."""
+        return write_config(path, self.lines())
+
+
+def write_config(path: Path, lines: Sequence[str]) -> Path:
+    """Replace the config file whole: the library re-reads it when it is replaced."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("\n".join(lines) + "\n")
+    os.replace(partial, path)
+    return path
 
 
 def _device_lines(

@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from node_resolver.nvml import NvmlGpuSource, NvmlUnavailableError
+from tests.support.libnvml import write_config
 
 
 def _plain(value: Any) -> Any:
@@ -37,9 +37,7 @@ def main() -> None:
     for index in range(spec["scans"]):
         scans.append(dataclasses.asdict(source.sample()))
         if index < len(spec["between"]):
-            partial = config.with_name(config.name + ".partial")
-            partial.write_text("\n".join(spec["between"][index]) + "\n")
-            os.replace(partial, config)
+            write_config(config, spec["between"][index])
     source.close()
     print(json.dumps({"scans": scans, "error": None}, default=_plain))
 
