@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -40,13 +41,20 @@ def test_good_nvidia_ml_py_releases_are_admitted(version: str) -> None:
     assert requirement("nvidia-ml-py").specifier.contains(version)
 
 
+def pinned(name: str) -> str:
+    """The version constraints.txt pins ``name`` to."""
+    lines = (ROOT / "constraints.txt").read_text().split()
+    pins = dict(line.split("==", 1) for line in lines if "==" in line)
+    return pins[name]
+
+
 def test_the_pinned_nvidia_ml_py_satisfies_the_requirement() -> None:
-    pins = dict(
-        line.split("==", 1)
-        for line in (ROOT / "constraints.txt").read_text().split()
-        if "==" in line
-    )
-    assert requirement("nvidia-ml-py").specifier.contains(pins["nvidia-ml-py"])
+    assert requirement("nvidia-ml-py").specifier.contains(pinned("nvidia-ml-py"))
+
+
+def test_the_nvml_tests_run_the_pinned_nvidia_ml_py() -> None:
+    # The fake libnvidia-ml.so.1 is exercised through this installed release.
+    assert metadata.version("nvidia-ml-py") == pinned("nvidia-ml-py")
 
 
 def test_the_readme_names_the_same_minimum() -> None:
