@@ -346,3 +346,15 @@ def test_the_stand_in_agrees_with_the_c_library_on_a_mig_gpu(tmp_path: Path) -> 
         "utilization_gpu": "NOT_SUPPORTED",
         "utilization_memory": "NOT_SUPPORTED",
     }
+
+
+def test_a_process_list_the_reader_cannot_call_is_a_field_error_not_a_guess() -> None:
+    # An nvidia-ml-py whose symbol lookup hands back something the reader cannot call.
+    source_sim = FakeGpu("GPU-a", processes=[FakeProcess(100)])
+    nvml = StandInNvml([source_sim])
+    vars(nvml.module)["_nvmlGetFunctionPointer"] = lambda name: object()
+    source = NvmlGpuSource(nvml.module, clock=lambda: NOW)
+    (gpu,) = source.sample().gpus
+    assert gpu.error is None and gpu.processes == [] and gpu.utilization_gpu == 87
+    assert gpu.field_errors["processes.compute"] == "PROCESS_LIST_UNREADABLE"
+    assert gpu.field_errors["processes.graphics"] == "PROCESS_LIST_UNREADABLE"
