@@ -3,9 +3,10 @@
 The real NVML path (nvidia-ml-py over the fake libnvidia-ml.so.1) is tested in
 test_nvml_library.py. This stand-in covers the rest: what the source learns
 once and stops asking, exceptions outside pynvml's NVMLError family, a pynvml
-without the _v2 fallbacks, and the sizing call's SUCCESS on an idle GPU. It
-reuses nvidia-ml-py's own constants and NVMLError classes, and agrees with real
-NVML where both can speak (e.g. no utilization in MIG mode).
+without the _v2 fallbacks or with internals the reader cannot call, and the
+sizing call's SUCCESS on an idle GPU. It reuses nvidia-ml-py's own constants
+and NVMLError classes, and agrees with real NVML where both can speak (e.g. no
+utilization in MIG mode; a test compares the two).
 """
 
 from __future__ import annotations
