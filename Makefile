@@ -8,6 +8,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 NPM := $(shell command -v npm 2>/dev/null)
 NPM_CI := npm ci --no-audit --no-fund --loglevel=error
 WEB_STAMP := api/static/graphiql/manifest.json
+MAP_STAMP := api/static/map/manifest.json
+MAP_SOURCES := web/map/build.mjs web/map/map.css $(wildcard web/map/src/*.js)
 FEDERATION_STAMP := tests/federation/node_modules/.package-lock.json
 DEMO_ARGS ?=
 # -c pins what is installed; the variables pin the isolated build environment
@@ -41,11 +43,16 @@ install: $(RUN_STAMP)
 
 install-dev: $(DEV_STAMP)
 
-# GraphiQL's browser bundles, copied from npm packages into api/static/graphiql/.
-web: $(WEB_STAMP)
+# GraphiQL's browser bundles, copied from npm packages into api/static/graphiql/,
+# and the cluster map's, bundled by esbuild into api/static/map/.
+web: $(WEB_STAMP) $(MAP_STAMP)
 
 $(WEB_STAMP): web/package.json web/package-lock.json web/build.mjs
 	cd web && $(NPM_CI) && npm run build
+
+# `npm run build` above builds the map too; this rebuilds it after an edit of its sources.
+$(MAP_STAMP): $(WEB_STAMP) $(MAP_SOURCES)
+	cd web && node map/build.mjs
 
 $(FEDERATION_STAMP): tests/federation/package.json tests/federation/package-lock.json
 	cd tests/federation && $(NPM_CI)
@@ -53,9 +60,9 @@ $(FEDERATION_STAMP): tests/federation/package.json tests/federation/package-lock
 # Without npm the server still runs; GraphiQL then says how to build its assets.
 web-if-npm:
 ifeq ($(NPM),)
-	@echo "npm not found: skipping the GraphiQL build (the page will explain how to build it)"
+	@echo "npm not found: skipping the GraphiQL and map builds (their pages explain how to build them)"
 else
-	@$(MAKE) --no-print-directory $(WEB_STAMP)
+	@$(MAKE) --no-print-directory $(WEB_STAMP) $(MAP_STAMP)
 endif
 
 # Everything npm the tests use: the web build and the federation gateway.
@@ -63,7 +70,7 @@ npm-if-npm:
 ifeq ($(NPM),)
 	@echo "npm not found: the browser and federation tests will be skipped"
 else
-	@$(MAKE) --no-print-directory $(WEB_STAMP) $(FEDERATION_STAMP)
+	@$(MAKE) --no-print-directory $(WEB_STAMP) $(MAP_STAMP) $(FEDERATION_STAMP)
 endif
 
 demo: install web-if-npm
@@ -105,4 +112,5 @@ bench: install-dev
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \
+		api/static/map \
 		web/node_modules tests/federation/node_modules

@@ -1,0 +1,8 @@
+// The cluster map's entry point: read the server's configuration, start.
+import { MapApp } from "./app.js";
+
+const config = JSON.parse(document.getElementById("gpugraph-map-config").textContent);
+const app = new MapApp(document.getElementById("gpugraph-map"), config);
+// For benchmarks and tests: how long rendering and updates took.
+window.gpugraphMap = { stats: app.stats };
+app.load();
