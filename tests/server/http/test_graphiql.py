@@ -8,13 +8,10 @@ query against a live gpugraph, and stream a subscription over the same host.
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -27,98 +24,16 @@ from api.kube.cache import ClusterCache
 from api.settings import Settings
 from tests.federation.cluster import GPU_A0, GPU_B0, NODE_A, NODE_B, PODS, live_cluster
 from tests.support import require
+from tests.support.browser import TIMEOUT_MS, chromium, require_chromium
+from tests.support.browser import screenshot as _screenshot
 from tests.support.polling import eventually
 from tests.support.server import RunningServer, serve_app
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-REPO_ROOT = Path(__file__).resolve().parents[3]
-OUTPUT_DIR = REPO_ROOT / "test-output"
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}
-TIMEOUT_MS = 30_000
-
-
-def _require_chromium() -> None:
-    require(CHROMIUM.is_file(), f"Debian chromium is not installed at {CHROMIUM}")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        require(False, "the playwright Python package is not installed")
-
 
 def _require_assets() -> None:
     require(assets_present(), f"GraphiQL assets are not built; run `{BUILD_COMMAND}`")
-
-
-@dataclass
-class Browser:
-    """A page in a fresh headless Chromium profile, with outside requests blocked."""
-
-    page: Any
-    blocked: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    websockets: list[str] = field(default_factory=list)
-
-
-@contextmanager
-def chromium(profile: Path) -> Iterator[Browser]:
-    """Headless Debian Chromium via Playwright; only loopback requests go through."""
-    from playwright.sync_api import Route, sync_playwright
-
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=str(CHROMIUM),
-            args=CHROMIUM_FLAGS,
-            headless=True,
-            viewport={"width": 1400, "height": 900},
-        )
-        try:
-            page = context.pages[0] if context.pages else context.new_page()
-            browser = Browser(page)
-
-            def gate(route: Route) -> None:
-                url = route.request.url
-                host = urlsplit(url).hostname
-                if url.startswith("data:") or host in LOCAL_HOSTS:
-                    route.continue_()
-                else:
-                    browser.blocked.append(url)
-                    route.abort("blockedbyclient")
-
-            context.route("**/*", gate)
-            page.on("pageerror", lambda exc: browser.problems.append(f"page error: {exc}"))
-            page.on(
-                "console",
-                lambda msg: (
-                    browser.problems.append(f"console {msg.type}: {msg.text}")
-                    if msg.type == "error"
-                    else None
-                ),
-            )
-            page.on("websocket", lambda ws: browser.websockets.append(ws.url))
-            yield browser
-        finally:
-            context.close()
-
-
-def _screenshot(page: Any, tmp_path: Path, name: str) -> Path:
-    path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
-    OUTPUT_DIR.mkdir(exist_ok=True)
-    shutil.copyfile(path, OUTPUT_DIR / name)
-    return path
 
 
 EDITOR = ".graphiql-query-editor .CodeMirror"
@@ -188,7 +103,7 @@ LIVE_SUBSCRIPTION = (
 
 
 def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
-    _require_chromium()
+    require_chromium()
     _require_assets()
     trainer0, trainer1 = PODS[0], PODS[1]
     with (
@@ -330,7 +245,7 @@ async def test_missing_assets_page_says_how_to_build(no_assets: Path) -> None:
 
 
 def test_missing_assets_page_renders_in_the_browser(no_assets: Path, tmp_path: Path) -> None:
-    _require_chromium()
+    require_chromium()
     with _bare_server_in_thread(Settings()) as server, chromium(tmp_path / "profile") as browser:
         page = browser.page
         response = page.goto(f"{server.url}/graphql", timeout=TIMEOUT_MS)
@@ -365,7 +280,7 @@ def _bare_server_in_thread(settings: Settings) -> Iterator[RunningServer]:
 
 
 def test_graphiql_sends_a_pasted_token_with_queries_and_subscriptions(tmp_path: Path) -> None:
-    _require_chromium()
+    require_chromium()
     _require_assets()
     with (
         live_cluster(tmp_path / "cluster", utilization=41, auth=True) as cluster,
