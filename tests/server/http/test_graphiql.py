@@ -8,8 +8,6 @@ query against a live gpugraph, and stream a subscription over the same host.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +15,14 @@ import httpx
 import pytest
 
 import api.http.graphiql as graphiql
-from api.agents import AgentPool, NodeIpDiscovery
-from api.app import create_app
 from api.http.graphiql import ASSET_FILES, BUILD_COMMAND, STATIC_URL, assets_present
-from api.kube.cache import ClusterCache
 from api.settings import Settings
 from tests.federation.cluster import GPU_A0, GPU_B0, NODE_A, NODE_B, PODS, live_cluster
 from tests.support import require
+from tests.support.bare_server import bare_server, bare_server_in_thread
 from tests.support.browser import TIMEOUT_MS, chromium, require_chromium
 from tests.support.browser import screenshot as _screenshot
 from tests.support.polling import eventually
-from tests.support.server import RunningServer, serve_app
 
 pytestmark = pytest.mark.browser
 
@@ -160,20 +155,6 @@ def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
     assert browser.problems == []
 
 
-@asynccontextmanager
-async def _bare_server(settings: Settings) -> Any:
-    """The production app over an empty cluster (no agent is ever asked)."""
-    cache = ClusterCache()
-    # An empty but fully listed cluster: ready, with nothing in it.
-    cache.replace_nodes([])
-    cache.replace_pods([])
-    pool = AgentPool(NodeIpDiscovery(cache))
-    app = create_app(settings, cache, pool)
-    async with serve_app(app, settings) as running:
-        yield running
-    await pool.close()
-
-
 def _script_and_style_urls(page_html: str) -> list[str]:
     return re.findall(r'(?:src|href)="([^"]+)"', page_html)
 
@@ -181,7 +162,7 @@ def _script_and_style_urls(page_html: str) -> list[str]:
 async def test_page_loads_every_asset_from_this_host() -> None:
     _require_assets()
     async with (
-        _bare_server(Settings()) as server,
+        bare_server(Settings()) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         response = await client.get("/graphql", headers={"Accept": "text/html"})
@@ -203,7 +184,7 @@ async def test_page_loads_every_asset_from_this_host() -> None:
 
 async def test_no_graphiql_serves_neither_page_nor_assets() -> None:
     async with (
-        _bare_server(Settings(graphiql=False)) as server,
+        bare_server(Settings(graphiql=False)) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         page = await client.get("/graphql", headers={"Accept": "text/html"})
@@ -225,7 +206,7 @@ def no_assets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 async def test_missing_assets_page_says_how_to_build(no_assets: Path) -> None:
     async with (
-        _bare_server(Settings()) as server,
+        bare_server(Settings()) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         page = await client.get("/graphql", headers={"Accept": "text/html"})
@@ -246,7 +227,7 @@ async def test_missing_assets_page_says_how_to_build(no_assets: Path) -> None:
 
 def test_missing_assets_page_renders_in_the_browser(no_assets: Path, tmp_path: Path) -> None:
     require_chromium()
-    with _bare_server_in_thread(Settings()) as server, chromium(tmp_path / "profile") as browser:
+    with bare_server_in_thread(Settings()) as server, chromium(tmp_path / "profile") as browser:
         page = browser.page
         response = page.goto(f"{server.url}/graphql", timeout=TIMEOUT_MS)
         assert response is not None and response.status == 503
@@ -255,28 +236,6 @@ def test_missing_assets_page_renders_in_the_browser(no_assets: Path, tmp_path: P
         assert BUILD_COMMAND in page.inner_text("body")
         _screenshot(page, tmp_path, "graphiql-missing-assets.png")
     assert browser.blocked == []
-
-
-@contextmanager
-def _bare_server_in_thread(settings: Settings) -> Iterator[RunningServer]:
-    # Sync Playwright runs its own loop; the server gets one of its own in a thread.
-    import asyncio
-    import threading
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    manager = _bare_server(settings)
-    try:
-        server = asyncio.run_coroutine_threadsafe(manager.__aenter__(), loop).result(30)
-        try:
-            yield server
-        finally:
-            asyncio.run_coroutine_threadsafe(manager.__aexit__(None, None, None), loop).result(30)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
 
 
 def test_graphiql_sends_a_pasted_token_with_queries_and_subscriptions(tmp_path: Path) -> None:
