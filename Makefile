@@ -93,22 +93,24 @@ test: install-dev npm-if-npm lint typecheck proto-check
 	$(PY) -m pytest
 
 # Every benchmark at a size that finishes in CI; the full sizes are their defaults.
-bench-small: install-dev
+bench-small: install-dev web-if-npm
 	$(PY) bench/agent_bench.py --sizes 3
 	$(PY) bench/cache_bench.py --pods 2000
 	$(PY) bench/cluster_bench.py --small
 	$(PY) bench/hostile.py --small
 	$(PY) bench/kubectl_bench.py --pods 1000 --repeat 3
 	$(PY) bench/auth_bench.py --small
+	$(PY) bench/map_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
-bench: install-dev
+bench: install-dev web-if-npm
 	$(PY) bench/cluster_bench.py
 	$(PY) bench/hostile.py
 	$(PY) bench/cache_bench.py
 	$(PY) bench/agent_bench.py --sizes 10,50,100
 	$(PY) bench/kubectl_bench.py
 	$(PY) bench/auth_bench.py
+	$(PY) bench/map_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \

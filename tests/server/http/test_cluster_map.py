@@ -135,8 +135,10 @@ def test_shared_gpu_shows_two_pods_and_the_orphan_is_unattributed(
         assert tile.locator(".seg.pod").count() == 0
         unattributed = tile.locator(".seg.nopod")
         assert unattributed.count() == 1 and tile.locator(".m-nopod").count() == 1
-        gib = f"{orphan['usedMemoryBytes'] / 1024**3:.0f}"
-        assert re.match(rf"no pod: {gib}\.\d GiB", unattributed.get_attribute("title") or "")
+        found = re.fullmatch(r"no pod: (\d+\.\d) GiB", unattributed.get_attribute("title") or "")
+        assert found is not None
+        # The demo's memory moves by a few percent between the query and the page.
+        assert float(found.group(1)) == pytest.approx(orphan["usedMemoryBytes"] / 1024**3, rel=0.05)
         assert "repeating-linear-gradient" in unattributed.evaluate(
             "el => getComputedStyle(el).backgroundImage"
         )

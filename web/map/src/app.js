@@ -4,7 +4,7 @@ import { AuthRequired, query, subscribe, token } from "./api.js";
 import { ago, esc } from "./format.js";
 import { ClusterModel } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
-import { nodeHtml, nodeStatus, tileInner, tileLabel } from "./tiles.js";
+import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
 
 const SKELETON = `
 <header class="top">
@@ -67,6 +67,7 @@ export class MapApp {
     this.pinned = null;
     this.hovered = null;
     this.tiles = new Map();
+    this.shapes = new Map();
     this.podKeys = "";
     this.connection = "connecting";
     this.lastTick = null;
@@ -124,7 +125,7 @@ export class MapApp {
       this.config.queries.live,
       { interval: this.interval },
       {
-        onResult: (result) => this._tick(result),
+        onResult: (result) => this.applyTick(result),
         onState: (state) => {
           const back = state === "live" && this.connection === "closed";
           this.connection = state;
@@ -141,7 +142,8 @@ export class MapApp {
     );
   }
 
-  _tick(result) {
+  /** Apply one subscription result (a tick) to the model and the DOM. */
+  applyTick(result) {
     const started = performance.now();
     const gpus = result.data?.gpuUpdates ?? [];
     const { changed, nodesChanged, unknown } = this.model.applyTick(gpus, result.errors ?? []);
@@ -150,7 +152,8 @@ export class MapApp {
     for (const uuid of changed) this._redrawTile(uuid);
     if (changed.length || nodesChanged.length) {
       this._renderPods();
-      this._applyFilters();
+      // Without a filter every tile shows already.
+      if (this._filtering() || nodesChanged.length) this._applyFilters();
       this._renderDetails();
     }
     if (unknown) this._resync();
@@ -194,8 +197,13 @@ export class MapApp {
     const { nodes, gpus } = this.model;
     this.nodesEl.innerHTML = [...nodes.values()].map((node) => nodeHtml(node, gpus)).join("");
     this.tiles = new Map();
+    this.shapes = new Map();
     for (const el of this.nodesEl.getElementsByClassName("tile")) {
-      if (el.dataset.uuid) this.tiles.set(el.dataset.uuid, el);
+      const uuid = el.dataset.uuid;
+      if (uuid) {
+        this.tiles.set(uuid, el);
+        this.shapes.set(uuid, tileShape(gpus.get(uuid)));
+      }
     }
     this._renderNamespaces();
     this.podKeys = "";
@@ -213,7 +221,14 @@ export class MapApp {
     const entry = this.model.gpus.get(uuid);
     if (!el || !entry) return;
     const down = this.model.nodes.get(entry.node)?.down;
-    el.innerHTML = tileInner(entry);
+    // New numbers in the same elements, unless pods or markers changed.
+    const shape = tileShape(entry);
+    if (shape === this.shapes.get(uuid)) {
+      updateTile(el, entry);
+    } else {
+      el.innerHTML = tileInner(entry);
+      this.shapes.set(uuid, shape);
+    }
     el.setAttribute("aria-label", tileLabel(entry, down));
     this._highlightTile(el, entry);
   }
@@ -318,6 +333,10 @@ export class MapApp {
   selectPod(key) {
     this.selectedPod = this.selectedPod === key ? null : key;
     this._applyHighlight();
+  }
+
+  _filtering() {
+    return Boolean(this.$("f-ns").value || this.$("f-node").value.trim() || this.$("f-only").value);
   }
 
   _applyFilters() {

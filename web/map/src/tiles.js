@@ -8,10 +8,18 @@ function width(bytes, total) {
   return total ? Math.max(0, Math.min(100, (bytes / total) * 100)).toFixed(2) : "0";
 }
 
-function segment(cls, bytes, total, label, extra = "") {
-  if (!bytes) return "";
-  const title = esc(`${label}: ${gib(bytes)}`);
-  return `<span class="seg ${cls}" style="width:${width(bytes, total)}%${extra}" title="${title}"></span>`;
+// The memory bar's parts, in drawing order: pods, then no pod, other
+// tenants (hidden from this caller), and what no process holds.
+function segmentsOf(info) {
+  const parts = info.pods.map((pod) => ({ cls: "pod", pod: pod.key, bytes: pod.bytes, label: pod.key }));
+  if (info.noPodBytes) parts.push({ cls: "nopod", bytes: info.noPodBytes, label: "no pod" });
+  if (info.hiddenBytes) parts.push({ cls: "hidden", bytes: info.hiddenBytes, label: "other tenants (hidden)" });
+  if (info.otherBytes) parts.push({ cls: "other", bytes: info.otherBytes, label: "driver and unlisted" });
+  return parts;
+}
+
+function segmentTitle(part) {
+  return `${part.label}: ${gib(part.bytes)}`;
 }
 
 /** The markers of a GPU, as [class, short text, meaning]. */
@@ -37,31 +45,54 @@ export function tileLabel(entry, down) {
   return parts.join("; ");
 }
 
+/**
+ * What decides a tile's elements (not its numbers): the parts of its bar and
+ * its markers. A tile whose shape is unchanged is updated in place.
+ */
+export function tileShape(entry) {
+  const parts = segmentsOf(entry.info).map((part) => part.pod ?? part.cls);
+  const marks = markers(entry.info).map(([cls]) => cls);
+  return `${parts.join("\n")}|${marks.join()}|${entry.gpu.error ?? ""}`;
+}
+
 /** The inside of a GPU tile. */
 export function tileInner(entry) {
   const { gpu, info } = entry;
   const total = info.total || info.used || 1;
-  const segments = info.pods
-    .map(
-      (pod) =>
-        `<span class="seg pod" data-pod="${esc(pod.key)}" style="width:${width(pod.bytes, total)}%;background:${podColor(pod.key)}" title="${esc(`${pod.key}: ${gib(pod.bytes)}`)}"></span>`,
-    )
+  const segments = segmentsOf(info)
+    .map((part) => {
+      const pod = part.pod ? ` data-pod="${esc(part.pod)}"` : "";
+      const colour = part.pod ? `;background:${podColor(part.pod)}` : "";
+      return `<span class="seg ${part.cls}"${pod} style="width:${width(part.bytes, total)}%${colour}" title="${esc(segmentTitle(part))}"></span>`;
+    })
     .join("");
   const marks = markers(info)
     .map(([cls, text, meaning]) => `<span class="mark ${cls}" title="${esc(meaning)}">${esc(text)}</span>`)
     .join("");
-  const util = gpu.utilizationGpu ?? 0;
   return (
     `<div class="t-top"><span class="t-idx">${gpu.index}</span>` +
     `<span class="t-util" title="utilization">${percent(gpu.utilizationGpu)}</span>` +
     `<span class="t-temp" title="temperature">${celsius(gpu.temperatureC)}</span>` +
     `<span class="t-marks">${marks}</span></div>` +
-    `<div class="t-bar" title="${esc(`${gib(info.used)} of ${gib(info.total)}`)}">${segments}` +
-    segment("nopod", info.noPodBytes, total, "no pod") +
-    segment("hidden", info.hiddenBytes, total, "other tenants (hidden)") +
-    segment("other", info.otherBytes, total, "driver and unlisted") +
-    `</div><div class="t-util-bar"><span style="width:${util}%"></span></div>`
+    `<div class="t-bar" title="${esc(`${gib(info.used)} of ${gib(info.total)}`)}">${segments}</div>` +
+    `<div class="t-util-bar"><span style="width:${gpu.utilizationGpu ?? 0}%"></span></div>`
   );
+}
+
+/** Update a tile drawn by tileInner, of the same shape, to ``entry``'s numbers. */
+export function updateTile(el, entry) {
+  const { gpu, info } = entry;
+  const total = info.total || info.used || 1;
+  const [top, bar, util] = el.children;
+  top.children[1].textContent = percent(gpu.utilizationGpu);
+  top.children[2].textContent = celsius(gpu.temperatureC);
+  bar.title = `${gib(info.used)} of ${gib(info.total)}`;
+  segmentsOf(info).forEach((part, i) => {
+    const span = bar.children[i];
+    span.style.width = `${width(part.bytes, total)}%`;
+    span.title = segmentTitle(part);
+  });
+  util.firstChild.style.width = `${gpu.utilizationGpu ?? 0}%`;
 }
 
 /** A whole tile, its element included. */
