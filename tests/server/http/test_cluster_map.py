@@ -259,10 +259,26 @@ def test_a_change_of_the_fake_gpus_shows_without_a_reload(demo: LiveDemo, tmp_pa
                 gpu["temperatureC"] = 97
                 gpu["utilizationGpu"] = 3
 
+        # New numbers: the same elements, updated in place.
         demo.set_gpus(shared_node, hot)
         tile.locator(".t-temp", has_text="97\u00b0C").wait_for(timeout=TIMEOUT_MS)
         assert tile.locator(".t-util").inner_text() == "3%"
         assert "97\u00b0C" in (tile.get_attribute("aria-label") or "")
+        assert tile.locator(".m-mig").count() == 0
+
+        def split(gpu: dict[str, Any]) -> None:
+            hot(gpu)
+            if gpu["uuid"] == shared_uuid:
+                gpu["migEnabled"] = True
+                gpu["processes"] = gpu["processes"][:1]  # chat-api-1 is gone
+
+        # A new marker and one pod fewer: the tile is drawn anew.
+        demo.set_gpus(shared_node, split)
+        tile.locator(".m-mig").wait_for(timeout=TIMEOUT_MS)
+        pods = tile.locator(".seg.pod").evaluate_all("els => els.map(e => e.dataset.pod)")
+        assert pods == ["inference/chat-api-0"]
+        assert tile.locator(".m-shared").count() == 0
+        assert "MIG enabled" in (tile.get_attribute("aria-label") or "")
         # The same document, one socket, no request but the first load's.
         assert page.evaluate("() => window.sameDocument") is True
         assert len([u for u in browser.requested if "/graphql" in u]) == 1
@@ -289,7 +305,8 @@ def test_graphiql_link_opens_the_gpus_query(demo: LiveDemo, tmp_path: Path) -> N
         ide.wait_for_function(
             """uuid => {
                 const pane = document.querySelector('.graphiql-response .CodeMirror');
-                return pane !== null && pane.CodeMirror.getValue().includes('chat-api-1');
+                const text = pane === null ? "" : pane.CodeMirror.getValue();
+                return text.includes(`"uuid": "${uuid}"`) && text.includes("chat-api-0");
             }""",
             arg=shared_uuid,
             timeout=TIMEOUT_MS,
@@ -336,4 +353,10 @@ def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: 
         assert "research/notebook-alice" in text
         assert "ml-training" not in text and "inference" not in text
         assert page.evaluate("() => sessionStorage.getItem('gpugraph.map.token')") == research
+
+        # The server goes away: the page says so and fades the tiles, stale.
+        demo.demo.request_stop()
+        page.wait_for_selector('#status[data-state="reconnecting"]', timeout=TIMEOUT_MS)
+        assert page.locator(".nodes.stale").count() == 1
+        screenshot(page, tmp_path, "map-stale.png")
     assert browser.blocked == []

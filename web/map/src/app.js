@@ -1,7 +1,7 @@
 // The map's controller: loads the cluster, follows the subscription, and
 // keeps the DOM (tiles, filters, selection, details, status) in step.
 import { AuthRequired, query, subscribe, token } from "./api.js";
-import { ago, esc } from "./format.js";
+import { ago, count, esc } from "./format.js";
 import { ClusterModel } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
 import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
@@ -72,6 +72,7 @@ export class MapApp {
     this.connection = "connecting";
     this.lastTick = null;
     this.stopLive = null;
+    this.generation = 0;
     this.resyncAt = 0;
     this.resyncTimer = null;
     this.stats = { firstRenderMs: null, renderMs: null, ticks: 0, lastApplyMs: null, lastFrameMs: null, lastChanged: 0 };
@@ -119,27 +120,38 @@ export class MapApp {
   }
 
   _subscribe() {
-    if (this.stopLive) this.stopLive();
+    this._stopSubscription();
+    // Events of a socket already let go of are ignored.
+    const generation = this.generation;
+    const current = (fn) => (arg) => {
+      if (generation === this.generation) fn(arg);
+    };
     this.stopLive = subscribe(
       this.config.graphqlPath,
       this.config.queries.live,
       { interval: this.interval },
       {
-        onResult: (result) => this.applyTick(result),
-        onState: (state) => {
+        onResult: current((result) => this.applyTick(result)),
+        onState: current((state) => {
           const back = state === "live" && this.connection === "closed";
           this.connection = state;
           this._renderStatus();
           if (back) this._resync();
-        },
-        onAuth: () => this._askToken("the server no longer accepts this token"),
-        onError: (error) => {
+        }),
+        onAuth: current(() => this._askToken("the server no longer accepts this token")),
+        onError: current((error) => {
           this._banner(`The live updates stopped: ${describe(error)}. Restarting.`);
-          this.stopLive = null;
+          this._stopSubscription();
           setTimeout(() => this._subscribe(), 5000);
-        },
+        }),
       },
     );
+  }
+
+  _stopSubscription() {
+    this.generation += 1;
+    if (this.stopLive) this.stopLive();
+    this.stopLive = null;
   }
 
   /** Apply one subscription result (a tick) to the model and the DOM. */
@@ -181,8 +193,9 @@ export class MapApp {
   // ---------------------------------------------------------------- auth
 
   _askToken(message) {
-    if (this.stopLive) this.stopLive();
-    this.stopLive = null;
+    this._stopSubscription();
+    this.connection = "token needed";
+    this._renderStatus();
     const hadToken = Boolean(token.get());
     token.set("");
     this.$("auth-error").textContent = hadToken ? `The server refused that token: ${message}` : "";
@@ -272,7 +285,7 @@ export class MapApp {
   _renderSelection(pods = this.model.pods()) {
     const pod = this.selectedPod ? pods.get(this.selectedPod) : null;
     this.$("pod-selected").textContent = pod
-      ? `\u2013 ${pod.key}: ${pod.gpus.length} GPUs on ${[...pod.nodes].sort().join(", ")}`
+      ? `\u2013 ${pod.key}: ${count(pod.gpus.length, "GPU")} on ${[...pod.nodes].sort().join(", ")}`
       : "";
   }
 
@@ -296,7 +309,7 @@ export class MapApp {
     const state = this.connection === "live" ? (stale ? "stale" : "live") : this.connection === "closed" ? "reconnecting" : this.connection;
     const parts = [state];
     if (age !== null) parts.push(`updated ${ago(age)}`);
-    parts.push(`${up}/${nodes.length} nodes up`, `${this.model.gpus.size} GPUs`);
+    parts.push(`${up}/${nodes.length} nodes up`, count(this.model.gpus.size, "GPU"));
     const status = this.$("status");
     status.textContent = parts.join(" \u00b7 ");
     status.dataset.state = state;

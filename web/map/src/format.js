@@ -23,6 +23,11 @@ export function ago(seconds) {
   return `${Math.round(seconds / 60)} min ago`;
 }
 
+/** "1 GPU", "3 GPUs". */
+export function count(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 const ENTITIES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 
 /** Text made safe for HTML content and attribute values. */

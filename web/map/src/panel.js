@@ -1,6 +1,6 @@
 // The side panel: one GPU's processes, and the list of pods to highlight.
 import { podColor } from "./colors.js";
-import { celsius, esc, gib, percent } from "./format.js";
+import { celsius, count, esc, gib, percent } from "./format.js";
 import { markers } from "./tiles.js";
 import { podKey } from "./model.js";
 
@@ -53,7 +53,7 @@ export function podsHtml(pods, selectedPod) {
   const items = [...pods.values()]
     .sort((a, b) => a.key.localeCompare(b.key))
     .map((pod) => {
-      const where = `${pod.gpus.length} GPU${pod.gpus.length === 1 ? "" : "s"}, ${pod.nodes.size} node${pod.nodes.size === 1 ? "" : "s"}`;
+      const where = `${count(pod.gpus.length, "GPU")}, ${count(pod.nodes.size, "node")}`;
       const flag = pod.gpuRequest ? "" : ' <span class="mark m-unreq" title="no GPU request">!</span>';
       return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod).replace("</button>", ` <span class="count">${where}</span>${flag}</button>`)}</li>`;
     });

@@ -2,7 +2,7 @@
 // go into the document in one assignment, and a tick rewrites only the
 // tiles whose values changed.
 import { podColor } from "./colors.js";
-import { celsius, esc, gib, percent } from "./format.js";
+import { celsius, count, esc, gib, percent } from "./format.js";
 
 function width(bytes, total) {
   return total ? Math.max(0, Math.min(100, (bytes / total) * 100)).toFixed(2) : "0";
@@ -111,7 +111,7 @@ function placeholderHtml(node, index) {
 
 /** The header text of a node. */
 export function nodeStatus(node) {
-  return node.down ? `agent down: ${node.reason}` : `${node.gpus.length} GPUs`;
+  return node.down ? `agent down: ${node.reason}` : count(node.gpus.length, "GPU");
 }
 
 /** A node's section: its name, its state, and its tiles. */
