@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
-from cluster_bench import free_port, start_cluster  # noqa: E402
+from cluster_bench import serve_process, start_cluster  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.http.cluster_map import ASSET_FILES, DEFAULT_STATIC_DIR, MAP_PATH  # noqa: E402
@@ -75,28 +75,8 @@ TIMED = """([selector, action]) => {
 
 
 def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
-    """``gpugraph serve`` in its own process, open (the page's cost, not auth's)."""
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "api.cli",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--kubeconfig",
-            kubeconfig,
-            "--agent-port",
-            str(agent_port),
-            "--log-level",
-            "warning",
-            "--auth",
-            "none",
-        ],
-        cwd=ROOT,
-    )
-    base = f"http://127.0.0.1:{port}"
+    """``gpugraph serve`` in its own process, once it is ready."""
+    server, base = serve_process(kubeconfig, agent_port)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
