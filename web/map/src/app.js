@@ -208,6 +208,7 @@ export class MapApp {
 
   _renderAll() {
     const { nodes, gpus } = this.model;
+    const focused = this.nodesEl.contains(document.activeElement) ? document.activeElement.dataset.uuid : null;
     this.nodesEl.innerHTML = [...nodes.values()].map((node) => nodeHtml(node, gpus)).join("");
     this.tiles = new Map();
     this.shapes = new Map();
@@ -223,6 +224,10 @@ export class MapApp {
     this._renderPods();
     this._applyHighlight();
     this._applyFilters();
+    // A new picture keeps the pinned tile and the keyboard's place.
+    this.tiles.get(this.pinned)?.classList.add("pinned");
+    const keep = this.tiles.get(focused);
+    if (keep) this._focus(keep);
     const first = this.nodesEl.querySelector(".tile:not([hidden])");
     if (first && !this.nodesEl.querySelector('.tile[tabindex="0"]')) first.tabIndex = 0;
     this._renderDetails();
@@ -305,7 +310,8 @@ export class MapApp {
     const nodes = [...this.model.nodes.values()];
     const up = nodes.filter((n) => !n.down).length;
     const age = this.lastTick ? (Date.now() - this.lastTick) / 1000 : null;
-    const stale = this.connection !== "live" || (age !== null && age > Math.max(3 * this.interval, this.interval + 5));
+    const late = age !== null && age > Math.max(3 * this.interval, this.interval + 5);
+    const stale = this.connection === "closed" || (this.connection === "live" && late);
     const state = this.connection === "live" ? (stale ? "stale" : "live") : this.connection === "closed" ? "reconnecting" : this.connection;
     const parts = [state];
     if (age !== null) parts.push(`updated ${ago(age)}`);
