@@ -27,7 +27,7 @@ fragment MapGpu on Gpu {
     usedMemoryBytes
     smUtilization
     container { name }
-    pod { uid namespace name gpuRequest }
+    pod { namespace name gpuRequest }
   }
 }
 """
@@ -40,7 +40,7 @@ query ClusterMap {
   nodes {
     name
     gpuCapacity
-    agent { reachable error snapshotAgeSeconds }
+    agent { reachable error }
     gpus { ...MapGpu }
   }
 }

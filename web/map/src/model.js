@@ -72,7 +72,7 @@ function errorFor(errors, node) {
 
 export class ClusterModel {
   constructor() {
-    /** name -> { name, capacity, down, reason, ageSeconds, gpus: [uuid] } */
+    /** name -> { name, capacity, down, reason, gpus: [uuid] } */
     this.nodes = new Map();
     /** uuid -> { uuid, node, gpu, info, sig } */
     this.gpus = new Map();
@@ -92,7 +92,6 @@ export class ClusterModel {
         capacity: node.gpuCapacity ?? 0,
         down,
         reason: down ? agent.error || "its agent did not answer" : null,
-        ageSeconds: agent.snapshotAgeSeconds ?? null,
         gpus: [],
       };
       if (node.gpus) {
