@@ -56,7 +56,7 @@ const SKELETON = `
 
 const HINT =
   '<p class="hint">Hover or select a GPU for its processes. Arrow keys move between GPUs, Enter pins one, Escape clears. Click a pod to highlight its GPUs on every node.</p>';
-// Tiles and pods are redrawn at most once a frame; a tick can be 8,000 GPUs.
+// A new ClusterMap query (a node joined, an agent came back) at most this often.
 const RESYNC_SPACING_MS = 10_000;
 
 export class MapApp {
