@@ -286,6 +286,35 @@ def test_a_change_of_the_fake_gpus_shows_without_a_reload(demo: LiveDemo, tmp_pa
     _only_local(browser, demo.url)
 
 
+def test_an_agent_that_stops_greys_its_node_without_a_reload(tmp_path: Path) -> None:
+    require_chromium()
+    _require_assets()
+    with (
+        live_demo(nodes=NODES, gpus_per_node=2, interval=0.5) as demo,
+        chromium(tmp_path / "profile") as browser,
+    ):
+        page = _open_map(browser, demo.url)
+        _wait_ticks(page, 1)
+        agent = demo.demo.agents[0]
+        node = page.locator(f'section[data-node="{agent.node.name}"]')
+        assert "down" not in (node.get_attribute("class") or "")
+        demo.run(agent.server.stop(0))
+        page.wait_for_selector(f'section.down[data-node="{agent.node.name}"]', timeout=TIMEOUT_MS)
+        reason = node.locator(".n-status").inner_text()
+        assert reason.startswith(f"agent down: agent on node '{agent.node.name}' unavailable")
+        # Its tiles stay, greyed, with their last numbers; the other node's do not.
+        tiles = node.locator(".tile[data-uuid]")
+        assert tiles.count() == 2
+        assert all(
+            "down" in (c or "") for c in tiles.evaluate_all("els => els.map(e => e.className)")
+        )
+        assert "agent down" in (tiles.first.get_attribute("aria-label") or "")
+        assert page.locator(".tile.down[data-uuid]").count() == 2
+        assert page.evaluate("() => performance.getEntriesByType('navigation').length") == 1
+        screenshot(page, tmp_path, "map-agent-lost.png")
+    assert browser.blocked == [] and browser.problems == []
+
+
 def test_graphiql_link_opens_the_gpus_query(demo: LiveDemo, tmp_path: Path) -> None:
     _, shared_uuid = demo.demo.cluster.shared_gpu
     with chromium(tmp_path / "profile") as browser:
