@@ -18,6 +18,7 @@ from graph_schema.scope import EVERYTHING, Scope
 from .auth import AuthMiddleware, KubernetesAuth, caller_of
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
+from .http.cluster_map import map_routes
 from .log_limits import limit_tracebacks
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .settings import Settings, SettingsError
@@ -119,6 +120,7 @@ def create_app(
         Route("/gpu-pods", gpu_pods_counted, methods=["GET"]),
         Route("/graphql", graphql),
         WebSocketRoute("/graphql", graphql),
+        *map_routes(graphiql=settings.graphiql),
     ]
     if settings.graphiql:
         routes.extend(graphiql_routes())

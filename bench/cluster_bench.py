@@ -273,6 +273,34 @@ def start_cluster(nodes: int, pods: int) -> Cluster:
     return Cluster(stub, cache, watcher, agents, port, time.perf_counter() - start)
 
 
+def serve_process(
+    kubeconfig: str, agent_port: int, *flags: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A real ``gpugraph serve`` in its own process, open (``--auth none``); it and its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--kubeconfig",
+            kubeconfig,
+            "--agent-port",
+            str(agent_port),
+            "--log-level",
+            "warning",
+            "--auth",
+            "none",
+            *flags,
+        ],
+        cwd=ROOT,
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
 # ------------------------------------------------------------- the benchmarks
 
 
@@ -372,30 +400,9 @@ async def concurrency(
     cluster = start_cluster(nodes, pods)
     tmp = tempfile.mkdtemp(prefix="gpugraph-bench-")
     kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
-    listen_port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "api.cli",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{listen_port}",
-            "--kubeconfig",
-            kubeconfig,
-            "--agent-port",
-            str(cluster.port),
-            "--snapshot-ttl",
-            str(ttl),
-            "--log-level",
-            "warning",
-            "--no-graphiql",
-            "--auth",
-            "none",
-        ],
-        cwd=ROOT,
+    server, base = serve_process(
+        kubeconfig, cluster.port, "--snapshot-ttl", str(ttl), "--no-graphiql"
     )
-    base = f"http://127.0.0.1:{listen_port}"
     latencies: list[float] = []
     errors = 0
     try:

@@ -155,28 +155,33 @@ def test_build_dependencies_are_pinned_too() -> None:
 
 
 def test_web_assets_are_built_and_baked_in() -> None:
-    from api.http.graphiql import DEFAULT_STATIC_DIR
+    from api.http.cluster_map import DEFAULT_STATIC_DIR as MAP_DIR
+    from api.http.graphiql import DEFAULT_STATIC_DIR as GRAPHIQL_DIR
 
     web = BY_NAME["web"]
     copies = web.all("COPY")
     assert any("web/package-lock.json" in c for c in copies), "npm ci needs the lock file"
     runs = web.all("RUN")
     assert any(shlex.split(r)[:2] == ["npm", "ci"] for r in runs)
-    build = next(shlex.split(r) for r in runs if "build.mjs" in r)
-    assert build[:2] == ["node", "build.mjs"]
-    out_dir = build[2]
-
-    static = DEFAULT_STATIC_DIR.relative_to(ROOT).as_posix()
     builder = BY_NAME["builder"]
     baked = [shlex.split(c) for c in builder.all("COPY") if c.startswith("--from=web")]
-    assert baked == [["--from=web", out_dir, f"./{static}"]]
-    # The copy lands before the install, so the package data carries the assets.
+    # GraphiQL's copied bundles and the map's esbuild bundle, each into the
+    # folder its page reads.
+    expected = []
+    for script, static_dir in (("build.mjs", GRAPHIQL_DIR), ("map/build.mjs", MAP_DIR)):
+        build = next(shlex.split(r) for r in runs if f"node {script}" in r)
+        assert build[:2] == ["node", script]
+        static = static_dir.relative_to(ROOT).as_posix()
+        expected.append(["--from=web", build[2], f"./{static}"])
+    assert baked == expected
+    assert any("web/map" in c for c in copies), "the map's sources reach the web stage"
+    # The copies land before the install, so the package data carries the assets.
     order = [(i.keyword, i.args) for i in builder.instructions]
-    baked_at = next(n for n, (k, a) in enumerate(order) if a.startswith("--from=web"))
     install_at = next(n for n, (k, a) in enumerate(order) if k == "RUN" and "pip install" in a)
-    assert baked_at < install_at
+    assert all(n < install_at for n, (k, a) in enumerate(order) if a.startswith("--from=web"))
     package_data = PYPROJECT["tool"]["setuptools"]["package-data"]["api"]
-    assert any(fnmatch.fnmatch("static/graphiql/graphiql.min.js", p) for p in package_data)
+    for asset in ("static/graphiql/graphiql.min.js", "static/map/map.js"):
+        assert any(fnmatch.fnmatch(asset, p) for p in package_data), asset
 
 
 def test_install_matches_pyproject() -> None:
@@ -217,7 +222,7 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
             for source in shlex.split(copy)[:-1]:
                 assert (ROOT / source).exists(), f"COPY {source}: no such file"
                 assert not ignored(source), f".dockerignore drops {source}, which COPY needs"
-    for heavy in (".venv", ".git", "web/node_modules", "api/static/graphiql"):
+    for heavy in (".venv", ".git", "web/node_modules", "api/static/graphiql", "api/static/map"):
         assert ignored(heavy), f"{heavy} should stay out of the build context"
 
 
