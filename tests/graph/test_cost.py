@@ -154,8 +154,8 @@ async def test_a_refusal_names_the_estimate_and_the_limit_and_runs_nothing() -> 
     assert error.extensions is not None
     assert error.extensions["code"] == "QUERY_TOO_COSTLY"
     estimate_, limit = error.extensions["estimate"], error.extensions["limit"]
-    assert limit == 100_000 and estimate_ > limit
-    assert f"{estimate_:,}" in error.message and "100,000" in error.message
+    assert limit == 150_000 and estimate_ > limit
+    assert f"{estimate_:,}" in error.message and "150,000" in error.message
     assert "4 nodes" in error.message and "8 GPUs per node" in error.message
     assert snapshots.total_calls == 0, "refused before any agent is asked"
 

@@ -39,7 +39,7 @@ def test_defaults_match_the_issue() -> None:
     assert settings.snapshot_ttl == 1.0
     assert (settings.max_depth, settings.max_aliases, settings.max_tokens) == (12, 30, 5000)
     assert settings.max_body_bytes == 1_048_576
-    assert settings.max_result_items == 100_000 == SchemaLimits().max_result_items
+    assert settings.max_result_items == 150_000 == SchemaLimits().max_result_items
     assert settings.max_variable_items == 5_000 == SchemaLimits().max_variable_items
     assert settings.limits == SchemaLimits()
     assert settings.max_subscriptions == 200

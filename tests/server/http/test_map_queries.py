@@ -14,14 +14,8 @@ NODES, GPUS, PROCESSES = 1000, 8, 4
 
 
 def _limits() -> SchemaLimits:
-    # The server's defaults, as `gpugraph serve` builds them.
-    settings = Settings()
-    return SchemaLimits(
-        max_depth=settings.max_depth,
-        max_aliases=settings.max_aliases,
-        max_tokens=settings.max_tokens,
-        max_result_items=settings.max_result_items,
-    )
+    """The server's defaults, as `gpugraph serve` builds them."""
+    return Settings().limits
 
 
 async def test_the_map_is_admitted_and_answered_at_1000_nodes() -> None:
@@ -35,12 +29,13 @@ async def test_the_map_is_admitted_and_answered_at_1000_nodes() -> None:
     nodes = result.data["nodes"]
     assert len(nodes) == NODES and sum(len(n["gpus"]) for n in nodes) == NODES * GPUS
 
-    # The estimate the admission made, with the sizes it measured, and its margin.
+    # The estimate the admission made, with the sizes it measured, and a margin
+    # for a few more fields on the page before the default budget refuses it.
     sizes = schema.gauge.sizes(sc.cluster)
     assert (sizes.nodes, sizes.gpus_per_node, sizes.processes_per_gpu) == (NODES, GPUS, PROCESSES)
     for document in (SNAPSHOT_QUERY, LIVE_SUBSCRIPTION):
         objects = estimate(schema._schema, parse(document), sizes).objects
-        assert objects <= limits.max_result_items // 1.5, (document, objects)
+        assert objects * 1.25 <= limits.max_result_items, (document, objects)
 
 
 async def test_the_live_subscription_ticks_every_gpu_at_1000_nodes() -> None:
