@@ -21,6 +21,7 @@ from graph_schema import (
     GraphSchema,
     NodeRecord,
     PodRecord,
+    Received,
     build_schema,
     make_context,
 )
@@ -143,7 +144,7 @@ class MemorySnapshots:
         self._down.pop(node_name, None)
         self._broken.pop(node_name, None)
 
-    async def fetch(self, node_name: str) -> NodeSnapshot:
+    async def fetch(self, node_name: str) -> Received:
         self.calls[node_name] += 1
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -154,13 +155,10 @@ class MemorySnapshots:
         snapshot = self._snapshots.get(node_name)
         if snapshot is None:
             raise AgentUnavailableError(node_name, "no agent")
-        return snapshot
+        return Received(snapshot)
 
     def agent_address(self, node_name: str) -> str | None:
         return f"{node_name}.agents:50051" if node_name in self._snapshots else None
-
-    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
-        return snapshot.age_seconds
 
 
 def node_record(name: str, ip: str | None = None, gpus: int | None = 8) -> NodeRecord:

@@ -29,20 +29,8 @@ from node_resolver.auth import TokenFile
 from node_resolver.client import AgentClient
 from node_resolver.models import NodeSnapshot
 from tests.support import graph
+from tests.support.clock import ManualClock
 from tests.support.server import GIB, AgentNode, Gpu, Proc, node_ips
-
-
-class ManualClock:
-    """A monotonic clock the test moves by hand (TTL and backoff read it)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class CountingFactory:
@@ -125,7 +113,7 @@ async def test_fetch_returns_each_nodes_snapshot_over_one_reused_channel(
     try:
         for _ in range(3):
             for agent in agents:
-                snapshot = await pool.fetch(agent.name)
+                snapshot = (await pool.fetch(agent.name)).snapshot
                 assert snapshot.node_name == agent.name
                 (gpu,) = snapshot.sample.gpus
                 assert gpu.uuid == f"GPU-{agent.name}-0"
@@ -155,14 +143,14 @@ async def test_concurrent_and_repeated_fetches_within_the_ttl_share_one_call(
     try:
         results = await asyncio.gather(*(pool.fetch(agent.name) for _ in range(20)))
         assert agent.calls == 1
-        assert all(r.sample.gpus[0].uuid == "GPU-node-0-0" for r in results)
+        assert all(r.snapshot.sample.gpus[0].uuid == "GPU-node-0-0" for r in results)
         clock.advance(0.5)
         later = await pool.fetch(agent.name)
         assert agent.calls == 1
         # The very same object, so graph objects built from it are reused...
-        assert all(r is later for r in results)
+        assert all(r.snapshot is later.snapshot for r in results)
         # ...and its age counts the time it sat in the cache.
-        assert pool.snapshot_age(agent.name, later) == later.age_seconds + 0.5
+        assert later.age_seconds == later.snapshot.age_seconds + 0.5
         clock.advance(0.6)
         await pool.fetch(agent.name)
         assert agent.calls == 2
@@ -202,7 +190,7 @@ async def test_a_dead_agent_is_skipped_with_backoff_and_seen_again_after_restart
         # While backing off, the pool answers at once with the last error, without a call.
         with pytest.raises(AgentUnavailableError, match="next retry in"):
             await pool.fetch(dead.name)
-        assert (await pool.fetch(alive.name)).node_name == alive.name
+        assert (await pool.fetch(alive.name)).snapshot.node_name == alive.name
         assert 'gpugraph_snapshot_requests_total{source="backoff"} 1.0' in metrics.render().decode()
 
         # The second failure doubles the delay: 1 s later it is still skipped.
@@ -216,7 +204,7 @@ async def test_a_dead_agent_is_skipped_with_backoff_and_seen_again_after_restart
         await dead.start()
         calls_before = dead.calls
         clock.advance(1.0)
-        snapshot = await pool.fetch(dead.name)
+        snapshot = (await pool.fetch(dead.name)).snapshot
         assert snapshot.node_name == dead.name
         assert dead.calls == calls_before + 1
         # Success resets the backoff: the next failure waits only the initial delay.
@@ -328,7 +316,7 @@ async def test_pod_ip_discovery_finds_the_running_agent_pod(tmp_path: Path) -> N
     pool = AgentPool(PodIpDiscovery(cache, "gpugraph", selector, agent.port))
     try:
         assert pool.agent_address("node-0") == agent.address
-        snapshot = await pool.fetch("node-0")
+        snapshot = (await pool.fetch("node-0")).snapshot
         assert snapshot.node_name == "node-0"
         assert agent.calls == 1
         with pytest.raises(AgentUnavailableError, match="none Running"):
@@ -353,7 +341,7 @@ async def test_the_token_is_sent_and_a_missing_token_is_a_clear_error(tmp_path: 
     without = AgentPool(NodeIpDiscovery(cache, agent.port))
     wrong = AgentPool(NodeIpDiscovery(cache, agent.port), token="guess")
     try:
-        assert (await with_token.fetch("node-0")).node_name == "node-0"
+        assert (await with_token.fetch("node-0")).snapshot.node_name == "node-0"
         for pool in (without, wrong):
             with pytest.raises(AgentUnavailableError, match="UNAUTHENTICATED"):
                 await pool.fetch("node-0")
@@ -374,8 +362,7 @@ async def test_a_waiter_cancelled_mid_call_does_not_cancel_the_shared_call(
         second = asyncio.ensure_future(pool.fetch(agent.name))
         await asyncio.sleep(0)
         first.cancel()
-        snapshot = await second
-        assert snapshot.node_name == agent.name
+        assert (await second).snapshot.node_name == agent.name
         assert agent.calls == 1
     finally:
         await pool.close()
