@@ -22,9 +22,9 @@ from graph_schema.interfaces import AgentUnavailableError, Received
 from node_resolver.auth import TokenFile
 from node_resolver.models import NodeSnapshot
 
+from ..backoff import Backoff
 from ..metrics import Metrics
 from ..shared_calls import Keep, SharedCalls
-from .backoff import Backoff
 from .discovery import AddressUnknownError, Discovery
 
 __all__ = ["CHANNEL_OPTIONS", "AgentClientLike", "AgentPool", "ClientFactory"]
