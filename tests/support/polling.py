@@ -1,12 +1,17 @@
-"""Polling for a condition that becomes true in the background, from sync tests."""
+"""Waiting for a condition that becomes true in the background: ``eventually``, sync and async."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["eventually"]
+__all__ = ["eventually", "eventually_async"]
+
+
+def _give_up(what: str, timeout: float, last: Any) -> AssertionError:
+    return AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
 
 
 def eventually(
@@ -15,11 +20,31 @@ def eventually(
     *,
     interval: float = 0.01,
     what: str = "condition",
-) -> bool:
-    """Poll ``check()`` until it is truthy (returns True); fail after ``timeout`` seconds."""
+) -> Any:
+    """Poll ``check()`` until it returns a truthy value (returned); fail after ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while not check():
+    while not (result := check()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
+            raise _give_up(what, timeout, result)
         time.sleep(interval)
-    return True
+    return result
+
+
+async def eventually_async(
+    check: Callable[[], Any],
+    *,
+    timeout: float = 5.0,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> Any:
+    """Await ``check()`` (sync or async) until it returns a truthy value (returned), or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise _give_up(what, timeout, result)
+        await asyncio.sleep(interval)

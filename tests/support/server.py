@@ -291,24 +291,6 @@ class GraphQLSocket:
         return message["payload"]
 
 
-async def eventually(
-    check: Any, *, timeout: float = 5.0, interval: float = 0.05, what: str = "condition"
-) -> Any:
-    """Await ``check()`` (sync or async) until it returns a truthy value, or fail after timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        last = result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
-        await asyncio.sleep(interval)
-
-
 class GraphTestCluster:
     """A stub Kubernetes API server plus one real agent per node, on loopback node IPs.
 
