@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph_schema import build_schema, make_context
+from graph_schema import make_context
 from tests.support.graph import (
     GiB,
     SmallWorld,
@@ -108,11 +108,9 @@ async def test_pod_gpus_and_processes_are_its_own(world: SmallWorld) -> None:
 
 async def test_one_fetch_per_node_for_an_all_nodes_query() -> None:
     sc = synthetic_cluster(12, gpus_per_node=3, processes_per_gpu=2)
-    schema = build_schema()
-    result = await schema.execute(
+    result = await sc.execute(
         "{ nodes { name driverVersion agent { reachable } gpus { uuid pods { name } "
         "processes { pod { name node { gpus { uuid } } gpus { uuid } } } } } }",
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.errors is None
     assert result.data is not None
@@ -122,11 +120,9 @@ async def test_one_fetch_per_node_for_an_all_nodes_query() -> None:
 
 async def test_one_fetch_per_node_for_a_many_pods_query() -> None:
     sc = synthetic_cluster(5, gpus_per_node=2, processes_per_gpu=3)
-    schema = build_schema()
-    result = await schema.execute(
+    result = await sc.execute(
         "{ pods { name gpus { uuid } gpuProcesses { pid } node { gpus { uuid } } "
         "containers { gpuProcesses { pid } } } }",
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
     )
     assert result.errors is None
     assert result.data is not None

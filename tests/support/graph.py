@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from strawberry.types import ExecutionResult
 
 from graph_schema import (
     AgentUnavailableError,
@@ -263,11 +265,20 @@ def snapshot(node_name: str, gpus: Sequence[GpuSample], **sample: object) -> Nod
 
 @dataclass
 class SyntheticCluster:
-    """A generated cluster and its agents."""
+    """A generated cluster and its agents, with a schema to query them."""
 
     cluster: MemoryCluster
     snapshots: MemorySnapshots
     node_names: list[str]
+    schema: GraphSchema = field(default_factory=build_schema)
+
+    async def execute(self, query: str, **variables: Any) -> ExecutionResult:
+        """Run ``query`` as one operation of its own, errors and all."""
+        return await self.schema.execute(
+            query,
+            variable_values=variables or None,
+            context_value=make_context(self.cluster, self.snapshots, self.schema.state),
+        )
 
 
 def synthetic_cluster(
