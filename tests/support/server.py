@@ -192,17 +192,23 @@ def node_ips(count: int) -> list[str]:
 
 
 @dataclass
-class RunningServer:
-    """The app served by real uvicorn on a loopback port."""
+class Listening:
+    """A server listening at ``url`` (http://host:port)."""
 
     url: str
-    app: Starlette
-    server: uvicorn.Server
 
     @property
     def ws_url(self) -> str:
         """The GraphQL WebSocket URL."""
         return self.url.replace("http://", "ws://", 1) + "/graphql"
+
+
+@dataclass
+class RunningServer(Listening):
+    """The app served by real uvicorn on a loopback port."""
+
+    app: Starlette
+    server: uvicorn.Server
 
 
 @contextlib.asynccontextmanager
@@ -364,17 +370,11 @@ class GraphTestCluster:
 
 
 @dataclass
-class Served:
+class Served(Listening):
     """A full server (cache + watch + pool + app) under uvicorn, and an HTTP client for it."""
 
-    url: str
     services: Any
     client: httpx.AsyncClient
-
-    @property
-    def ws_url(self) -> str:
-        """The GraphQL WebSocket URL."""
-        return self.url.replace("http://", "ws://", 1) + "/graphql"
 
     async def query(self, query: str, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """POST a GraphQL query; the decoded response."""

@@ -375,19 +375,26 @@ def test_pool_rejects_bad_settings() -> None:
         AgentPool(NodeIpDiscovery(ClusterCache()), ttl=-1)
 
 
-class FixedClient:
-    """An agent client answering every call with the same snapshot."""
+class FakeClient:
+    """An agent client answering every call with one snapshot, or refusing while down."""
 
-    def __init__(self, snapshot: NodeSnapshot) -> None:
+    def __init__(
+        self, snapshot: NodeSnapshot, *, token: str | None = None, up: bool = True
+    ) -> None:
         self.snapshot = snapshot
+        self.token = token
+        self.up = up
         self.calls = 0
+        self.closed = False
 
     async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
         self.calls += 1
+        if not self.up:
+            raise ConnectionRefusedError("connection refused")
         return self.snapshot
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapshot(
@@ -397,10 +404,10 @@ async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapsh
     from graph_schema import build_schema, make_context
 
     cluster = graph.MemoryCluster()
-    clients: dict[str, FixedClient] = {}
+    clients: dict[str, FakeClient] = {}
     for i, name in enumerate(("node-a", "node-b")):
         cluster.add_node(graph.node_record(name, ip=f"10.0.0.{i + 1}"))
-        clients[f"10.0.0.{i + 1}:50051"] = FixedClient(
+        clients[f"10.0.0.{i + 1}:50051"] = FakeClient(
             graph.snapshot(name, [graph.gpu_sample(name, 0)])
         )
     builds: list[str] = []
@@ -480,36 +487,25 @@ def test_an_unusable_token_file_is_refused_at_start(tmp_path: Path) -> None:
         agent_token(Settings(agent_token_file=tmp_path / "empty"))
 
 
-class Client:
-    def __init__(self, node_name: str, token: str | None) -> None:
-        self.token = token
-        self.closed = False
-        self._snapshot = graph.snapshot(node_name, [graph.gpu_sample(node_name, 0)])
-
-    async def get_snapshot(self, *, timeout: float) -> object:
-        return self._snapshot
-
-    def close(self) -> None:
-        self.closed = True
-
-
 async def test_the_pool_rebuilds_its_channels_with_a_rotated_token(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text("first")
     clock = ManualClock()
     cluster = graph.MemoryCluster()
     cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
-    made: list[Client] = []
+    made: list[FakeClient] = []
 
-    def factory(target: str, token: str | None) -> Client:
-        made.append(Client("node-a", token))
+    def factory(target: str, token: str | None) -> FakeClient:
+        made.append(
+            FakeClient(graph.snapshot("node-a", [graph.gpu_sample("node-a", 0)]), token=token)
+        )
         return made[-1]
 
     pool = AgentPool(
         NodeIpDiscovery(cluster, 50051),
         ttl=0,
         token=TokenFile(path, check_seconds=5.0, clock=clock),
-        client_factory=factory,  # type: ignore[arg-type]
+        client_factory=factory,
         clock=clock,
     )
     await pool.fetch("node-a")
@@ -524,26 +520,12 @@ async def test_the_pool_rebuilds_its_channels_with_a_rotated_token(tmp_path: Pat
     await pool.close()
 
 
-class FlakyClient:
-    def __init__(self, node_name: str) -> None:
-        self.up = False
-        self._snapshot = graph.snapshot(node_name, [])
-
-    async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
-        if not self.up:
-            raise ConnectionRefusedError("connection refused")
-        return self._snapshot
-
-    def close(self) -> None:
-        pass
-
-
 async def test_a_down_agent_is_logged_as_a_warning_once_and_again_when_it_recovers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     cluster = graph.MemoryCluster()
     cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
-    client = FlakyClient("node-a")
+    client = FakeClient(graph.snapshot("node-a", []), up=False)
     clock = ManualClock()
     pool = AgentPool(
         NodeIpDiscovery(cluster, 50051),
