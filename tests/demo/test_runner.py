@@ -299,15 +299,22 @@ def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
         assert list(running.tmpdir.iterdir()) == []
 
 
-def test_bad_flags_are_refused_clearly() -> None:
-    result = subprocess.run(
-        [*gpugraph_command(), "demo", "--nodes", "2"],
+def run_demo(*args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``gpugraph demo ARGS`` to its end (for runs that fail early), output captured."""
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
+    return subprocess.run(
+        [*gpugraph_command(), "demo", *args],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_bad_flags_are_refused_clearly() -> None:
+    result = run_demo("--nodes", "2")
     assert result.returncode == 2
     assert "--nodes" in result.stderr and "at least 3" in result.stderr
 
@@ -317,16 +324,7 @@ def test_a_taken_listen_address_is_a_clear_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = {**os.environ, "TMPDIR": str(tmp_path)}
-        result = subprocess.run(
-            [*gpugraph_command(), "demo", "--listen", f"127.0.0.1:{port}"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = run_demo("--listen", f"127.0.0.1:{port}", tmpdir=tmp_path)
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "stopped" not in result.stdout, "nothing had started"

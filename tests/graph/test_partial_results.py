@@ -21,7 +21,7 @@ async def test_dead_agent_nulls_only_its_node_with_an_error_naming_it(
     dead = sc.node_names[1]
     sc.snapshots.kill(dead, "connection refused")
     result = await sc.execute(
-        "{ nodes { name gpus { uuid processes { pod { name } } } agent { reachable error } } }",
+        "{ nodes { name gpus { uuid processes { pod { name } } } agent { reachable error } } }"
     )
     assert result.data is not None
     nodes = result.data["nodes"]
@@ -71,9 +71,7 @@ async def test_aggregate_lists_keep_other_nodes_and_name_the_dead_one(
     sc = three_nodes
     dead = sc.node_names[2]
     sc.snapshots.kill(dead, "deadline exceeded")
-    result = await sc.execute(
-        "{ gpus { uuid } gpuProcesses { pid } }",
-    )
+    result = await sc.execute("{ gpus { uuid } gpuProcesses { pid } }")
     assert result.data is not None
     assert len(result.data["gpus"]) == 4
     assert len(result.data["gpuProcesses"]) == 4
@@ -92,9 +90,7 @@ async def test_unexpected_fetch_failure_names_the_node_but_hides_details(
     broken = sc.node_names[0]
     sc.snapshots.break_with(broken, RuntimeError("secret internal detail"))
     with caplog.at_level(logging.ERROR):
-        result = await sc.execute(
-            "{ nodes { name gpus { uuid } } }",
-        )
+        result = await sc.execute("{ nodes { name gpus { uuid } } }")
     assert result.data is not None
     assert [n["gpus"] is None for n in result.data["nodes"]] == [True, False, False]
     assert result.errors is not None
@@ -108,7 +104,7 @@ async def test_node_wide_sampling_failure_is_reported(three_nodes: SyntheticClus
     name = sc.node_names[0]
     sc.snapshots.put(snapshot(name, [], error="NVML_ERROR_DRIVER_NOT_LOADED"))
     result = await sc.execute(
-        f'{{ node(name: "{name}") {{ gpus {{ uuid }} agent {{ reachable error }} }} }}',
+        f'{{ node(name: "{name}") {{ gpus {{ uuid }} agent {{ reachable error }} }} }}'
     )
     assert result.data == {
         "node": {"gpus": None,

@@ -10,8 +10,22 @@ from typing import Any
 __all__ = ["eventually", "eventually_async"]
 
 
-def _give_up(what: str, timeout: float, last: Any) -> AssertionError:
-    return AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+class _Patience:
+    """Judges each answer of a check: True once it is truthy, AssertionError past the timeout."""
+
+    def __init__(self, what: str, timeout: float) -> None:
+        self.what = what
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+
+    def satisfied(self, result: Any) -> bool:
+        if result:
+            return True
+        if time.monotonic() > self.deadline:
+            raise AssertionError(
+                f"{self.what} not reached within {self.timeout} s (last: {result!r})"
+            )
+        return False
 
 
 def eventually(
@@ -22,10 +36,8 @@ def eventually(
     what: str = "condition",
 ) -> Any:
     """Poll ``check()`` until it returns a truthy value (returned); fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise _give_up(what, timeout, result)
+    patience = _Patience(what, timeout)
+    while not patience.satisfied(result := check()):
         time.sleep(interval)
     return result
 
@@ -38,13 +50,11 @@ async def eventually_async(
     what: str = "condition",
 ) -> Any:
     """Await ``check()`` (sync or async) until it returns a truthy value (returned), or fail."""
-    deadline = time.monotonic() + timeout
+    patience = _Patience(what, timeout)
     while True:
         result = check()
         if asyncio.iscoroutine(result):
             result = await result
-        if result:
+        if patience.satisfied(result):
             return result
-        if time.monotonic() > deadline:
-            raise _give_up(what, timeout, result)
         await asyncio.sleep(interval)
