@@ -16,7 +16,7 @@ PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt \
 	PIP_BUILD_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo test install install-dev lint typecheck proto proto-check web web-if-npm \
-	npm-if-npm bench-small bench clean
+	npm-if-npm bench-small bench gpu-check clean
 
 # Debian's python3 without python3-venv leaves a $(VENV) without pip behind; remove
 # it, so the next run starts over, and say what to install.
@@ -87,7 +87,7 @@ test: install-dev npm-if-npm lint typecheck proto-check
 
 # Every benchmark at a size that finishes in CI; the full sizes are their defaults.
 bench-small: install-dev
-	$(PY) bench/agent_bench.py --sizes 3
+	$(PY) bench/agent_bench.py --sizes 3 --nvml-scans 50
 	$(PY) bench/cache_bench.py --pods 2000
 	$(PY) bench/cluster_bench.py --small
 	$(PY) bench/hostile.py --small
@@ -102,6 +102,11 @@ bench: install-dev
 	$(PY) bench/agent_bench.py --sizes 10,50,100
 	$(PY) bench/kubectl_bench.py
 	$(PY) bench/auth_bench.py
+
+# On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and
+# memory? Fails clearly (exit 2) where there is no GPU; see tools/gpu_check.py.
+gpu-check: install
+	$(PY) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \

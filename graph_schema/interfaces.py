@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from node_resolver.models import NodeSnapshot
 
@@ -61,6 +61,15 @@ class Cluster(Protocol):
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         """Every cached pod called ``name``, across namespaces."""
+        ...
+
+
+@runtime_checkable
+class StalenessSource(Protocol):
+    """A cache that knows how long ago the API server last confirmed it."""
+
+    def staleness_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the API server last confirmed the cache; None before it has."""
         ...
 
 

@@ -36,9 +36,9 @@ from node_resolver.agent import running
 from node_resolver.cli import positive_seconds
 
 from ..agents import AgentPool
-from ..flags import LOG_LEVELS, listen_address
+from ..flags import LOG_LEVELS, listen_address, parse_listen
 from ..http.uvicorn_server import UvicornServer
-from ..settings import Settings, parse_listen
+from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document
 from .proc_tree import write_proc_tree

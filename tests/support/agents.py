@@ -6,8 +6,9 @@ Both serve real gRPC on a loopback address with an OS-picked port:
   on its own event loop in a thread, so sync and async tests alike can call
   it, and exposes the sampler and server for counting scans and calls.
 - ``start_agent_process(nvml_file, ...)`` runs ``python -m node_resolver``
-  exactly as deployed, with a fake NVML file and optionally a fake /proc tree
-  (see ``write_proc_tree``).
+  exactly as deployed, with a fake NVML file (or, with ``None`` and an ``env``
+  from ``tests.support.libnvml.library_env``, the real NVML path through the
+  fake C library) and optionally a fake /proc tree (see ``write_proc_tree``).
 
 Both are context managers and stop the agent on exit.
 """
@@ -28,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pynvml
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
@@ -289,7 +288,7 @@ def agent_env(**extra: str) -> dict[str, str]:
 
 
 def start_agent_process(
-    nvml_file: str | os.PathLike[str],
+    nvml_file: str | os.PathLike[str] | None,
     *,
     log_path: Path,
     node_name: str = "node-a",
@@ -301,14 +300,18 @@ def start_agent_process(
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> AgentProcess:
-    """Start the agent CLI on ``host`` at a free port; returns once health reports SERVING."""
+    """Start the agent CLI on ``host`` at a free port; returns once health reports SERVING.
+
+    ``nvml_file`` None leaves ``--nvml-fake`` out: the agent then loads NVML.
+    """
     args = [
         "--node-name", node_name,
         "--listen", f"{host}:0",
-        "--nvml-fake", os.fspath(nvml_file),
         "--pid-resolver", pid_resolver,
         "--interval", str(interval),
     ]  # fmt: skip
+    if nvml_file is not None:
+        args += ["--nvml-fake", os.fspath(nvml_file)]
     if proc_root is not None:
         args += ["--proc-root", os.fspath(proc_root)]
     if token_file is not None:
@@ -377,13 +380,3 @@ def nvml_json(gpus: Sequence[Mapping[str, Any]], **fields: Any) -> dict:
     }
     data.update(fields)
     return data
-
-
-def skip_if_nvml_loads() -> None:
-    """Skip the calling test on a machine where the real NVML library loads (a GPU host)."""
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        return
-    pynvml.nvmlShutdown()
-    pytest.skip("this machine has an NVIDIA driver")
