@@ -18,9 +18,9 @@ from api.agents import (
     NodeIpDiscovery,
     PodIpDiscovery,
 )
-from api.demo.cluster.manifests import make_node, make_pod, pod_uid_for
+from api.demo.cluster.manifests import make_pod, pod_uid_for
 from api.kube.cache import ClusterCache
-from api.kube.parse import node_record, pod_record
+from api.kube.parse import pod_record
 from api.metrics import Metrics
 from api.serve import agent_token
 from api.settings import Settings, SettingsError
@@ -55,7 +55,7 @@ class CountingFactory:
 
 def cache_with_nodes(*agents: AgentNode) -> ClusterCache:
     cache = ClusterCache()
-    cache.replace_nodes(node_record(make_node(a.name, a.ip)) for a in agents)
+    cache.replace_nodes(graph.node_record(a.name, ip=a.ip) for a in agents)
     cache.replace_pods([])
     return cache
 
@@ -229,7 +229,7 @@ async def test_an_agent_that_never_answers_fails_at_the_deadline() -> None:
     blackhole = await asyncio.start_server(hold, "127.0.0.9", 0)
     port = blackhole.sockets[0].getsockname()[1]
     cache = ClusterCache()
-    cache.replace_nodes([node_record(make_node("silent", "127.0.0.9"))])
+    cache.replace_nodes([graph.node_record("silent", ip="127.0.0.9")])
     metrics = Metrics()
     pool = AgentPool(NodeIpDiscovery(cache, port), timeout=0.3, metrics=metrics)
     try:
@@ -256,7 +256,7 @@ async def test_a_moved_agent_gets_a_new_channel(tmp_path: Path) -> None:
         await pool.fetch("node-0")
         await first.stop()
         await moved.start()
-        cache.upsert_node(node_record(make_node("node-0", "127.0.0.7")))
+        cache.upsert_node(graph.node_record("node-0", ip="127.0.0.7"))
         await pool.fetch("node-0")
         assert moved.calls == 1
         assert [t for t, _ in factory.made] == [first.address, moved.address]
@@ -270,7 +270,7 @@ async def test_an_agent_answering_for_another_node_is_an_error(agents: list[Agen
     agent = agents[0]
     cache = ClusterCache()
     # "node-9"'s InternalIP points at node-0's agent (an address reused by another node).
-    cache.replace_nodes([node_record(make_node("node-9", agent.ip))])
+    cache.replace_nodes([graph.node_record("node-9", ip=agent.ip)])
     pool = AgentPool(NodeIpDiscovery(cache, agent.port))
     try:
         with pytest.raises(AgentUnavailableError, match="reports node 'node-0'"):
@@ -281,7 +281,7 @@ async def test_an_agent_answering_for_another_node_is_an_error(agents: list[Agen
 
 async def test_missing_addresses_are_clear_errors() -> None:
     cache = ClusterCache()
-    cache.replace_nodes([node_record(make_node("no-ip", None))])
+    cache.replace_nodes([graph.node_record("no-ip", ip=None)])
     cache.replace_pods([])
     pool = AgentPool(NodeIpDiscovery(cache, 50051))
     try:
@@ -299,7 +299,7 @@ async def test_pod_ip_discovery_finds_the_running_agent_pod(tmp_path: Path) -> N
     labels = {"app.kubernetes.io/name": "gpugraph", "app.kubernetes.io/component": "agent"}
     selector = "app.kubernetes.io/name=gpugraph,app.kubernetes.io/component=agent"
     cache = ClusterCache()
-    cache.replace_nodes([node_record(make_node("node-0", "10.9.9.9"))])
+    cache.replace_nodes([graph.node_record("node-0", ip="10.9.9.9")])
     cache.replace_pods(
         [
             pod_record(
