@@ -49,7 +49,7 @@ from api.agents import CHANNEL_OPTIONS, AgentPool, NodeIpDiscovery  # noqa: E402
 from api.demo.cluster import StubApiServer, write_kubeconfig  # noqa: E402
 from api.kube import ClusterCache, ClusterWatcher  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
-from graph_schema import build_schema, make_context  # noqa: E402
+from graph_schema import Received, build_schema, make_context  # noqa: E402
 from graph_schema.scalars import Bytes, BytesScalar  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.models import NodeSnapshot  # noqa: E402
@@ -125,14 +125,11 @@ class Preloaded:
     def __init__(self, snapshots: dict[str, NodeSnapshot]) -> None:
         self._snapshots = snapshots
 
-    async def fetch(self, node_name: str) -> NodeSnapshot:
-        return self._snapshots[node_name]
+    async def fetch(self, node_name: str) -> Received:
+        return Received(self._snapshots[node_name])
 
     def agent_address(self, node_name: str) -> str | None:
         return None
-
-    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
-        return snapshot.age_seconds
 
 
 # ------------------------------------------------- plain strawberry reference
@@ -336,7 +333,7 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
         body = orjson.dumps({"data": data})
         floor = floor_seconds(data)
 
-        snapshots = {n.name: await pool.fetch(n.name) for n in cluster.cache.nodes()}
+        snapshots = {n.name: (await pool.fetch(n.name)).snapshot for n in cluster.cache.nodes()}
         preloaded_schema = build_schema()
         preloaded = Preloaded(snapshots)
         same_schema, same_result = await timed(

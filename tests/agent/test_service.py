@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -214,14 +215,15 @@ def test_reflection_needs_the_token_when_one_is_set(secured: AgentThread) -> Non
 
 
 def test_health_is_serving_only_once_a_sample_exists(source: CountingSource) -> None:
-    with start_agent_thread(source, start_sampler=False) as agent:
+    source.gate = threading.Event()  # the first scan waits until the test lets it go
+    with start_agent_thread(source, wait_serving=False) as agent:
         assert health_check(agent.address) == health_pb2.HealthCheckResponse.NOT_SERVING
         with grpc.insecure_channel(agent.address) as channel:
             stub = agent_pb2_grpc.NodeAgentStub(channel)
             with pytest.raises(grpc.RpcError) as caught:
                 stub.GetSnapshot(agent_pb2.GetSnapshotRequest(), timeout=10)
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-        agent.sampler.start()
+        source.gate.set()
         eventually(
             lambda: health_check(agent.address, SERVICE) == health_pb2.HealthCheckResponse.SERVING
         )

@@ -352,22 +352,36 @@ def test_bench_small_runs_benchmarks_that_exist() -> None:
         assert (ROOT / script).is_file(), f"make bench-small runs missing {script}"
 
 
+def ci_setup(first: str, last: str, installs_to: str, home: Path) -> str:
+    """The part of .ci/run from the line starting ``first`` to the one holding ``last``.
+
+    ``installs_to`` (``VAR=/opt/...``) is pointed at ``home`` instead.
+    """
+    text = (ROOT / ".ci" / "run").read_text()
+    start = text.index(f"\n{first}")
+    end = text.index("\n", text.index(last, start))
+    block = text[start:end]
+    assert installs_to in block
+    variable = installs_to.split("=", 1)[0]
+    return block.replace(installs_to, f"{variable}={home}")
+
+
 def ci_node_setup(node_home: Path) -> str:
     """The part of .ci/run that provides Node.js, installing into ``node_home``."""
-    text = (ROOT / ".ci" / "run").read_text()
-    start = text.index("\nNODE_MAJOR=")
-    end = text.index("\n", text.index('echo "using node', start))
-    block = text[start:end]
-    assert "NODE_HOME=/opt/gpugraph-node" in block
-    return block.replace("NODE_HOME=/opt/gpugraph-node", f"NODE_HOME={node_home}")
+    return ci_setup("NODE_MAJOR=", 'echo "using node', "NODE_HOME=/opt/gpugraph-node", node_home)
+
+
+def fake_tools(directory: Path, **lines: str) -> None:
+    """Executables in ``directory``, each printing its one line (``name=line``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, line in lines.items():
+        script = directory / name
+        script.write_text(f"#!/bin/sh\necho '{line}'\n")
+        script.chmod(0o755)
 
 
 def fake_node(directory: Path, version: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, output in (("node", f"v{version}"), ("npm", "10.8.2")):
-        script = directory / name
-        script.write_text(f"#!/bin/sh\necho {output}\n")
-        script.chmod(0o755)
+    fake_tools(directory, node=f"v{version}", npm="10.8.2")
 
 
 @pytest.mark.parametrize(
@@ -398,19 +412,16 @@ def test_ci_script_uses_the_system_node_only_when_it_is_20_or_newer(
 
 def ci_kubectl_setup(kubectl_home: Path) -> str:
     """The part of .ci/run that provides kubectl, installing into ``kubectl_home``."""
-    text = (ROOT / ".ci" / "run").read_text()
-    start = text.index("\nKUBECTL_MINOR=")
-    end = text.index("\n", text.index('echo "using $(kubectl', start))
-    block = text[start:end]
-    assert "KUBECTL_HOME=/opt/gpugraph-kubectl" in block
-    return block.replace("KUBECTL_HOME=/opt/gpugraph-kubectl", f"KUBECTL_HOME={kubectl_home}")
+    return ci_setup(
+        "KUBECTL_MINOR=",
+        'echo "using $(kubectl',
+        "KUBECTL_HOME=/opt/gpugraph-kubectl",
+        kubectl_home,
+    )
 
 
 def fake_kubectl(directory: Path, version: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "kubectl"
-    script.write_text(f"#!/bin/sh\necho 'Client Version: v{version}'\n")
-    script.chmod(0o755)
+    fake_tools(directory, kubectl=f"Client Version: v{version}")
 
 
 @pytest.mark.parametrize(
