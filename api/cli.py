@@ -10,14 +10,15 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .flags import LOG_LEVELS, listen_address
-from .settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = ["LOG_LEVELS", "add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
-_DEFAULTS = Settings()
 # Fail closed: a server started without --auth checks every caller with the
 # cluster's own RBAC; an open server has to be asked for (--auth none).
 AUTH_DEFAULT = "kubernetes"
@@ -25,7 +26,11 @@ AUTH_DEFAULT = "kubernetes"
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every ``gpugraph serve`` flag to ``parser``."""
-    d = _DEFAULTS
+    # Loaded here, not at the top: the settings take the query limits' defaults
+    # from the schema package, which `gpugraph agent` should not import.
+    from .settings import Settings
+
+    d = Settings()
     parser.add_argument(
         "--listen",
         type=listen_address,
@@ -120,6 +125,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         f"estimate before execution and counted during it (default {d.max_result_items})",
     )
     limits.add_argument(
+        "--max-variable-items",
+        metavar="N",
+        type=int,
+        default=d.max_variable_items,
+        help="most list items one operation's variables may hold, entity representations "
+        f"included; counted before they are coerced (default {d.max_variable_items})",
+    )
+    limits.add_argument(
         "--max-body-bytes",
         metavar="N",
         type=int,
@@ -202,6 +215,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from parsed ``serve`` arguments; SettingsError on values that cannot work."""
+    from .settings import Settings
+
     host, port = args.listen
     return Settings(
         listen_host=host,
@@ -218,6 +233,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_aliases=args.max_aliases,
         max_tokens=args.max_tokens,
         max_result_items=args.max_result_items,
+        max_variable_items=args.max_variable_items,
         max_body_bytes=args.max_body_bytes,
         request_timeout=args.request_timeout,
         max_subscriptions=args.max_subscriptions,
@@ -235,6 +251,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def _run_serve(args: argparse.Namespace) -> int:
     from .kube.config import KubeConfigError
     from .serve import serve
+    from .settings import SettingsError
 
     try:
         settings = settings_from_args(args)
@@ -294,8 +311,10 @@ def _add_delegated(
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``gpugraph`` argument parser; with ``command``, only that subcommand is complete.
 
-    The agent and demo subcommands live in other modules, loaded only when
-    used, so the agent on every GPU node does not import the GraphQL server.
+    The agent, top and demo subcommands live in other modules, loaded only
+    when used, and serve's flags (whose defaults come from the schema package)
+    are added only for serve, so the agent on every GPU node does not import
+    the GraphQL server.
     """
     parser = argparse.ArgumentParser(
         prog="gpugraph",
@@ -316,7 +335,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="run the GraphQL server",
         description="Run the GraphQL server: Kubernetes cache, agent fan-out, HTTP.",
     )
-    add_serve_arguments(serve)
+    if command in (None, "serve"):
+        add_serve_arguments(serve)
     serve.set_defaults(handler=_run_serve, parser=serve)
     _add_delegated(
         subparsers,

@@ -56,14 +56,14 @@ class GpuMetricsExporter:
 
     async def _fetch(self, node: str) -> NodeResult:
         try:
-            snapshot = await asyncio.wait_for(self._snapshots.fetch(node), self._timeout)
+            received = await asyncio.wait_for(self._snapshots.fetch(node), self._timeout)
         except (AgentUnavailableError, TimeoutError):
             return NodeResult(node, None)
         except Exception:
             # One node's failure costs its series, never the scrape.
             log.warning("GPU metrics: fetching node %s failed", node, exc_info=True)
             return NodeResult(node, None)
-        return NodeResult(node, snapshot, self._snapshots.snapshot_age(node, snapshot))
+        return NodeResult(node, received.snapshot, received.age_seconds)
 
     async def collect(self) -> list[NodeResult]:
         """Every GPU node's snapshot (or its absence), fetched concurrently.

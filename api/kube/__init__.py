@@ -9,7 +9,7 @@ by tests, the demo and the benchmarks lives in ``api.demo.cluster.apiserver``.
 from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
 from .config import KubeConfigError, default_kubeconfig_path, load_kube_config
 from .parse import ParseError, node_record, pod_record, strip_runtime_prefix
-from .reflector import Reflector, RetryDelay, WatchError, node_kind, pod_kind
+from .reflector import Reflector, WatchError, node_kind, pod_kind
 from .watcher import ClusterWatcher
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
     "KubeConfigError",
     "ParseError",
     "Reflector",
-    "RetryDelay",
     "WatchError",
     "WatchStats",
     "default_kubeconfig_path",

@@ -300,7 +300,7 @@ def test_scrapes_within_the_ttl_share_one_agent_call_per_node(world: World) -> N
 
         async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
             calls.append(self.node)
-            return await world.snapshots.fetch(self.node)
+            return (await world.snapshots.fetch(self.node)).snapshot
 
         def close(self) -> None:
             pass
