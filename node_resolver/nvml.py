@@ -94,10 +94,6 @@ class _NeverRaisedError(Exception):
     """Internal: stands in for exception classes an older pynvml does not define."""
 
 
-class _DriverLacksV3Error(Exception):
-    """Internal: the driver has no ``_v3`` process-list calls; the ``_v2`` ones are used."""
-
-
 class _GpuFailedError(Exception):
     """Internal: an error that takes the whole GPU down, carrying the NVML error name."""
 
@@ -136,9 +132,9 @@ class NvmlGpuSource:
         self._window = utilization_window
         self._clock = clock
         self._closed = False
-        # Where process lists go through pynvml's own calls (a module without symbol lookup),
-        # its unversioned ones need the driver's _v3 entry points and raise this on drivers
-        # without them (releases up to 12.535 an NVMLError); _v2 works there.
+        # Where process lists go through pynvml's own calls (a module without symbol lookup,
+        # or a driver with neither _v3 nor _v2 lists), its unversioned ones need the driver's
+        # _v3 entry points and raise this on drivers without them; _v2 works there.
         self._mismatch: type[Exception] = getattr(
             self._nvml, "NVMLLibraryMismatchError", _NeverRaisedError
         )
@@ -373,8 +369,8 @@ class NvmlGpuSource:
             return self._read_entries(gpu, field, function, handle, self._process_reader)
         if not self._legacy_process_lists:
             try:
-                return self._read(gpu, (field,), self._unversioned, function, handle)
-            except _DriverLacksV3Error:
+                return self._read(gpu, (field,), getattr(nvml, function), handle)
+            except self._mismatch:
                 log.info("this NVML driver predates %s_v3; using the _v2 calls", function)
                 self._legacy_process_lists = True
         legacy = getattr(nvml, f"{function}_v2", None)
@@ -382,18 +378,6 @@ class NvmlGpuSource:
             gpu.field_errors[field] = "LIBRARY_MISMATCH"
             return None
         return self._read(gpu, (field,), legacy, handle)
-
-    def _unversioned(self, function: str, handle: Any) -> Any:
-        """pynvml's unversioned (``_v3``) call, telling a driver without ``_v3`` apart."""
-        try:
-            return getattr(self._nvml, function)(handle)
-        except self._mismatch as exc:
-            raise _DriverLacksV3Error from exc
-        except self._nvml.NVMLError as exc:
-            # nvidia-ml-py 12.535 raises the symbol lookup's own error instead.
-            if self.error_name(exc) == "FUNCTION_NOT_FOUND":
-                raise _DriverLacksV3Error from exc
-            raise
 
     def _read_entries(
         self, gpu: GpuSample, field: str, function: str, handle: Any, reader: ProcessListReader

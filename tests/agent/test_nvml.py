@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-import pytest
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.models import GpuSample, ProcessType
@@ -43,7 +42,6 @@ class StandInNvml:
         *,
         driver_has_v3: bool = True,
         driver_has_memory_v2: bool = True,
-        mismatch_as_lookup_error: bool = False,
         idle_return: int = pynvml.NVML_ERROR_NOT_FOUND,
         crashes: dict[tuple[str, str], Exception] | None = None,
     ) -> None:
@@ -54,7 +52,6 @@ class StandInNvml:
         self.crashes = crashes or {}
         self.driver_has_v3 = driver_has_v3
         self.driver_has_memory_v2 = driver_has_memory_v2
-        self.mismatch_as_lookup_error = mismatch_as_lookup_error
         self.calls: list[str] = []
         self.memory_versions: list[int | None] = []
         self.unversioned_calls: list[str] = []
@@ -187,8 +184,6 @@ class StandInNvml:
         # pynvml's @throwOnVersionMismatch: the unversioned call wraps the _v3 symbol.
         self.unversioned_calls.append(fn)
         if not self.driver_has_v3:
-            if self.mismatch_as_lookup_error:  # nvidia-ml-py 12.535's way
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             raise pynvml.NVMLLibraryMismatchError(f"use a versioned function such as {fn}_v2")
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
@@ -241,10 +236,7 @@ def test_idle_gpu_whose_sizing_call_returns_success_is_not_an_error() -> None:
     assert "nvmlDeviceGetProcessUtilization" in nvml.calls
 
 
-@pytest.mark.parametrize("mismatch_as_lookup_error", [False, True])
-def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
-    mismatch_as_lookup_error: bool,
-) -> None:
+def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls() -> None:
     sim = FakeGpu(
         "GPU-a",
         processes=[
@@ -252,9 +244,7 @@ def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
             FakeProcess(200, None, compute=False, graphics=True),
         ],
     )
-    source, nvml = source_for(
-        sim, driver_has_v3=False, mismatch_as_lookup_error=mismatch_as_lookup_error
-    )
+    source, nvml = source_for(sim, driver_has_v3=False)
     for _ in range(2):
         (gpu,) = source.sample().gpus
         assert gpu.error is None and "processes.compute" not in gpu.field_errors
