@@ -3,10 +3,11 @@
 The real NVML path (nvidia-ml-py over the fake libnvidia-ml.so.1) is tested in
 test_nvml_library.py. This stand-in covers the rest: what the source learns
 once and stops asking, exceptions outside pynvml's NVMLError family, a pynvml
-without the _v2 fallbacks or with internals the reader cannot call, and the
-sizing call's SUCCESS on an idle GPU. It reuses nvidia-ml-py's own constants
-and NVMLError classes, and agrees with real NVML where both can speak (e.g. no
-utilization in MIG mode; a test compares the two).
+without the _v2 fallbacks or with internals the reader cannot call, a driver
+without nvmlInitWithFlags, and the sizing call's SUCCESS on an idle GPU. It
+reuses nvidia-ml-py's own constants and NVMLError classes, and agrees with real
+NVML where both can speak (e.g. no utilization in MIG mode; a test compares the
+two).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
+import pytest
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.models import GpuSample, ProcessType
-from node_resolver.nvml import NvmlGpuSource
+from node_resolver.nvml import NvmlGpuSource, NvmlUnavailableError
 from tests.support.libnvml import FakeGpu, FakeMig, FakeNode, FakeProcess, build_library, probe
 
 NOW = 1_800_000_000.0  # the test clock, Unix seconds
@@ -349,3 +351,19 @@ def test_a_process_list_the_reader_cannot_call_is_a_field_error_not_a_guess() ->
     assert gpu.error is None and gpu.processes == [] and gpu.utilization_gpu == 87
     assert gpu.field_errors["processes.compute"] == "PROCESS_LIST_UNREADABLE"
     assert gpu.field_errors["processes.graphics"] == "PROCESS_LIST_UNREADABLE"
+
+
+def test_a_driver_without_init_with_flags_is_named_as_too_old() -> None:
+    nvml = StandInNvml([])
+
+    def init() -> None:
+        # pynvml's nvmlInit looks nvmlInitWithFlags up; a driver that old lacks the symbol.
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    vars(nvml.module)["nvmlInit"] = init
+    with pytest.raises(NvmlUnavailableError) as refused:
+        NvmlGpuSource(nvml.module)
+    assert str(refused.value) == (
+        "cannot start NVML: libnvidia-ml.so.1 lacks nvmlInitWithFlags: the NVIDIA driver is "
+        "older than the R450 gpugraph needs"
+    )
