@@ -271,6 +271,14 @@ def test_a_failing_device_count_is_a_node_error(tmp_path: Path) -> None:
     assert scan["driver_version"] == "550.90.07"
 
 
+def test_a_config_the_library_cannot_hold_fails_loudly(tmp_path: Path) -> None:
+    # 257 processes on one GPU are over the library's MAX_PROCS: none may be dropped silently.
+    crowded = FakeGpu("GPU-a", processes=[FakeProcess(1000 + i) for i in range(257)])
+    result = run(tmp_path, FakeNode([crowded]))
+    assert result.error == "cannot start NVML: UNKNOWN (Unknown Error)"
+    assert "nvml.conf line 260 is malformed or over a limit: proc 0 -1 c 1256 " in result.stderr
+
+
 # -- startup failures -------------------------------------------------------------
 
 

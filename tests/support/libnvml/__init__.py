@@ -22,6 +22,9 @@ slot -1 meaning the whole GPU; memory -1 is NVML's "not available")::
     proc GPU SLOT c|g PID MEMORY
     sample GPU PID TIMESTAMP_US SM
     error GPU SLOT FUNCTION CODE      (GPU -1: node-wide, e.g. nvmlDeviceGetCount_v2)
+
+A line that does not parse, or one past the library's fixed capacity (e.g. 256
+processes per device), fails the load with ``UNKNOWN`` and a line on stderr.
 """
 
 from __future__ import annotations
