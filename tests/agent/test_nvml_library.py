@@ -24,6 +24,7 @@ from tests.support.libnvml import (
     GPU_IS_LOST,
     INSUFFICIENT_RESOURCES,
     LIB_RM_VERSION_MISMATCH,
+    LISTING_VARIANTS,
     NO_PERMISSION,
     NOT_SUPPORTED,
     UNKNOWN,
@@ -93,7 +94,7 @@ def test_every_metric_comes_through_with_its_unit_and_type(tmp_path: Path) -> No
     assert processes(gpu) == EXPECTED_MIXED
 
 
-@pytest.mark.parametrize("variant", list(Variant))
+@pytest.mark.parametrize("variant", LISTING_VARIANTS)
 def test_every_driver_variant_reads_the_same_processes(tmp_path: Path, variant: Variant) -> None:
     gpu = one_gpu(run(tmp_path, FakeNode([FakeGpu("GPU-a", processes=MIXED)]), variant))
     assert gpu["error"] is None and processes(gpu) == EXPECTED_MIXED
@@ -120,6 +121,18 @@ def test_the_old_driver_reads_v1_memory_and_v2_process_lists(tmp_path: Path) -> 
     assert (current["memory_used_bytes"], old["memory_used_bytes"]) == (2 * GIB, 3 * GIB)
     assert processes(old) == EXPECTED_MIXED
     assert "memory_used_bytes" not in old["field_errors"]
+
+
+def test_a_driver_without_v2_process_lists_costs_only_the_lists(tmp_path: Path) -> None:
+    # nvidia-ml-py reads no v1 lists: they come back as field errors, never as an idle GPU.
+    gpu = one_gpu(run(tmp_path, FakeNode([FakeGpu("GPU-a", processes=MIXED)]), Variant.R430))
+    assert gpu["error"] is None and gpu["processes"] == []
+    assert (gpu["memory_used_bytes"], gpu["utilization_gpu"]) == (2 * GIB, 87)
+    assert gpu["field_errors"] == {
+        "mig_enabled": "NOT_SUPPORTED",
+        "processes.compute": "FUNCTION_NOT_FOUND",
+        "processes.graphics": "FUNCTION_NOT_FOUND",
+    }
 
 
 def test_sm_utilization_is_the_latest_sample_inside_the_window(tmp_path: Path) -> None:
@@ -339,7 +352,7 @@ def test_init_failures_each_have_their_own_message(
 # -- the agent CLI without --nvml-fake, over gRPC ---------------------------------------
 
 
-@pytest.mark.parametrize("variant", list(Variant))
+@pytest.mark.parametrize("variant", LISTING_VARIANTS)
 def test_the_agent_serves_what_the_library_reports(tmp_path: Path, variant: Variant) -> None:
     proc = write_proc_tree(
         tmp_path / "proc",

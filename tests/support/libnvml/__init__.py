@@ -66,6 +66,11 @@ class Variant(enum.Enum):
     CURRENT = "CURRENT"  # _v3 process lists with 24-byte entries, MemoryInfo_v2
     OLD = "OLD"  # no _v3, no MemoryInfo_v2
     R535 = "R535"  # early R535: _v3 writing 32-byte entries
+    R430 = "R430"  # as OLD, and no _v2 process lists: only the unversioned v1 ones
+
+
+# The variants whose process lists the agent reads (all but R430's).
+LISTING_VARIANTS = (Variant.CURRENT, Variant.OLD, Variant.R535)
 
 
 @dataclass

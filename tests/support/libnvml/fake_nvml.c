@@ -10,6 +10,7 @@
  *   FAKE_NVML_CURRENT  _v3 process lists (24-byte entries), MemoryInfo_v2, and
  *                      nvmlDeviceGetRunningProcessDetailList (R535.98 and later)
  *   FAKE_NVML_OLD      no _v3 and no MemoryInfo_v2 (R470-era drivers)
+ *   FAKE_NVML_R430     as OLD, and no _v2 process lists either (before R450)
  *   FAKE_NVML_R535     _v3 writing 32-byte entries (usedGpuCcProtectedMemory
  *                      appended), with nvmlDeviceGetConfComputeMemSizeInfo but no
  *                      nvmlDeviceGetRunningProcessDetailList (535.43 to 535.86)
@@ -20,6 +21,10 @@
 #include <sys/stat.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+#ifdef FAKE_NVML_R430
+#define FAKE_NVML_OLD
+#endif
 
 typedef int nvmlReturn_t;
 enum {
@@ -475,7 +480,9 @@ static nvmlReturn_t list_processes(const char *function, void *device, char kind
     }
 
 PROCESS_LISTS(, nvmlProcessInfo_v1_t)
+#ifndef FAKE_NVML_R430
 PROCESS_LISTS(_v2, nvmlProcessInfo_v2_t)
+#endif
 #if defined(FAKE_NVML_R535)
 PROCESS_LISTS(_v3, nvmlProcessInfo_v3_t)
 #elif !defined(FAKE_NVML_OLD)
