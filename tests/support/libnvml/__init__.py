@@ -201,7 +201,9 @@ def build_library(variant: Variant = Variant.CURRENT) -> Path:
     cc = compiler()
     require(cc is not None, "no C compiler (cc or gcc) to build the fake libnvidia-ml.so.1")
     assert cc is not None
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    flags = ["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden"]
+    # The flags count with the source, so that changing either rebuilds.
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
     directory = (
         Path(tempfile.gettempdir()) / f"gpugraph-libnvml-{digest}-{os.getuid()}" / variant.value
     )
@@ -209,9 +211,10 @@ def build_library(variant: Variant = Variant.CURRENT) -> Path:
     if not library.exists():
         directory.mkdir(parents=True, exist_ok=True)
         partial = directory / f"{LIBRARY_NAME}.{os.getpid()}.partial"
-        command = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"]
-        command += ["-fvisibility=hidden", f"-DFAKE_NVML_{variant.value}", "-o", str(partial)]
-        subprocess.run([*command, str(SOURCE)], check=True, capture_output=True, timeout=120)
+        command = [cc, *flags, f"-DFAKE_NVML_{variant.value}", "-o", str(partial), str(SOURCE)]
+        built = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if built.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed:\n{built.stderr}")
         os.replace(partial, library)
     _built[variant] = directory
     return directory
