@@ -22,7 +22,12 @@ from typing import Any, TypeVar
 
 from .gpu_source import merge_processes
 from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
-from .nvml_process_info import R535_ENTRY_BYTES, ProcessListReader, process_list_layout
+from .nvml_process_info import (
+    R535_ENTRY_BYTES,
+    EntryLayoutError,
+    ProcessListReader,
+    process_list_layout,
+)
 
 T = TypeVar("T")
 
@@ -59,6 +64,8 @@ NVML_LIBRARY = "libnvidia-ml.so.1"
 
 # The field error of a process list the reader could not call through this nvidia-ml-py.
 PROCESS_LIST_ERROR = "PROCESS_LIST_UNREADABLE"
+# The field error of a process list whose entries are not the size the driver's symbols promised.
+PROCESS_LAYOUT_ERROR = "PROCESS_LIST_LAYOUT_MISMATCH"
 
 MISSING_LIBRARY_HINT = (
     f"the NVML library {NVML_LIBRARY} was not found. In Kubernetes this usually means the "
@@ -394,6 +401,12 @@ class NvmlGpuSource:
                     exc_info=True,
                 )
             gpu.field_errors[field] = PROCESS_LIST_ERROR
+            return None
+        except EntryLayoutError as exc:
+            if (gpu.index, PROCESS_LAYOUT_ERROR) not in self._logged:
+                self._logged.add((gpu.index, PROCESS_LAYOUT_ERROR))
+                log.warning("GPU %d, NVML driver %s: %s", gpu.index, self.driver_version, exc)
+            gpu.field_errors[field] = PROCESS_LAYOUT_ERROR
             return None
 
     def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:

@@ -113,6 +113,29 @@ def test_early_r535_entries_are_read_with_their_own_size(tmp_path: Path) -> None
     assert "32-byte process entries" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("variant", "layout"), [(Variant.CURRENT, ("_v3", 32)), (Variant.R535, ("_v3", 24))]
+)
+def test_entries_of_another_size_than_the_drivers_are_refused_not_reported(
+    tmp_path: Path, variant: Variant, layout: tuple[str, int]
+) -> None:
+    # A driver whose symbols misstate its entry size: its lists are field errors, never
+    # invented PIDs. A single entry reads right at either size, so the MIG device's is kept.
+    many = [FakeProcess(1000 + i, (i + 1) * GIB, graphics=i % 2 == 0) for i in range(4)]
+    whole = FakeGpu("GPU-a", processes=many)
+    mig = FakeGpu("GPU-m", mig_mode=1, mig=[FakeMig("MIG-a", gi=3, processes=[FakeProcess(7)])])
+    result = run(tmp_path, FakeNode([whole, mig]), variant, layout=layout)
+    first, second = result.scans[0]["gpus"]
+    assert first["error"] is None and first["processes"] == []
+    assert first["field_errors"] == {
+        "mig_enabled": "NOT_SUPPORTED",
+        "processes.compute": "PROCESS_LIST_LAYOUT_MISMATCH",
+        "processes.graphics": "PROCESS_LIST_LAYOUT_MISMATCH",
+    }
+    assert [(p["pid"], p["used_memory_bytes"]) for p in second["processes"]] == [(7, GIB)]
+    assert f"read as {layout[1]} bytes name different GPU instances" in result.stderr
+
+
 def test_the_old_driver_reads_v1_memory_and_v2_process_lists(tmp_path: Path) -> None:
     gpu_sim = FakeGpu("GPU-a", used=2 * GIB, reserved=GIB, processes=MIXED)
     current = one_gpu(run(tmp_path, FakeNode([gpu_sim]), Variant.CURRENT))

@@ -249,12 +249,14 @@ def probe(
     window: float = 2.0,
     now: float | None = None,
     between: Sequence[FakeNode] = (),
+    layout: tuple[str, int] | None = None,
 ) -> ProbeResult:
     """Run ``NvmlGpuSource()`` (the real pynvml) in a subprocess; its scans as plain dicts.
 
-    ``between[i]`` is written to ``config`` after scan ``i``; ``now`` fixes the source's clock.
+    ``between[i]`` is written to ``config`` after scan ``i``; ``now`` fixes the source's clock;
+    ``layout`` replaces the (suffix, entry bytes) the source would tell from the symbols.
     """
-    spec: dict[str, Any] = {"scans": scans, "window": window, "now": now}
+    spec: dict[str, Any] = {"scans": scans, "window": window, "now": now, "layout": layout}
     spec["between"] = [node.lines() for node in between]
     result = subprocess.run(
         [sys.executable, "-m", "tests.support.libnvml.probe", str(config)],
