@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 __all__ = ["EntityKeys", "entity_keys", "representation_problem"]
 
+MAX_NAMED_KEYS = 5
+MAX_KEY_CHARS = 40
+
 
 @dataclass(frozen=True, slots=True)
 class EntityKeys:
@@ -56,7 +59,16 @@ def representation_problem(
     if missing := sorted(entity.required - given):
         return f"{where}: a {type_name} reference needs {', '.join(missing)}"
     if unknown := sorted(given - entity.accepted):
-        return f"{where}: {type_name} has no key field {', '.join(unknown)}"
+        # A client's keys are echoed only so far: one object may hold thousands, or long ones.
+        named = ", ".join(_shortened(key) for key in unknown[:MAX_NAMED_KEYS])
+        more = len(unknown) - MAX_NAMED_KEYS
+        return f"{where}: {type_name} has no key field {named}" + (
+            f" (and {more} more)" if more > 0 else ""
+        )
     if not all(isinstance(representation[k], str) for k in given):
         return f"{where}: {type_name}'s key fields are strings"
     return None
+
+
+def _shortened(key: str) -> str:
+    return key if len(key) <= MAX_KEY_CHARS else key[:MAX_KEY_CHARS] + "..."

@@ -22,7 +22,12 @@ from typing import Any, TypeVar
 
 from .gpu_source import merge_processes
 from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
-from .nvml_process_info import R535_ENTRY_BYTES, ProcessListReader, process_list_layout
+from .nvml_process_info import (
+    R535_ENTRY_BYTES,
+    EntryLayoutError,
+    ProcessListReader,
+    process_list_layout,
+)
 
 T = TypeVar("T")
 
@@ -59,6 +64,8 @@ NVML_LIBRARY = "libnvidia-ml.so.1"
 
 # The field error of a process list the reader could not call through this nvidia-ml-py.
 PROCESS_LIST_ERROR = "PROCESS_LIST_UNREADABLE"
+# The field error of a process list whose entries are not the size the driver's symbols promised.
+PROCESS_LAYOUT_ERROR = "PROCESS_LIST_LAYOUT_MISMATCH"
 
 MISSING_LIBRARY_HINT = (
     f"the NVML library {NVML_LIBRARY} was not found. In Kubernetes this usually means the "
@@ -92,10 +99,6 @@ class NvmlUnavailableError(RuntimeError):
 
 class _NeverRaisedError(Exception):
     """Internal: stands in for exception classes an older pynvml does not define."""
-
-
-class _DriverLacksV3Error(Exception):
-    """Internal: the driver has no ``_v3`` process-list calls; the ``_v2`` ones are used."""
 
 
 class _GpuFailedError(Exception):
@@ -136,9 +139,9 @@ class NvmlGpuSource:
         self._window = utilization_window
         self._clock = clock
         self._closed = False
-        # Where process lists go through pynvml's own calls (a module without symbol lookup),
-        # its unversioned ones need the driver's _v3 entry points and raise this on drivers
-        # without them (releases up to 12.535 an NVMLError); _v2 works there.
+        # Where process lists go through pynvml's own calls (a module without symbol lookup,
+        # or a driver with neither _v3 nor _v2 lists), its unversioned ones need the driver's
+        # _v3 entry points and raise this on drivers without them; _v2 works there.
         self._mismatch: type[Exception] = getattr(
             self._nvml, "NVMLLibraryMismatchError", _NeverRaisedError
         )
@@ -373,8 +376,8 @@ class NvmlGpuSource:
             return self._read_entries(gpu, field, function, handle, self._process_reader)
         if not self._legacy_process_lists:
             try:
-                return self._read(gpu, (field,), self._unversioned, function, handle)
-            except _DriverLacksV3Error:
+                return self._read(gpu, (field,), getattr(nvml, function), handle)
+            except self._mismatch:
                 log.info("this NVML driver predates %s_v3; using the _v2 calls", function)
                 self._legacy_process_lists = True
         legacy = getattr(nvml, f"{function}_v2", None)
@@ -382,18 +385,6 @@ class NvmlGpuSource:
             gpu.field_errors[field] = "LIBRARY_MISMATCH"
             return None
         return self._read(gpu, (field,), legacy, handle)
-
-    def _unversioned(self, function: str, handle: Any) -> Any:
-        """pynvml's unversioned (``_v3``) call, telling a driver without ``_v3`` apart."""
-        try:
-            return getattr(self._nvml, function)(handle)
-        except self._mismatch as exc:
-            raise _DriverLacksV3Error from exc
-        except self._nvml.NVMLError as exc:
-            # nvidia-ml-py 12.535 raises the symbol lookup's own error instead.
-            if self.error_name(exc) == "FUNCTION_NOT_FOUND":
-                raise _DriverLacksV3Error from exc
-            raise
 
     def _read_entries(
         self, gpu: GpuSample, field: str, function: str, handle: Any, reader: ProcessListReader
@@ -410,6 +401,12 @@ class NvmlGpuSource:
                     exc_info=True,
                 )
             gpu.field_errors[field] = PROCESS_LIST_ERROR
+            return None
+        except EntryLayoutError as exc:
+            if (gpu.index, PROCESS_LAYOUT_ERROR) not in self._logged:
+                self._logged.add((gpu.index, PROCESS_LAYOUT_ERROR))
+                log.warning("GPU %d, NVML driver %s: %s", gpu.index, self.driver_version, exc)
+            gpu.field_errors[field] = PROCESS_LAYOUT_ERROR
             return None
 
     def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:

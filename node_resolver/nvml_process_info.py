@@ -10,7 +10,10 @@ without an error (12.535.77 read 32 bytes from every driver).
 
 The driver's layout is told from its symbols, as nvitop does (XuehaiPan/nvitop
 PR #79 and #89): ``nvmlDeviceGetConfComputeMemSizeInfo`` without
-``nvmlDeviceGetRunningProcessDetailList`` marks the 32-byte drivers. Reading the
+``nvmlDeviceGetRunningProcessDetailList`` marks the 32-byte drivers. Should that
+rule misjudge a driver, the entries give it away: read with the wrong size, a
+list of two or more names different GPU instances, and it is refused (a field
+error) instead of reported. Reading the
 entries here, rather than through pynvml's per-entry friendly objects, also
 halves a scan's cost or better (bench/README.md, "One NVML scan").
 """
@@ -46,6 +49,16 @@ ENTRY_TYPES: dict[int, type[ctypes.Structure]] = {
     V2_ENTRY_BYTES: ProcessInfoV2,
     R535_ENTRY_BYTES: ProcessInfoR535,
 }
+
+
+class EntryLayoutError(Exception):
+    """A process list's entries disagree with each other: the driver's entry size is not ours."""
+
+    def __init__(self, entry_bytes: int) -> None:
+        super().__init__(
+            f"process-list entries read as {entry_bytes} bytes name different GPU instances; "
+            "the driver writes entries of another size"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +102,14 @@ class ProcessListReader:
     def __init__(self, nvml: Any, suffix: str, entry_bytes: int) -> None:
         self._nvml = nvml
         self._suffix = suffix
+        self._entry_bytes = entry_bytes
         self._entry = ENTRY_TYPES[entry_bytes]
 
     def read(self, function: str, handle: Any) -> list[ProcessEntry]:
-        """``function``'s entries for ``handle``; NVML errors raised as pynvml raises them."""
+        """``function``'s entries for ``handle``; NVML errors raised as pynvml raises them.
+
+        EntryLayoutError if the entries cannot all be what the driver wrote.
+        """
         nvml = self._nvml
         call = nvml._nvmlGetFunctionPointer(function + self._suffix)
         count = ctypes.c_uint(0)
@@ -107,4 +124,10 @@ class ProcessListReader:
         ret = call(handle, ctypes.byref(count), entries)
         if ret != nvml.NVML_SUCCESS:
             raise nvml.NVMLError(ret)
-        return [ProcessEntry(e.pid, e.usedGpuMemory) for e in entries[: count.value]]
+        listed = entries[: count.value]
+        # One device's entries share its GPU instance (0xFFFFFFFF outside MIG). Read with
+        # another stride than the driver's, the second entry on lands mid-entry and its
+        # gpuInstanceId is a PID or memory: refuse the list rather than report invented PIDs.
+        if len({e.gpuInstanceId for e in listed}) > 1:
+            raise EntryLayoutError(self._entry_bytes)
+        return [ProcessEntry(e.pid, e.usedGpuMemory) for e in listed]

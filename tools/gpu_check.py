@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import select
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,8 @@ from node_resolver.nvml import NvmlGpuSource, NvmlUnavailableError  # noqa: E402
 MIB = 1 << 20
 LISTENING = "agent listening on "
 STARTUP_TIMEOUT = 30.0
+# Seconds a worker may take to allocate (torch's first CUDA call can take tens).
+WORKER_TIMEOUT = 120.0
 READY = "ready"
 
 # Each allocates ALLOC_MIB on GPU 0, says READY, and holds it until stdin closes.
@@ -99,10 +102,15 @@ def start_worker(alloc_mib: int) -> tuple[subprocess.Popen[str], str] | None:
             text=True,
         )
         assert process.stdout is not None and process.stderr is not None
-        line = process.stdout.readline().strip()
+        # A driver in a bad state can hang CUDA's initialisation: give up on it, not forever.
+        answered, _, _ = select.select([process.stdout], [], [], WORKER_TIMEOUT)
+        line = process.stdout.readline().strip() if answered else ""
         if line == READY:
             return process, name
         process.kill()
+        if not answered:
+            say(f"cannot allocate GPU memory with {name}: no answer in {WORKER_TIMEOUT:.0f} s")
+            continue
         reason = process.stderr.read().strip().splitlines()
         say(f"cannot allocate GPU memory with {name}: {reason[-1] if reason else 'no output'}")
     return None

@@ -3,10 +3,11 @@
 The real NVML path (nvidia-ml-py over the fake libnvidia-ml.so.1) is tested in
 test_nvml_library.py. This stand-in covers the rest: what the source learns
 once and stops asking, exceptions outside pynvml's NVMLError family, a pynvml
-without the _v2 fallbacks or with internals the reader cannot call, and the
-sizing call's SUCCESS on an idle GPU. It reuses nvidia-ml-py's own constants
-and NVMLError classes, and agrees with real NVML where both can speak (e.g. no
-utilization in MIG mode; a test compares the two).
+without the _v2 fallbacks or with internals the reader cannot call, a driver
+without nvmlInitWithFlags, and the sizing call's SUCCESS on an idle GPU. It
+reuses nvidia-ml-py's own constants and NVMLError classes, and agrees with real
+NVML where both can speak (e.g. no utilization in MIG mode; a test compares the
+two).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.models import GpuSample, ProcessType
-from node_resolver.nvml import NvmlGpuSource
+from node_resolver.nvml import NvmlGpuSource, NvmlUnavailableError
 from tests.support.libnvml import FakeGpu, FakeMig, FakeNode, FakeProcess, build_library, probe
 
 NOW = 1_800_000_000.0  # the test clock, Unix seconds
@@ -43,7 +44,6 @@ class StandInNvml:
         *,
         driver_has_v3: bool = True,
         driver_has_memory_v2: bool = True,
-        mismatch_as_lookup_error: bool = False,
         idle_return: int = pynvml.NVML_ERROR_NOT_FOUND,
         crashes: dict[tuple[str, str], Exception] | None = None,
     ) -> None:
@@ -54,7 +54,6 @@ class StandInNvml:
         self.crashes = crashes or {}
         self.driver_has_v3 = driver_has_v3
         self.driver_has_memory_v2 = driver_has_memory_v2
-        self.mismatch_as_lookup_error = mismatch_as_lookup_error
         self.calls: list[str] = []
         self.memory_versions: list[int | None] = []
         self.unversioned_calls: list[str] = []
@@ -187,8 +186,6 @@ class StandInNvml:
         # pynvml's @throwOnVersionMismatch: the unversioned call wraps the _v3 symbol.
         self.unversioned_calls.append(fn)
         if not self.driver_has_v3:
-            if self.mismatch_as_lookup_error:  # nvidia-ml-py 12.535's way
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             raise pynvml.NVMLLibraryMismatchError(f"use a versioned function such as {fn}_v2")
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
@@ -241,10 +238,7 @@ def test_idle_gpu_whose_sizing_call_returns_success_is_not_an_error() -> None:
     assert "nvmlDeviceGetProcessUtilization" in nvml.calls
 
 
-@pytest.mark.parametrize("mismatch_as_lookup_error", [False, True])
-def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
-    mismatch_as_lookup_error: bool,
-) -> None:
+def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls() -> None:
     sim = FakeGpu(
         "GPU-a",
         processes=[
@@ -252,9 +246,7 @@ def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
             FakeProcess(200, None, compute=False, graphics=True),
         ],
     )
-    source, nvml = source_for(
-        sim, driver_has_v3=False, mismatch_as_lookup_error=mismatch_as_lookup_error
-    )
+    source, nvml = source_for(sim, driver_has_v3=False)
     for _ in range(2):
         (gpu,) = source.sample().gpus
         assert gpu.error is None and "processes.compute" not in gpu.field_errors
@@ -359,3 +351,19 @@ def test_a_process_list_the_reader_cannot_call_is_a_field_error_not_a_guess() ->
     assert gpu.error is None and gpu.processes == [] and gpu.utilization_gpu == 87
     assert gpu.field_errors["processes.compute"] == "PROCESS_LIST_UNREADABLE"
     assert gpu.field_errors["processes.graphics"] == "PROCESS_LIST_UNREADABLE"
+
+
+def test_a_driver_without_init_with_flags_is_named_as_too_old() -> None:
+    nvml = StandInNvml([])
+
+    def init() -> None:
+        # pynvml's nvmlInit looks nvmlInitWithFlags up; a driver that old lacks the symbol.
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    vars(nvml.module)["nvmlInit"] = init
+    with pytest.raises(NvmlUnavailableError) as refused:
+        NvmlGpuSource(nvml.module)
+    assert str(refused.value) == (
+        "cannot start NVML: libnvidia-ml.so.1 lacks nvmlInitWithFlags: the NVIDIA driver is "
+        "older than the R450 gpugraph needs"
+    )

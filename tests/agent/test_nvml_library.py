@@ -24,6 +24,7 @@ from tests.support.libnvml import (
     GPU_IS_LOST,
     INSUFFICIENT_RESOURCES,
     LIB_RM_VERSION_MISMATCH,
+    LISTING_VARIANTS,
     NO_PERMISSION,
     NOT_SUPPORTED,
     UNKNOWN,
@@ -93,7 +94,7 @@ def test_every_metric_comes_through_with_its_unit_and_type(tmp_path: Path) -> No
     assert processes(gpu) == EXPECTED_MIXED
 
 
-@pytest.mark.parametrize("variant", list(Variant))
+@pytest.mark.parametrize("variant", LISTING_VARIANTS)
 def test_every_driver_variant_reads_the_same_processes(tmp_path: Path, variant: Variant) -> None:
     gpu = one_gpu(run(tmp_path, FakeNode([FakeGpu("GPU-a", processes=MIXED)]), variant))
     assert gpu["error"] is None and processes(gpu) == EXPECTED_MIXED
@@ -112,6 +113,29 @@ def test_early_r535_entries_are_read_with_their_own_size(tmp_path: Path) -> None
     assert "32-byte process entries" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("variant", "layout"), [(Variant.CURRENT, ("_v3", 32)), (Variant.R535, ("_v3", 24))]
+)
+def test_entries_of_another_size_than_the_drivers_are_refused_not_reported(
+    tmp_path: Path, variant: Variant, layout: tuple[str, int]
+) -> None:
+    # A driver whose symbols misstate its entry size: its lists are field errors, never
+    # invented PIDs. A single entry reads right at either size, so the MIG device's is kept.
+    many = [FakeProcess(1000 + i, (i + 1) * GIB, graphics=i % 2 == 0) for i in range(4)]
+    whole = FakeGpu("GPU-a", processes=many)
+    mig = FakeGpu("GPU-m", mig_mode=1, mig=[FakeMig("MIG-a", gi=3, processes=[FakeProcess(7)])])
+    result = run(tmp_path, FakeNode([whole, mig]), variant, layout=layout)
+    first, second = result.scans[0]["gpus"]
+    assert first["error"] is None and first["processes"] == []
+    assert first["field_errors"] == {
+        "mig_enabled": "NOT_SUPPORTED",
+        "processes.compute": "PROCESS_LIST_LAYOUT_MISMATCH",
+        "processes.graphics": "PROCESS_LIST_LAYOUT_MISMATCH",
+    }
+    assert [(p["pid"], p["used_memory_bytes"]) for p in second["processes"]] == [(7, GIB)]
+    assert f"read as {layout[1]} bytes name different GPU instances" in result.stderr
+
+
 def test_the_old_driver_reads_v1_memory_and_v2_process_lists(tmp_path: Path) -> None:
     gpu_sim = FakeGpu("GPU-a", used=2 * GIB, reserved=GIB, processes=MIXED)
     current = one_gpu(run(tmp_path, FakeNode([gpu_sim]), Variant.CURRENT))
@@ -120,6 +144,18 @@ def test_the_old_driver_reads_v1_memory_and_v2_process_lists(tmp_path: Path) -> 
     assert (current["memory_used_bytes"], old["memory_used_bytes"]) == (2 * GIB, 3 * GIB)
     assert processes(old) == EXPECTED_MIXED
     assert "memory_used_bytes" not in old["field_errors"]
+
+
+def test_a_driver_without_v2_process_lists_costs_only_the_lists(tmp_path: Path) -> None:
+    # nvidia-ml-py reads no v1 lists: they come back as field errors, never as an idle GPU.
+    gpu = one_gpu(run(tmp_path, FakeNode([FakeGpu("GPU-a", processes=MIXED)]), Variant.R430))
+    assert gpu["error"] is None and gpu["processes"] == []
+    assert (gpu["memory_used_bytes"], gpu["utilization_gpu"]) == (2 * GIB, 87)
+    assert gpu["field_errors"] == {
+        "mig_enabled": "NOT_SUPPORTED",
+        "processes.compute": "FUNCTION_NOT_FOUND",
+        "processes.graphics": "FUNCTION_NOT_FOUND",
+    }
 
 
 def test_sm_utilization_is_the_latest_sample_inside_the_window(tmp_path: Path) -> None:
@@ -271,6 +307,14 @@ def test_a_failing_device_count_is_a_node_error(tmp_path: Path) -> None:
     assert scan["driver_version"] == "550.90.07"
 
 
+def test_a_config_the_library_cannot_hold_fails_loudly(tmp_path: Path) -> None:
+    # 257 processes on one GPU are over the library's MAX_PROCS: none may be dropped silently.
+    crowded = FakeGpu("GPU-a", processes=[FakeProcess(1000 + i) for i in range(257)])
+    result = run(tmp_path, FakeNode([crowded]))
+    assert result.error == "cannot start NVML: UNKNOWN (Unknown Error)"
+    assert "nvml.conf line 260 is malformed or over a limit: proc 0 -1 c 1256 " in result.stderr
+
+
 # -- startup failures -------------------------------------------------------------
 
 
@@ -331,7 +375,7 @@ def test_init_failures_each_have_their_own_message(
 # -- the agent CLI without --nvml-fake, over gRPC ---------------------------------------
 
 
-@pytest.mark.parametrize("variant", list(Variant))
+@pytest.mark.parametrize("variant", LISTING_VARIANTS)
 def test_the_agent_serves_what_the_library_reports(tmp_path: Path, variant: Variant) -> None:
     proc = write_proc_tree(
         tmp_path / "proc",

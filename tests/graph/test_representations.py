@@ -53,3 +53,19 @@ async def test_each_unusable_representation_is_refused_alone_and_nothing_is_logg
         ("_entities", 6): "representation 6: Node's key fields are strings",
     }
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_an_object_of_many_unknown_keys_is_refused_without_echoing_them_all() -> None:
+    world = SmallWorld()
+    flood = {"__typename": "Node", "name": "node-a"} | {f"k{i:04d}": "v" for i in range(2_000)}
+    flood["a" * 100_000] = "v"
+    result = await world.schema.execute(
+        QUERY,
+        variable_values={"r": [flood]},
+        context_value=make_context(world.cluster, world.agents, world.schema.state),
+    )
+    (error,) = result.errors or []
+    assert error.message == (
+        f"representation 0: Node has no key field {'a' * 40}..., k0000, k0001, k0002, k0003 "
+        "(and 1996 more)"
+    )

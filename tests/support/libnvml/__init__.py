@@ -22,6 +22,9 @@ slot -1 meaning the whole GPU; memory -1 is NVML's "not available")::
     proc GPU SLOT c|g PID MEMORY
     sample GPU PID TIMESTAMP_US SM
     error GPU SLOT FUNCTION CODE      (GPU -1: node-wide, e.g. nvmlDeviceGetCount_v2)
+
+A line that does not parse, or one past the library's fixed capacity (e.g. 256
+processes per device), fails the load with ``UNKNOWN`` and a line on stderr.
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ class Variant(enum.Enum):
     CURRENT = "CURRENT"  # _v3 process lists with 24-byte entries, MemoryInfo_v2
     OLD = "OLD"  # no _v3, no MemoryInfo_v2
     R535 = "R535"  # early R535: _v3 writing 32-byte entries
+    R430 = "R430"  # as OLD, and no _v2 process lists: only the unversioned v1 ones
+
+
+# The variants whose process lists the agent reads (all but R430's).
+LISTING_VARIANTS = (Variant.CURRENT, Variant.OLD, Variant.R535)
 
 
 @dataclass
@@ -193,7 +201,9 @@ def build_library(variant: Variant = Variant.CURRENT) -> Path:
     cc = compiler()
     require(cc is not None, "no C compiler (cc or gcc) to build the fake libnvidia-ml.so.1")
     assert cc is not None
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    flags = ["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden"]
+    # The flags count with the source, so that changing either rebuilds.
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
     directory = (
         Path(tempfile.gettempdir()) / f"gpugraph-libnvml-{digest}-{os.getuid()}" / variant.value
     )
@@ -201,9 +211,10 @@ def build_library(variant: Variant = Variant.CURRENT) -> Path:
     if not library.exists():
         directory.mkdir(parents=True, exist_ok=True)
         partial = directory / f"{LIBRARY_NAME}.{os.getpid()}.partial"
-        command = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"]
-        command += ["-fvisibility=hidden", f"-DFAKE_NVML_{variant.value}", "-o", str(partial)]
-        subprocess.run([*command, str(SOURCE)], check=True, capture_output=True, timeout=120)
+        command = [cc, *flags, f"-DFAKE_NVML_{variant.value}", "-o", str(partial), str(SOURCE)]
+        built = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if built.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed:\n{built.stderr}")
         os.replace(partial, library)
     _built[variant] = directory
     return directory
@@ -238,12 +249,14 @@ def probe(
     window: float = 2.0,
     now: float | None = None,
     between: Sequence[FakeNode] = (),
+    layout: tuple[str, int] | None = None,
 ) -> ProbeResult:
     """Run ``NvmlGpuSource()`` (the real pynvml) in a subprocess; its scans as plain dicts.
 
-    ``between[i]`` is written to ``config`` after scan ``i``; ``now`` fixes the source's clock.
+    ``between[i]`` is written to ``config`` after scan ``i``; ``now`` fixes the source's clock;
+    ``layout`` replaces the (suffix, entry bytes) the source would tell from the symbols.
     """
-    spec: dict[str, Any] = {"scans": scans, "window": window, "now": now}
+    spec: dict[str, Any] = {"scans": scans, "window": window, "now": now, "layout": layout}
     spec["between"] = [node.lines() for node in between]
     result = subprocess.run(
         [sys.executable, "-m", "tests.support.libnvml.probe", str(config)],

@@ -10,6 +10,7 @@
  *   FAKE_NVML_CURRENT  _v3 process lists (24-byte entries), MemoryInfo_v2, and
  *                      nvmlDeviceGetRunningProcessDetailList (R535.98 and later)
  *   FAKE_NVML_OLD      no _v3 and no MemoryInfo_v2 (R470-era drivers)
+ *   FAKE_NVML_R430     as OLD, and no _v2 process lists either (before R450)
  *   FAKE_NVML_R535     _v3 writing 32-byte entries (usedGpuCcProtectedMemory
  *                      appended), with nvmlDeviceGetConfComputeMemSizeInfo but no
  *                      nvmlDeviceGetRunningProcessDetailList (535.43 to 535.86)
@@ -20,6 +21,10 @@
 #include <sys/stat.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+#ifdef FAKE_NVML_R430
+#define FAKE_NVML_OLD
+#endif
 
 typedef int nvmlReturn_t;
 enum {
@@ -121,18 +126,17 @@ static struct device *device_at(int gpu, int mig) {
     return &cfg.gpus[gpu].migs[mig];
 }
 
-static void parse_line(char *line) {
+/* One config line into cfg: 0, or -1 for a line that is malformed or over a MAX_ limit. */
+static int parse_line(char *line) {
     char word[TEXT];
     int used;
-    if (sscanf(line, "%95s%n", word, &used) != 1 || word[0] == '#') return;
+    if (sscanf(line, "%95s%n", word, &used) != 1 || word[0] == '#') return 0;
     char *rest = line + used;
-    if (!strcmp(word, "driver")) {
-        sscanf(rest, "%95s", cfg.driver);
-    } else if (!strcmp(word, "cuda")) {
-        sscanf(rest, "%d", &cfg.cuda);
-    } else if (!strcmp(word, "init_error")) {
-        sscanf(rest, "%d", &cfg.init_error);
-    } else if (!strcmp(word, "gpu") && cfg.ngpus < MAX_GPUS) {
+    if (!strcmp(word, "driver")) return sscanf(rest, "%95s", cfg.driver) == 1 ? 0 : -1;
+    if (!strcmp(word, "cuda")) return sscanf(rest, "%d", &cfg.cuda) == 1 ? 0 : -1;
+    if (!strcmp(word, "init_error")) return sscanf(rest, "%d", &cfg.init_error) == 1 ? 0 : -1;
+    if (!strcmp(word, "gpu")) {
+        if (cfg.ngpus >= MAX_GPUS) return -1;
         struct gpu *g = &cfg.gpus[cfg.ngpus];
         int name_at = 0;
         g->dev.gpu = cfg.ngpus;
@@ -142,47 +146,62 @@ static void parse_line(char *line) {
                    &g->dev.total, &g->dev.used, &g->dev.reserved, &g->util_gpu, &g->util_mem,
                    &g->temperature, &g->power_mw, &g->limit_mw, &g->mig_mode, &g->lost,
                    &name_at) < 11)
-            return;
+            return -1;
         snprintf(g->name, TEXT, "%s", rest + name_at);
         g->name[strcspn(g->name, "\n")] = 0;
         cfg.ngpus++;
-    } else if (!strcmp(word, "mig")) {
+        return 0;
+    }
+    if (!strcmp(word, "mig")) {
         int gpu, slot;
         struct device d = {0};
         if (sscanf(rest, "%d %d %95s %u %u %llu %llu", &gpu, &slot, d.uuid, &d.gi, &d.ci, &d.total,
                    &d.used) != 7)
-            return;
-        struct device *target = device_at(gpu, slot);
-        if (!target) return;
+            return -1;
+        struct device *target = slot < 0 ? NULL : device_at(gpu, slot);
+        if (!target) return -1;
         d.gpu = gpu;
         d.mig = slot;
         d.present = 1;
         *target = d;
         if (slot + 1 > cfg.gpus[gpu].nmigs) cfg.gpus[gpu].nmigs = slot + 1;
-    } else if (!strcmp(word, "slots")) {
+        return 0;
+    }
+    if (!strcmp(word, "slots")) {
         int gpu, count;
-        if (sscanf(rest, "%d %d", &gpu, &count) == 2 && device_at(gpu, -1) && count <= MAX_MIGS)
-            cfg.gpus[gpu].nmigs = count;
-    } else if (!strcmp(word, "proc")) {
+        if (sscanf(rest, "%d %d", &gpu, &count) != 2 || !device_at(gpu, -1) || count < 0 ||
+            count > MAX_MIGS)
+            return -1;
+        cfg.gpus[gpu].nmigs = count;
+        return 0;
+    }
+    if (!strcmp(word, "proc")) {
         int gpu, mig;
         char kind;
         unsigned int pid;
         long long mem;
-        if (sscanf(rest, "%d %d %c %u %lld", &gpu, &mig, &kind, &pid, &mem) != 5) return;
+        if (sscanf(rest, "%d %d %c %u %lld", &gpu, &mig, &kind, &pid, &mem) != 5) return -1;
         struct device *d = device_at(gpu, mig);
-        if (!d || d->nprocs >= MAX_PROCS) return;
+        if (!d || d->nprocs >= MAX_PROCS || (kind != 'c' && kind != 'g')) return -1;
         d->procs[d->nprocs++] = (struct proc){kind, pid, mem < 0 ? NOT_AVAILABLE : (unsigned long long)mem};
-    } else if (!strcmp(word, "sample")) {
+        return 0;
+    }
+    if (!strcmp(word, "sample")) {
         int gpu;
         nvmlProcessUtilizationSample_t s = {0};
-        if (sscanf(rest, "%d %u %llu %u", &gpu, &s.pid, &s.timeStamp, &s.smUtil) != 4) return;
-        if (!device_at(gpu, -1) || cfg.gpus[gpu].nsamples >= MAX_SAMPLES) return;
+        if (sscanf(rest, "%d %u %llu %u", &gpu, &s.pid, &s.timeStamp, &s.smUtil) != 4) return -1;
+        if (!device_at(gpu, -1) || cfg.gpus[gpu].nsamples >= MAX_SAMPLES) return -1;
         cfg.gpus[gpu].samples[cfg.gpus[gpu].nsamples++] = s;
-    } else if (!strcmp(word, "error") && cfg.nerrors < MAX_ERRORS) {
-        struct injected *e = &cfg.errors[cfg.nerrors];
-        if (sscanf(rest, "%d %d %95s %d", &e->gpu, &e->mig, e->function, &e->code) == 4)
-            cfg.nerrors++;
+        return 0;
     }
+    if (!strcmp(word, "error")) {
+        if (cfg.nerrors >= MAX_ERRORS) return -1;
+        struct injected *e = &cfg.errors[cfg.nerrors];
+        if (sscanf(rest, "%d %d %95s %d", &e->gpu, &e->mig, e->function, &e->code) != 4) return -1;
+        cfg.nerrors++;
+        return 0;
+    }
+    return -1;
 }
 
 /* (Re)read the config when it changed since the last read. */
@@ -201,8 +220,18 @@ static nvmlReturn_t load(void) {
     if (!file) return NVML_ERROR_UNKNOWN;
     reset();
     char line[512];
-    while (fgets(line, sizeof line, file)) parse_line(line);
+    int number = 0, bad = 0;
+    while (!bad && fgets(line, sizeof line, file)) {
+        number++;
+        bad = parse_line(line) != 0;
+    }
     fclose(file);
+    /* A test whose config is cut short must fail, not pass on what was left of it. */
+    if (bad) {
+        fprintf(stderr, "fake libnvidia-ml: %s line %d is malformed or over a limit: %s", path,
+                number, line);
+        return NVML_ERROR_UNKNOWN;
+    }
     loaded_mtime = st.st_mtim;
     loaded_inode = st.st_ino;
     return NVML_SUCCESS;
@@ -451,7 +480,9 @@ static nvmlReturn_t list_processes(const char *function, void *device, char kind
     }
 
 PROCESS_LISTS(, nvmlProcessInfo_v1_t)
+#ifndef FAKE_NVML_R430
 PROCESS_LISTS(_v2, nvmlProcessInfo_v2_t)
+#endif
 #if defined(FAKE_NVML_R535)
 PROCESS_LISTS(_v3, nvmlProcessInfo_v3_t)
 #elif !defined(FAKE_NVML_OLD)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from node_resolver import nvml as nvml_source
 from node_resolver.nvml import NvmlGpuSource, NvmlUnavailableError
 from tests.support.libnvml import write_config
 
@@ -28,6 +29,14 @@ def main() -> None:
     spec = json.load(sys.stdin)
     now = spec["now"]
     clock = time.time if now is None else lambda: float(now)
+    if spec["layout"] is not None:
+        suffix, entry_bytes = spec["layout"]
+
+        def misstated(nvml: Any) -> tuple[str, int] | None:
+            """Stands in for a driver whose symbols misstate its entry size."""
+            return suffix, entry_bytes
+
+        nvml_source.process_list_layout = misstated
     try:
         source = NvmlGpuSource(utilization_window=spec["window"], clock=clock)
     except NvmlUnavailableError as exc:
