@@ -6,11 +6,17 @@ watches; ``load_kube_config`` finds the API server. The fake API server used
 by tests, the demo and the benchmarks lives in ``api.demo.cluster.apiserver``.
 """
 
-from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
-from .config import KubeConfigError, default_kubeconfig_path, load_kube_config
-from .parse import ParseError, node_record, pod_record, strip_runtime_prefix
-from .reflector import Reflector, RetryDelay, WatchError, node_kind, pod_kind
-from .watcher import ClusterWatcher
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
+    from .config import KubeConfigError, default_kubeconfig_path, load_kube_config
+    from .parse import ParseError, node_record, pod_record, strip_runtime_prefix
+    from .reflector import Reflector, RetryDelay, WatchError, node_kind, pod_kind
+    from .watcher import ClusterWatcher
 
 __all__ = [
     "CacheStats",
@@ -31,3 +37,24 @@ __all__ = [
     "pod_record",
     "strip_runtime_prefix",
 ]
+
+# Loaded on first use: ``gpugraph top`` reads a kubeconfig (``config``) without
+# paying for the cache, the reflector and the graph they import.
+_EXPORTS = {
+    **dict.fromkeys(("CacheStats", "ChangeListener", "ClusterCache", "WatchStats"), ".cache"),
+    **dict.fromkeys(("KubeConfigError", "default_kubeconfig_path", "load_kube_config"), ".config"),
+    **dict.fromkeys(("ParseError", "node_record", "pod_record", "strip_runtime_prefix"), ".parse"),
+    **dict.fromkeys(
+        ("Reflector", "RetryDelay", "WatchError", "node_kind", "pod_kind"), ".reflector"
+    ),
+    "ClusterWatcher": ".watcher",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -88,7 +88,8 @@ async def watch(
 
     console = _console()
     # The tick carries no pod list; the first query fills in what pods requested.
-    first = fetch(transport, filters)
+    # A thread, since a transport may run its own event loop for a query.
+    first = await asyncio.to_thread(fetch, transport, filters)
     pods = first.pods
     count = 1
     with Live(
@@ -138,3 +139,5 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
     except TopError as exc:
         print(f"gpugraph top: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130

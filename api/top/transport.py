@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import httpx
 
-from .connection import Endpoint
+from .connection import Endpoint, bearer
 from .errors import TopError
 
 TIMEOUT = 30.0
 SUBPROTOCOL = "graphql-transport-ws"
+CLOSE_FORBIDDEN = 4403
+CLOSE_TRY_AGAIN = 1013
 
 
 class Transport(Protocol):
@@ -28,32 +31,73 @@ class Transport(Protocol):
         ...
 
 
-def status_error(status: int, url: str, detail: str = "") -> TopError:
+def _detail(text: str) -> str:
+    """The reason in an error body: a Kubernetes Status's or gpugraph's message, else its text."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("error") or body.get("reason")
+        if isinstance(message, str):
+            return message
+    lines = text.strip().splitlines()
+    return lines[0][:200] if lines else ""
+
+
+def status_error(status: int, url: str, body: str = "") -> TopError:
     """The one-line error for an HTTP status the CLI cannot use."""
-    detail = detail.strip().splitlines()[0][:200] if detail.strip() else ""
+    detail = _detail(body)
     suffix = f": {detail}" if detail else ""
     if status == 401:
-        return TopError(f"401 unauthorized by {url}: pass --token or set GPUGRAPH_TOKEN{suffix}")
+        return TopError(f"401 unauthorized by {url}{suffix}; pass --token or set GPUGRAPH_TOKEN")
     if status == 403:
-        return TopError(f"403 forbidden by {url}: the token may not read gpugraph{suffix}")
+        return TopError(f"403 forbidden by {url}{suffix}")
     if status == 503:
-        return TopError(f"server not ready ({url} answered 503){suffix}")
+        return TopError(f"server not ready: {url} answered 503{suffix}")
     return TopError(f"{url} answered HTTP {status}{suffix}")
 
 
+def close_error(code: int | None, reason: str, url: str) -> TopError:
+    """The one-line error for a WebSocket the server closed before answering."""
+    said = f" ({code} {reason})".rstrip() if code else ""
+    if code == CLOSE_FORBIDDEN:
+        # graphql-transport-ws's refusal of connection_init: no token, or one that failed.
+        return TopError(
+            f"401 unauthorized by {url}: the server refused the connection without a valid "
+            f"token{said}; pass --token or set GPUGRAPH_TOKEN"
+        )
+    if code == CLOSE_TRY_AGAIN:
+        return TopError(f"server not ready: {url} closed the connection{said}; try again")
+    return TopError(f"{url} closed the connection{said}")
+
+
 class HttpTransport:
-    """The real transport: POST /graphql, and a WebSocket for subscriptions."""
+    """The real transport: POST /graphql, and a WebSocket for subscriptions.
+
+    Through the API server's proxy, queries take the WebSocket too, the only
+    way the gpugraph token reaches the server there.
+    """
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
     def execute(self, query: str, variables: Mapping[str, Any]) -> dict[str, Any]:
-        """POST the query; TopError for anything but a GraphQL answer."""
+        """The query's answer; TopError for anything but a GraphQL answer."""
+        if self.endpoint.proxied:
+            return asyncio.run(self._first(query, variables))
+        return self._post(query, variables)
+
+    async def _first(self, query: str, variables: Mapping[str, Any]) -> dict[str, Any]:
+        async with contextlib.aclosing(self.subscribe(query, variables)) as results:
+            async for body in results:
+                return body
+        raise TopError(f"{self.endpoint.url} completed the query without an answer")
+
+    def _post(self, query: str, variables: Mapping[str, Any]) -> dict[str, Any]:
         url = self.endpoint.url
         try:
-            with httpx.Client(
-                verify=self.endpoint.verify, cert=self.endpoint.client_cert, timeout=TIMEOUT
-            ) as client:
+            with httpx.Client(verify=self.endpoint.ssl_context(), timeout=TIMEOUT) as client:
                 response = client.post(
                     url,
                     json={"query": query, "variables": dict(variables)},
@@ -69,24 +113,12 @@ class HttpTransport:
             raise TopError(f"{url} did not answer with JSON: is it a gpugraph server?") from None
         return body
 
-    def _ssl(self) -> ssl.SSLContext | None:
-        if not self.endpoint.url.startswith("https://"):
-            return None
-        verify = self.endpoint.verify
-        context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
-        if verify is False:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if self.endpoint.client_cert:
-            context.load_cert_chain(*self.endpoint.client_cert)
-        return context
-
     async def subscribe(
         self, query: str, variables: Mapping[str, Any]
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Follow a subscription over graphql-transport-ws until the server completes it."""
         from websockets.asyncio.client import connect
-        from websockets.exceptions import InvalidStatus, WebSocketException
+        from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
         from websockets.typing import Subprotocol
 
         url = "ws" + self.endpoint.url.removeprefix("http")
@@ -95,10 +127,11 @@ class HttpTransport:
                 url,
                 subprotocols=[Subprotocol(SUBPROTOCOL)],
                 additional_headers=self.endpoint.headers,
-                ssl=self._ssl(),
+                ssl=self.endpoint.ssl_context() if url.startswith("wss://") else None,
                 open_timeout=TIMEOUT,
             ) as socket:
-                await socket.send(json.dumps({"type": "connection_init", "payload": {}}))
+                payload = bearer(self.endpoint.token)
+                await socket.send(json.dumps({"type": "connection_init", "payload": payload}))
                 ack = json.loads(await socket.recv())
                 if ack.get("type") != "connection_ack":
                     raise TopError(f"{url} refused the subscription: {ack}")
@@ -125,6 +158,11 @@ class HttpTransport:
                     elif kind == "complete":
                         return
         except InvalidStatus as exc:
-            raise status_error(exc.response.status_code, url) from None
+            body = (exc.response.body or b"").decode("utf-8", "replace")
+            raise status_error(exc.response.status_code, url, body) from None
+        except ConnectionClosed as exc:
+            close = exc.rcvd
+            code, reason = (close.code, close.reason) if close else (None, "")
+            raise close_error(code, reason, url) from None
         except (OSError, WebSocketException, TimeoutError) as exc:
             raise TopError(f"cannot reach the gpugraph server at {url}: {exc}") from None
