@@ -104,10 +104,15 @@ def through_kubeconfig(
         config = load_kube_config(kubeconfig)
     except KubeConfigError as exc:
         raise TopError(f"{exc}; or pass --server URL") from None
-    headers: dict[str, str] = {}
-    authorization = config.get_api_key_with_prefix("authorization")
-    if authorization:
-        headers["Authorization"] = authorization
+    # Exec plugins and OIDC refresh the token through this hook, as for kubectl.
+    if config.refresh_api_key_hook is not None:
+        config.refresh_api_key_hook(config)
+    headers = {
+        str(setting["key"]): str(setting["value"])
+        for setting in config.auth_settings().values()
+        if setting.get("in") == "header" and setting.get("value")
+    }
+    authorization = headers.get("authorization")
     # The kubeconfig user's own token, unless another one is given.
     scheme, _, user_token = (authorization or "").partition(" ")
     if token is None and scheme.lower() == "bearer" and user_token:

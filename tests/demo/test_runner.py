@@ -115,18 +115,28 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
         "0.5",
     )
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while "Press Ctrl-C to stop." not in running.text():
-            if running.process.poll() is not None:
-                pytest.fail(f"demo exited with {running.process.returncode}:\n{running.text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"demo not up after {STARTUP_TIMEOUT:g}s:\n{running.text()}")
-            time.sleep(0.1)
+        wait_started(running)
         yield running
     finally:
-        if running.process.poll() is None:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(10)
+        kill(running)
+
+
+def wait_started(running: RunningDemo) -> None:
+    """Wait for the demo's banner; fail the test if it exits or takes too long."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while "Press Ctrl-C to stop." not in running.text():
+        if running.process.poll() is not None:
+            pytest.fail(f"demo exited with {running.process.returncode}:\n{running.text()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"demo not up after {STARTUP_TIMEOUT:g}s:\n{running.text()}")
+        time.sleep(0.1)
+
+
+def kill(running: RunningDemo) -> None:
+    """Kill the demo's whole session if it still runs."""
+    if running.process.poll() is None:
+        os.killpg(running.process.pid, signal.SIGKILL)
+        running.process.wait(10)
 
 
 CLUSTER = """
