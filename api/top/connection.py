@@ -107,7 +107,7 @@ def through_kubeconfig(
     # Exec plugins and OIDC refresh the token through this hook, as for kubectl.
     if config.refresh_api_key_hook is not None:
         config.refresh_api_key_hook(config)
-    settings: dict[str, dict[str, Any]] = config.auth_settings()
+    settings: Mapping[str, Any] = config.auth_settings()
     headers = {
         str(setting["key"]): str(setting["value"])
         for setting in settings.values()

@@ -8,8 +8,8 @@ resourceVersions, the event history), ``lists`` (paginated lists),
 kubectl asks first), ``tables`` (``meta.k8s.io/v1`` Tables, kubectl's human
 output), ``namespaces`` (derived from the pods), ``services`` (Services and
 the service proxy, with ``service_proxy`` forwarding HTTP and WebSockets),
-``kubeconfig`` (how clients find it) and ``server`` (``StubApiServer``: lifecycle, request dispatch, test
-controls).
+``kubeconfig`` (how clients find it) and ``server`` (``StubApiServer``:
+lifecycle, request dispatch, test controls).
 """
 
 from .kubeconfig import kubeconfig_for, write_kubeconfig
