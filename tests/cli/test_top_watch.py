@@ -1,0 +1,66 @@
+"""``gpugraph top --watch`` under a real pseudo-terminal (pexpect): live redraws, clean exit."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pexpect
+import pytest
+
+from tests.cli.conftest import kubeconfig_of
+from tests.demo.test_runner import ROOT, RunningDemo, gpugraph_command
+
+FRAMES = 4
+NODE_ROW = re.compile(r"gpu-node-0 +4 +(\d+%) +(\S+Gi/\S+Gi)")
+ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# rich's Live moves the cursor up and erases lines to draw the next frame over the last.
+CURSOR_UP = "\x1b[1A"
+ERASE_LINE = "\x1b[2K"
+HIDE_CURSOR = "\x1b[?25l"
+SHOW_CURSOR = "\x1b[?25h"
+
+
+def spawn_watch(*args: str) -> pexpect.spawn:
+    command, *first = gpugraph_command()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRAPH_")}
+    env.pop("NO_COLOR", None)
+    return pexpect.spawn(
+        command,
+        [*first, "top", "nodes", "--watch", "--interval", "0.5", *args],
+        cwd=str(ROOT),
+        env={**env, "TERM": "xterm-256color"},
+        dimensions=(40, 160),
+        encoding="utf-8",
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize("via", ["server", "kubeconfig"])
+def test_watch_redraws_in_place_with_new_values_and_quits_cleanly(
+    demo: RunningDemo, via: str
+) -> None:
+    target = demo.url if via == "server" else str(kubeconfig_of(demo))
+    child = spawn_watch(f"--{via}", target)
+    try:
+        frames = []
+        for count in range(2, FRAMES + 2):
+            child.expect(rf"update {count} at \d\d:\d\d:\d\d")
+            frames.append(child.before)
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        tail = child.before
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus, tail)
+    rows = [NODE_ROW.search(ESCAPE.sub("", frame)) for frame in frames]
+    assert all(rows), frames
+    # Coloured on a terminal; each subscription tick brought new numbers, drawn over
+    # the previous frame.
+    assert "\x1b[1m" in frames[0]
+    assert len({row.groups() for row in rows if row}) > 1, frames
+    assert all(CURSOR_UP in frame and ERASE_LINE in frame for frame in frames[1:]), frames
+    # Live hid the cursor; on Ctrl-C it shows it again, and nothing else is printed.
+    assert HIDE_CURSOR in frames[0]
+    assert SHOW_CURSOR in tail
+    assert "Traceback" not in tail and "gpugraph top: error" not in tail, tail
