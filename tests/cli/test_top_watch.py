@@ -43,13 +43,13 @@ def test_watch_redraws_in_place_with_new_values_and_quits_cleanly(
     target = demo.url if via == "server" else str(kubeconfig_of(demo))
     child = spawn_watch(f"--{via}", target)
     try:
-        frames = []
+        frames: list[str] = []
         for count in range(2, FRAMES + 2):
             child.expect(rf"update {count} at \d\d:\d\d:\d\d")
-            frames.append(child.before)
+            frames.append(str(child.before))
         child.sendintr()
         child.expect(pexpect.EOF)
-        tail = child.before
+        tail = str(child.before)
     finally:
         child.close(force=True)
     assert child.exitstatus == 0, (child.exitstatus, child.signalstatus, tail)
