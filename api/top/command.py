@@ -61,7 +61,8 @@ def _console() -> Any:
     # rich turns colour off when stdout is no terminal, and honours NO_COLOR. Piped
     # output is for grep and scripts: no 80-column squeeze that would cut cells.
     width = None if sys.stdout.isatty() else PIPE_WIDTH
-    return Console(highlight=False, soft_wrap=False, width=width)
+    # Names are data, never markup or emoji codes: "[triton]" stays as it is.
+    return Console(highlight=False, markup=False, emoji=False, soft_wrap=False, width=width)
 
 
 def _footer(count: int, clock: Callable[[], float]) -> Any:
