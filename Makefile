@@ -93,6 +93,7 @@ bench-small: install-dev
 	$(PY) bench/hostile.py --small
 	$(PY) bench/kubectl_bench.py --pods 1000 --repeat 3
 	$(PY) bench/auth_bench.py --small
+	$(PY) bench/top_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
 bench: install-dev
@@ -102,6 +103,7 @@ bench: install-dev
 	$(PY) bench/agent_bench.py --sizes 10,50,100
 	$(PY) bench/kubectl_bench.py
 	$(PY) bench/auth_bench.py
+	$(PY) bench/top_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \

@@ -108,7 +108,10 @@ def commands(target: Sequence[str], repeat: int, label: str) -> list[str]:
     return [
         row(f"{label}: `top`", run_times([*top, *target], repeat)),
         row(f"{label}: `top nodes`", run_times([*top, "nodes", *target], repeat)),
-        row(f"{label}: `top pods -o json`", run_times([*top, "pods", "-o", "json", *target], repeat)),
+        row(
+            f"{label}: `top pods -o json`",
+            run_times([*top, "pods", "-o", "json", *target], repeat),
+        ),
     ]
 
 
@@ -231,7 +234,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.repeat = 10, 300, 3
-    print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    python = platform.python_version()
+    print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {python}")
     tmp = tempfile.mkdtemp(prefix="gpugraph-top-bench-")
     try:
         lines = ["\n1. Start-up\n", HEADER, *startup(args.repeat, tmp)]
