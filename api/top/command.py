@@ -14,6 +14,7 @@ from typing import Any
 from . import model
 from .connection import resolve
 from .errors import TopError
+from .keys import quit_key
 from .queries import SNAPSHOT, WATCH
 from .transport import HttpTransport, Transport
 
@@ -69,7 +70,7 @@ def _footer(count: int, clock: Callable[[], float]) -> Any:
     from rich.text import Text
 
     stamp = time.strftime("%H:%M:%S", time.localtime(clock()))
-    return Text(f"update {count} at {stamp}; Ctrl-C to quit", style="dim")
+    return Text(f"update {count} at {stamp}; q or Ctrl-C to quit", style="dim")
 
 
 async def watch(
@@ -93,12 +94,15 @@ async def watch(
     first = await asyncio.to_thread(fetch, transport, filters)
     pods = first.pods
     count = 1
-    with Live(
-        Group(render(view, first, filters.sort_by, wide=wide), _footer(count, clock)),
-        console=console,
-        auto_refresh=False,
-        redirect_stdout=False,
-    ) as live:
+    with (
+        Live(
+            Group(render(view, first, filters.sort_by, wide=wide), _footer(count, clock)),
+            console=console,
+            auto_refresh=False,
+            redirect_stdout=False,
+        ) as live,
+        quit_key(asyncio.current_task()),
+    ):
         variables = {"node": filters.node, "interval": interval}
         async for body in transport.subscribe(WATCH, variables):
             tick = model.snapshot_from_tick(body)
@@ -126,7 +130,8 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             transport = HttpTransport(endpoint)
         wide = args.output == "wide"
         if args.watch:
-            with contextlib.suppress(KeyboardInterrupt):
+            # Ctrl-C, or q (which cancels the watch): the terminal is left as it was.
+            with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
                 asyncio.run(watch(transport, args.view, filters, args.interval, wide=wide))
             return 0
         snapshot = fetch(transport, filters)

@@ -64,3 +64,20 @@ def test_watch_redraws_in_place_with_new_values_and_quits_cleanly(
     assert HIDE_CURSOR in frames[0]
     assert SHOW_CURSOR in tail
     assert "Traceback" not in tail and "gpugraph top: error" not in tail, tail
+
+
+def test_q_quits_the_watch_and_gives_the_terminal_back(demo: RunningDemo) -> None:
+    child = spawn_watch("--server", demo.url)
+    try:
+        child.expect(r"update 2 at")
+        # The live view reads keys one by one, unechoed.
+        assert not child.getecho()
+        child.send("q")
+        child.expect(pexpect.EOF)
+        tail = str(child.before)
+        echo_after = child.getecho()
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, tail)
+    assert SHOW_CURSOR in tail and "Traceback" not in tail
+    assert echo_after, "the terminal was left without echo"
