@@ -10,14 +10,15 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .flags import LOG_LEVELS, listen_address
-from .settings import Settings, SettingsError
+if TYPE_CHECKING:
+    from .settings import Settings
 
-__all__ = ["LOG_LEVELS", "add_serve_arguments", "build_parser", "main", "settings_from_args"]
+# The server's flags, defaults and settings load only for `serve`: `gpugraph top`
+# starts without them (they import the agent package through node_resolver).
+__all__ = ["add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
-_DEFAULTS = Settings()
 # Fail closed: a server started without --auth checks every caller with the
 # cluster's own RBAC; an open server has to be asked for (--auth none).
 AUTH_DEFAULT = "kubernetes"
@@ -25,7 +26,10 @@ AUTH_DEFAULT = "kubernetes"
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every ``gpugraph serve`` flag to ``parser``."""
-    d = _DEFAULTS
+    from .flags import LOG_LEVELS, listen_address
+    from .settings import Settings
+
+    d = Settings()
     parser.add_argument(
         "--listen",
         type=listen_address,
@@ -193,6 +197,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from parsed ``serve`` arguments; SettingsError on values that cannot work."""
+    from .settings import Settings
+
     host, port = args.listen
     return Settings(
         listen_host=host,
@@ -225,6 +231,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def _run_serve(args: argparse.Namespace) -> int:
     from .kube.config import KubeConfigError
     from .serve import serve
+    from .settings import SettingsError
 
     try:
         settings = settings_from_args(args)
@@ -306,7 +313,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="run the GraphQL server",
         description="Run the GraphQL server: Kubernetes cache, agent fan-out, HTTP.",
     )
-    add_serve_arguments(serve)
+    if command in (None, "serve"):
+        add_serve_arguments(serve)
     serve.set_defaults(handler=_run_serve, parser=serve)
     _add_delegated(
         subparsers,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import TopError
+from .errors import TopError, status_error
 
 DEFAULT_NAMESPACE = "gpugraph"
 DEFAULT_SERVICE = "gpugraph"
@@ -132,8 +132,6 @@ def find_service(api: Endpoint, namespace: str) -> tuple[str, str]:
     A caller who may not list Services there gets the chart's default name.
     """
     import httpx
-
-    from .transport import status_error
 
     selector = ",".join(f"{k}={v}" for k, v in SERVER_LABELS.items())
     url = f"{api.url}/api/v1/namespaces/{namespace}/services"
