@@ -122,7 +122,7 @@ def split(url: str, repeat: int) -> list[str]:
     from api.top.render import view
 
     transport = HttpTransport(Endpoint(url + "/graphql"))
-    variables = {"node": None, "namespace": None, "selector": None}
+    variables = {"node": None, "namespace": None, "selector": None, "withPods": False}
     fetch, build, render = [], [], []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -36,12 +36,16 @@ def filters_of(args: argparse.Namespace) -> model.Filters:
     )
 
 
-def fetch(transport: Transport, filters: model.Filters) -> model.Snapshot:
-    """One snapshot of the cluster, with the filters applied."""
-    body = transport.execute(
-        SNAPSHOT,
-        {"node": filters.node, "namespace": filters.namespace, "selector": filters.selector},
-    )
+def fetch(transport: Transport, filters: model.Filters, view: str) -> model.Snapshot:
+    """One snapshot of the cluster for ``view``, with the filters applied."""
+    variables = {
+        "node": filters.node,
+        "namespace": filters.namespace,
+        "selector": filters.selector,
+        # The pod list: what pods requested (top pods), and which match -l.
+        "withPods": view == "pods" or filters.selector is not None,
+    }
+    body = transport.execute(SNAPSHOT, variables)
     return model.apply(model.snapshot_from_query(body), filters)
 
 
@@ -91,7 +95,7 @@ async def watch(
     console = _console()
     # The tick carries no pod list; the first query fills in what pods requested.
     # A thread, since a transport may run its own event loop for a query.
-    first = await asyncio.to_thread(fetch, transport, filters)
+    first = await asyncio.to_thread(fetch, transport, filters, view)
     pods = first.pods
     count = 1
     with (
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
                 asyncio.run(watch(transport, args.view, filters, args.interval, wide=wide))
             return 0
-        snapshot = fetch(transport, filters)
+        snapshot = fetch(transport, filters, args.view)
         if args.output in ("json", "yaml"):
             sys.stdout.write(_dump(args.view, snapshot, filters, args.output))
             return 0
