@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .agents import AgentPool
@@ -16,11 +17,4 @@ __all__ = ["AgentPool", "Settings", "create_app"]
 # package) does not import the GraphQL stack it never uses.
 _EXPORTS = {"AgentPool": ".agents", "Settings": ".settings", "create_app": ".app"}
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _EXPORTS)

@@ -8,8 +8,9 @@ by tests, the demo and the benchmarks lives in ``api.demo.cluster.apiserver``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
@@ -50,11 +51,4 @@ _EXPORTS = {
     "ClusterWatcher": ".watcher",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _EXPORTS)

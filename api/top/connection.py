@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import TopError, status_error
+from .errors import KUBECONFIG_HINT, TopError, status_error
 
 DEFAULT_NAMESPACE = "gpugraph"
 DEFAULT_SERVICE = "gpugraph"
@@ -148,7 +148,8 @@ def find_service(api: Endpoint, namespace: str) -> tuple[str, str]:
     if response.status_code == 403:
         return DEFAULT_SERVICE, SERVICE_PORT
     if response.status_code != 200:
-        raise status_error(response.status_code, url, response.text)
+        # A 401 here is the API server's: the kubeconfig's credential is at fault.
+        raise status_error(response.status_code, url, response.text, hint=KUBECONFIG_HINT)
     try:
         items: list[dict[str, Any]] = response.json()["items"] or []
     except (ValueError, KeyError, TypeError):

@@ -10,6 +10,8 @@ import json
 # graphql-transport-ws's refusal of connection_init, and "try again later".
 CLOSE_FORBIDDEN = 4403
 CLOSE_TRY_AGAIN = 1013
+TOKEN_HINT = "pass --token or set GPUGRAPH_TOKEN"
+KUBECONFIG_HINT = "check the kubeconfig's user"
 
 
 class TopError(Exception):
@@ -30,12 +32,12 @@ def _detail(text: str) -> str:
     return lines[0][:200] if lines else ""
 
 
-def status_error(status: int, url: str, body: str = "") -> TopError:
-    """The one-line error for an HTTP status the CLI cannot use."""
+def status_error(status: int, url: str, body: str = "", *, hint: str = TOKEN_HINT) -> TopError:
+    """The one-line error for an HTTP status the CLI cannot use; ``hint`` follows a 401."""
     detail = _detail(body)
     suffix = f": {detail}" if detail else ""
     if status == 401:
-        return TopError(f"401 unauthorized by {url}{suffix}; pass --token or set GPUGRAPH_TOKEN")
+        return TopError(f"401 unauthorized by {url}{suffix}; {hint}")
     if status == 403:
         return TopError(f"403 forbidden by {url}{suffix}")
     if status == 503:
@@ -50,7 +52,7 @@ def close_error(code: int | None, reason: str, url: str) -> TopError:
         # graphql-transport-ws's refusal of connection_init: no token, or one that failed.
         return TopError(
             f"401 unauthorized by {url}: the server refused the connection without a valid "
-            f"token{said}; pass --token or set GPUGRAPH_TOKEN"
+            f"token{said}; {TOKEN_HINT}"
         )
     if code == CLOSE_TRY_AGAIN:
         return TopError(f"server not ready: {url} closed the connection{said}; try again")

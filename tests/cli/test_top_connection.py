@@ -198,3 +198,11 @@ async def test_a_server_that_cannot_check_tokens_is_503(tmp_path: Path) -> None:
 async def in_thread(*args: str) -> str:
     """``failing_top`` in a thread, so the server in this event loop keeps answering."""
     return await asyncio.to_thread(failing_top, *args)
+
+
+def test_a_kubeconfig_token_the_api_server_rejects_is_401_about_the_kubeconfig(
+    api_server: StubApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = write_kubeconfig(str(tmp_path / "stale"), api_server.url, "revoked-token")
+    line = failing_top("--kubeconfig", kubeconfig)
+    assert "401 unauthorized" in line and "check the kubeconfig's user" in line

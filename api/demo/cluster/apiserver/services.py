@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from graph_schema.selectors import LabelSelectorError, parse_label_selector
-
 from .reviews import StubUser, TokenReviews
+from .selectors import Selector
 from .service_proxy import Backend, ProxiedSockets, forward_http, forward_upgrade
 from .status import not_found, status
 from .transport import Exchange
@@ -175,16 +174,13 @@ class ServiceTable:
             return self._services.get((target.namespace or "", target.name or ""))
 
     def _list(self, exchange: Exchange, namespace: str | None, params: dict[str, str]) -> None:
-        try:
-            selector = parse_label_selector(params.get("labelSelector") or "")
-        except LabelSelectorError as exc:
-            raise ValueError(str(exc)) from None
+        labels = Selector(params.get("labelSelector"), None).labels
         with self._lock:
             services = sorted(self._services.values(), key=lambda s: (s.namespace, s.name))
         items = [
             s.body()
             for s in services
-            if namespace in (None, s.namespace) and selector.matches(s.labels)
+            if namespace in (None, s.namespace) and labels.matches(s.labels)
         ]
         exchange.send_json(
             200,
