@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import KUBECONFIG_HINT, TopError, status_error
@@ -121,9 +121,9 @@ def through_kubeconfig(
     verify: str | bool = config.ssl_ca_cert or bool(config.verify_ssl)
     cert = (config.cert_file, config.key_file) if config.cert_file and config.key_file else None
     host = str(config.host).rstrip("/")
-    endpoint = Endpoint(host, headers, verify, cert, token, proxied=True)
-    name, port = (service, SERVICE_PORT) if service else find_service(endpoint, namespace)
-    return Endpoint(host + proxy_path(namespace, name, port), headers, verify, cert, token, True)
+    api = Endpoint(host, headers, verify, cert, token, proxied=True)
+    name, port = (service, SERVICE_PORT) if service else find_service(api, namespace)
+    return replace(api, url=host + proxy_path(namespace, name, port))
 
 
 def find_service(api: Endpoint, namespace: str) -> tuple[str, str]:
