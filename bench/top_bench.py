@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -83,39 +83,34 @@ def row(label: str, times: list[float]) -> str:
 HEADER = "| what | median | best | runs |\n|---|---|---|---|"
 
 
-def startup(repeat: int, tmp: str) -> list[str]:
+def startup(repeat: int, tmp: str) -> Iterator[str]:
     """Benchmark 1: start-up without a server to talk to."""
     closed = f"http://127.0.0.1:{free_port()}"
     kubeconfig = write_kubeconfig(os.path.join(tmp, "closed"), closed)
-    return [
-        row("`python -c pass`", run_times([sys.executable, "-c", "pass"], repeat)),
-        row("`gpugraph --help`", run_times([*gpugraph(), "--help"], repeat)),
-        row("`gpugraph top --help`", run_times([*gpugraph(), "top", "--help"], repeat)),
-        row(
-            "`gpugraph top --server` (closed port)",
-            run_times([*gpugraph(), "top", "--server", closed], repeat, ok=(1,)),
-        ),
-        row(
-            "`gpugraph top --kubeconfig` (closed API server)",
-            run_times([*gpugraph(), "top", "--kubeconfig", kubeconfig], repeat, ok=(1,)),
-        ),
-    ]
+    yield row("`python -c pass`", run_times([sys.executable, "-c", "pass"], repeat))
+    yield row("`gpugraph --help`", run_times([*gpugraph(), "--help"], repeat))
+    yield row("`gpugraph top --help`", run_times([*gpugraph(), "top", "--help"], repeat))
+    yield row(
+        "`gpugraph top --server` (closed port)",
+        run_times([*gpugraph(), "top", "--server", closed], repeat, ok=(1,)),
+    )
+    yield row(
+        "`gpugraph top --kubeconfig` (closed API server)",
+        run_times([*gpugraph(), "top", "--kubeconfig", kubeconfig], repeat, ok=(1,)),
+    )
 
 
-def commands(target: Sequence[str], repeat: int, label: str) -> list[str]:
+def commands(target: Sequence[str], repeat: int, label: str) -> Iterator[str]:
     """Benchmark 2/3's rows: each view, the real command."""
     top = [*gpugraph(), "top"]
-    return [
-        row(f"{label}: `top`", run_times([*top, *target], repeat)),
-        row(f"{label}: `top nodes`", run_times([*top, "nodes", *target], repeat)),
-        row(
-            f"{label}: `top pods -o json`",
-            run_times([*top, "pods", "-o", "json", *target], repeat),
-        ),
-    ]
+    yield row(f"{label}: `top`", run_times([*top, *target], repeat))
+    yield row(f"{label}: `top nodes`", run_times([*top, "nodes", *target], repeat))
+    yield row(
+        f"{label}: `top pods -o json`", run_times([*top, "pods", "-o", "json", *target], repeat)
+    )
 
 
-def split(url: str, repeat: int) -> list[str]:
+def split(url: str, repeat: int) -> Iterator[str]:
     """Where one in-process ``gpugraph top`` spends its time, at this size."""
     from rich.console import Console
 
@@ -137,13 +132,11 @@ def split(url: str, repeat: int) -> list[str]:
         render.append(time.perf_counter() - built)
     gpus = len(snapshot.gpus)
     processes = sum(len(g.processes) for g in snapshot.gpus)
-    return [
-        f"\n{gpus:,} GPUs, {processes:,} processes:\n",
-        HEADER,
-        row("GraphQL round trip (POST, server, JSON)", fetch),
-        row("rows from the answer", build),
-        row("rich table, rendered", render),
-    ]
+    yield f"\n{gpus:,} GPUs, {processes:,} processes:\n"
+    yield HEADER
+    yield row("GraphQL round trip (POST, server, JSON)", fetch)
+    yield row("rows from the answer", build)
+    yield row("rich table, rendered", render)
 
 
 @contextmanager
@@ -223,6 +216,12 @@ def fleet(nodes: int, pods: int, tmp: str) -> Iterator[str]:
         cluster.stop()
 
 
+def emit(lines: Iterable[str]) -> None:
+    """Print each line as it is measured: a full run takes minutes."""
+    for line in lines:
+        print(line, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -238,19 +237,17 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {python}")
     tmp = tempfile.mkdtemp(prefix="gpugraph-top-bench-")
     try:
-        lines = ["\n1. Start-up\n", HEADER, *startup(args.repeat, tmp)]
-        print("\n".join(lines), flush=True)
+        emit(["\n1. Start-up\n", HEADER])
+        emit(startup(args.repeat, tmp))
         with demo() as (url, kubeconfig):
-            lines = ["\n2. gpugraph demo (4 nodes x 8 GPUs)\n", HEADER]
-            lines += commands(["--server", url], args.repeat, "--server")
-            lines += commands(["--kubeconfig", kubeconfig], args.repeat, "kubeconfig")
-            lines += split(url, args.repeat)
-        print("\n".join(lines), flush=True)
+            emit(["\n2. gpugraph demo (4 nodes x 8 GPUs)\n", HEADER])
+            emit(commands(["--server", url], args.repeat, "--server"))
+            emit(commands(["--kubeconfig", kubeconfig], args.repeat, "kubeconfig"))
+            emit(split(url, args.repeat))
         with fleet(args.nodes, args.pods, tmp) as url:
-            lines = [f"\n3. {args.nodes:,} nodes x 8 GPUs, {args.pods:,} pods\n", HEADER]
-            lines += commands(["--server", url], args.repeat, "--server")
-            lines += split(url, args.repeat)
-        print("\n".join(lines), flush=True)
+            emit([f"\n3. {args.nodes:,} nodes x 8 GPUs, {args.pods:,} pods\n", HEADER])
+            emit(commands(["--server", url], args.repeat, "--server"))
+            emit(split(url, args.repeat))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
