@@ -90,6 +90,7 @@ async def watch(
     from rich.console import Group
     from rich.live import Live
 
+    from .render import down_lines
     from .render import view as render
 
     console = _console()
@@ -98,9 +99,18 @@ async def watch(
     first = await asyncio.to_thread(fetch, transport, filters, view)
     pods = first.pods
     count = 1
+
+    def frame(snapshot: model.Snapshot) -> Any:
+        # Rows for the screen only: less the header, the "more" line, the footer and
+        # the down nodes' lines (long reasons wrap).
+        down = len(console.render_lines(Group(*down_lines(snapshot.down)))) if snapshot.down else 0
+        height = console.size.height - 3 - down
+        table = render(view, snapshot, filters.sort_by, wide=wide, height=height)
+        return Group(table, _footer(count, clock))
+
     with (
         Live(
-            Group(render(view, first, filters.sort_by, wide=wide), _footer(count, clock)),
+            frame(first),
             console=console,
             auto_refresh=False,
             redirect_stdout=False,
@@ -113,10 +123,7 @@ async def watch(
             tick.pods = pods
             snapshot = model.apply(tick, filters)
             count += 1
-            live.update(
-                Group(render(view, snapshot, filters.sort_by, wide=wide), _footer(count, clock)),
-                refresh=True,
-            )
+            live.update(frame(snapshot), refresh=True)
 
 
 def run(args: argparse.Namespace, transport: Transport | None = None) -> int:

@@ -56,12 +56,16 @@ def _plain(cell: Cell) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
 
-def _down_lines(down: list[DownNode]) -> list[Text]:
+def down_lines(down: list[DownNode]) -> list[Text]:
+    """A red line per down node, naming it and why."""
     return [Text(f"{d.node}: agent down: {d.reason}", style="red") for d in down]
 
 
-def gpus_view(snapshot: Snapshot, *, wide: bool = False) -> RenderableType:
-    """A row per GPU grouped by node, a row per process under it, then the down nodes."""
+Rows = tuple[list[str], list[list[Cell]]]
+
+
+def gpu_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
+    """A row per GPU grouped by node, and a row per process under it."""
     columns = ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "PODS"]
     if wide:
         columns.insert(2, "UUID")
@@ -104,10 +108,10 @@ def gpus_view(snapshot: Snapshot, *, wide: bool = False) -> RenderableType:
             if wide:
                 process_cells.insert(2, "")
             rows.append(process_cells)
-    return Group(_table(columns, rows), *_down_lines(snapshot.down))
+    return columns, rows
 
 
-def pods_view(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> RenderableType:
+def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
     """A row per pod requesting or using GPUs."""
     columns = ["NAMESPACE", "POD", "NODE", "GPUS(REQ/USED)", "MEMORY", "SM", "FLAG"]
     rows: list[list[Cell]] = [
@@ -122,11 +126,11 @@ def pods_view(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Render
         ]
         for row in pod_rows(snapshot, sort_by)
     ]
-    return Group(_table(columns, rows), *_down_lines(snapshot.down))
+    return columns, rows
 
 
-def nodes_view(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> RenderableType:
-    """A row per node; a down node's row says why."""
+def node_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
+    """A row per node; a down node's row says DOWN (why is said below the table)."""
     columns = ["NODE", "GPUS", "UTIL", "MEMORY", "MAX TEMP", "PODS", "PROCESSES"]
     rows: list[list[Cell]] = []
     for row in node_rows(snapshot, sort_by):
@@ -146,13 +150,22 @@ def nodes_view(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rende
                 str(row.processes),
             ]
         )
-    return Group(_table(columns, rows), *_down_lines(snapshot.down))
+    return columns, rows
 
 
-def view(name: str, snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> RenderableType:
-    """The renderable of view ``name`` (gpus, pods or nodes)."""
-    if name == "pods":
-        return pods_view(snapshot, sort_by, wide=wide)
-    if name == "nodes":
-        return nodes_view(snapshot, sort_by, wide=wide)
-    return gpus_view(snapshot, wide=wide)
+def view(
+    name: str, snapshot: Snapshot, sort_by: str, *, wide: bool = False, height: int | None = None
+) -> RenderableType:
+    """The renderable of view ``name`` (gpus, pods or nodes), then the down nodes.
+
+    With ``height`` (a live view's screen) only that many rows are drawn: rich
+    renders every row it is given, and rows below the screen would only cost time.
+    """
+    build = {"pods": pod_table_rows, "nodes": node_table_rows}.get(name, gpu_table_rows)
+    columns, rows = build(snapshot, sort_by, wide=wide)
+    more: list[Text] = []
+    if height is not None and len(rows) > height:
+        hidden = len(rows) - max(height, 1)
+        rows = rows[: max(height, 1)]
+        more.append(Text(f"... {hidden} more rows: narrow with --node or -n", style="dim"))
+    return Group(_table(columns, rows), *more, *down_lines(snapshot.down))

@@ -21,16 +21,16 @@ HIDE_CURSOR = "\x1b[?25l"
 SHOW_CURSOR = "\x1b[?25h"
 
 
-def spawn_watch(*args: str) -> pexpect.spawn:
+def spawn_watch(*args: str, view: str = "nodes", rows: int = 40) -> pexpect.spawn:
     command, *first = gpugraph_command()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRAPH_")}
     env.pop("NO_COLOR", None)
     return pexpect.spawn(
         command,
-        [*first, "top", "nodes", "--watch", "--interval", "0.5", *args],
+        [*first, "top", view, "--watch", "--interval", "0.5", *args],
         cwd=str(ROOT),
         env={**env, "TERM": "xterm-256color"},
-        dimensions=(40, 160),
+        dimensions=(rows, 160),
         encoding="utf-8",
         timeout=30,
     )
@@ -81,3 +81,21 @@ def test_q_quits_the_watch_and_gives_the_terminal_back(demo: RunningDemo) -> Non
     assert child.exitstatus == 0, (child.exitstatus, tail)
     assert SHOW_CURSOR in tail and "Traceback" not in tail
     assert echo_after, "the terminal was left without echo"
+
+
+def test_a_short_terminal_gets_the_rows_that_fit_and_a_count_of_the_rest(
+    demo: RunningDemo,
+) -> None:
+    # The demo's GPU view is over 30 rows; 15 lines hold the header, 10 rows,
+    # the count, the down node and the footer.
+    child = spawn_watch("--server", demo.url, view="gpus", rows=15)
+    try:
+        child.expect(r"update 2 at")
+        frame = ESCAPE.sub("", str(child.before))
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    hidden = re.search(r"\.\.\. (\d+) more rows: narrow with --node or -n", frame)
+    assert hidden and int(hidden[1]) > 10, frame
+    assert child.exitstatus == 0
