@@ -47,6 +47,10 @@ class Endpoint:
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS as the kubeconfig (or the system) says: CA bundle, verification, client cert."""
+        if not self.url.startswith("https://"):
+            # Plain HTTP uses no TLS: skip loading the system's CAs (~20 ms of start-up).
+            # Verification stays on, so this context fails closed if ever used.
+            return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         cafile = self.verify if isinstance(self.verify, str) else None
         context = ssl.create_default_context(cafile=cafile)
         if self.verify is False:
