@@ -275,11 +275,7 @@ def test_numbers_move(demo: RunningDemo) -> None:
 def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
     running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2")
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while "Press Ctrl-C to stop." not in running.text():
-            assert running.process.poll() is None, running.text()
-            assert time.monotonic() < deadline, running.text()
-            time.sleep(0.1)
+        wait_started(running)
         assert any(running.tmpdir.iterdir()), "the demo should keep its files in TMPDIR"
         assert httpx.get(f"{running.url}/readyz", timeout=10).status_code == 200
         # Touches the node that is down on purpose, which the default output keeps quiet about.
@@ -299,26 +295,18 @@ def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{running.url}/readyz", timeout=2)
     finally:
-        if running.process.poll() is None:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(10)
+        kill(running)
 
 
 def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2")
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while "Press Ctrl-C to stop." not in running.text():
-            assert running.process.poll() is None, running.text()
-            assert time.monotonic() < deadline, running.text()
-            time.sleep(0.1)
+        wait_started(running)
         running.process.send_signal(signal.SIGTERM)
         assert running.process.wait(STOP_TIMEOUT) == 0, running.text()
         assert list(running.tmpdir.iterdir()) == []
     finally:
-        if running.process.poll() is None:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(10)
+        kill(running)
 
 
 def test_bad_flags_are_refused_clearly() -> None:
@@ -462,11 +450,7 @@ def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_researc
 
     running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2", "--auth")
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while "Press Ctrl-C to stop." not in running.text():
-            assert running.process.poll() is None, running.text()
-            assert time.monotonic() < deadline, running.text()
-            time.sleep(0.1)
+        wait_started(running)
         text = running.text()
         admin = re.search(r"^  admin +(\S+)$", text, re.M)
         research = re.search(r"^  research +(\S+)$", text, re.M)
@@ -499,9 +483,7 @@ def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_researc
         processes = ask(research[1], queries[-1])["data"]["gpuProcesses"]
         assert processes and all(p["pod"] and p["cmdline"] is None for p in processes)
     finally:
-        if running.process.poll() is None:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(10)
+        kill(running)
 
 
 def namespaces_in(value: Any) -> set[str]:
