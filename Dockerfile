@@ -6,14 +6,17 @@
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG NODE_IMAGE=node:20.19.5-bookworm-slim
 
-# --- GraphiQL's browser bundles, baked in because clusters are often air-gapped.
-# Plain JavaScript for any platform: built once, natively, not under emulation.
+# --- GraphiQL's and the cluster map's browser bundles, baked in because clusters
+# are often air-gapped. Plain JavaScript for any platform: built once, natively,
+# not under emulation.
 FROM --platform=$BUILDPLATFORM ${NODE_IMAGE} AS web
 WORKDIR /src/web
 COPY web/package.json web/package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY web/build.mjs ./
 RUN node build.mjs /src/api/static/graphiql
+COPY web/map ./map
+RUN node map/build.mjs /src/api/static/map
 
 # --- The Python application and its pinned dependencies, in a virtualenv.
 FROM ${PYTHON_IMAGE} AS builder
@@ -30,6 +33,7 @@ COPY api ./api
 COPY graph_schema ./graph_schema
 COPY node_resolver ./node_resolver
 COPY --from=web /src/api/static/graphiql ./api/static/graphiql
+COPY --from=web /src/api/static/map ./api/static/map
 RUN /opt/gpugraph/bin/pip install -c constraints.txt . \
     && /opt/gpugraph/bin/gpugraph --help
 

@@ -8,6 +8,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 NPM := $(shell command -v npm 2>/dev/null)
 NPM_CI := npm ci --no-audit --no-fund --loglevel=error
 WEB_STAMP := api/static/graphiql/manifest.json
+MAP_STAMP := api/static/map/manifest.json
+MAP_SOURCES := web/map/build.mjs web/map/map.css $(wildcard web/map/src/*.js)
 FEDERATION_STAMP := tests/federation/node_modules/.package-lock.json
 DEMO_ARGS ?=
 # -c pins what is installed; the variables pin the isolated build environment
@@ -16,7 +18,7 @@ PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt \
 	PIP_BUILD_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo test install install-dev lint typecheck proto proto-check web web-if-npm \
-	npm-if-npm bench-small bench clean
+	npm-if-npm bench-small bench gpu-check clean
 
 # Debian's python3 without python3-venv leaves a $(VENV) without pip behind; remove
 # it, so the next run starts over, and say what to install.
@@ -41,11 +43,16 @@ install: $(RUN_STAMP)
 
 install-dev: $(DEV_STAMP)
 
-# GraphiQL's browser bundles, copied from npm packages into api/static/graphiql/.
-web: $(WEB_STAMP)
+# GraphiQL's browser bundles, copied from npm packages into api/static/graphiql/,
+# and the cluster map's, bundled by esbuild into api/static/map/.
+web: $(WEB_STAMP) $(MAP_STAMP)
 
 $(WEB_STAMP): web/package.json web/package-lock.json web/build.mjs
 	cd web && $(NPM_CI) && npm run build
+
+# `npm run build` above builds the map too; this rebuilds it after an edit of its sources.
+$(MAP_STAMP): $(WEB_STAMP) $(MAP_SOURCES)
+	cd web && node map/build.mjs
 
 $(FEDERATION_STAMP): tests/federation/package.json tests/federation/package-lock.json
 	cd tests/federation && $(NPM_CI)
@@ -53,9 +60,9 @@ $(FEDERATION_STAMP): tests/federation/package.json tests/federation/package-lock
 # Without npm the server still runs; GraphiQL then says how to build its assets.
 web-if-npm:
 ifeq ($(NPM),)
-	@echo "npm not found: skipping the GraphiQL build (the page will explain how to build it)"
+	@echo "npm not found: skipping the GraphiQL and map builds (their pages explain how to build them)"
 else
-	@$(MAKE) --no-print-directory $(WEB_STAMP)
+	@$(MAKE) --no-print-directory $(WEB_STAMP) $(MAP_STAMP)
 endif
 
 # Everything npm the tests use: the web build and the federation gateway.
@@ -63,7 +70,7 @@ npm-if-npm:
 ifeq ($(NPM),)
 	@echo "npm not found: the browser and federation tests will be skipped"
 else
-	@$(MAKE) --no-print-directory $(WEB_STAMP) $(FEDERATION_STAMP)
+	@$(MAKE) --no-print-directory $(WEB_STAMP) $(MAP_STAMP) $(FEDERATION_STAMP)
 endif
 
 demo: install web-if-npm
@@ -86,25 +93,35 @@ test: install-dev npm-if-npm lint typecheck proto-check
 	$(PY) -m pytest
 
 # Every benchmark at a size that finishes in CI; the full sizes are their defaults.
-bench-small: install-dev
-	$(PY) bench/agent_bench.py --sizes 3
+bench-small: install-dev web-if-npm
+	$(PY) bench/agent_bench.py --sizes 3 --nvml-scans 50
 	$(PY) bench/cache_bench.py --pods 2000
 	$(PY) bench/cluster_bench.py --small
 	$(PY) bench/hostile.py --small
 	$(PY) bench/kubectl_bench.py --pods 1000 --repeat 3
 	$(PY) bench/auth_bench.py --small
+	$(PY) bench/metrics_bench.py --small
+	$(PY) bench/map_bench.py --small
 	$(PY) bench/top_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
-bench: install-dev
+bench: install-dev web-if-npm
 	$(PY) bench/cluster_bench.py
 	$(PY) bench/hostile.py
 	$(PY) bench/cache_bench.py
 	$(PY) bench/agent_bench.py --sizes 10,50,100
 	$(PY) bench/kubectl_bench.py
 	$(PY) bench/auth_bench.py
+	$(PY) bench/metrics_bench.py
+	$(PY) bench/map_bench.py
 	$(PY) bench/top_bench.py
+
+# On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and
+# memory? Fails clearly (exit 2) where there is no GPU; see tools/gpu_check.py.
+gpu-check: install
+	$(PY) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \
+		api/static/map \
 		web/node_modules tests/federation/node_modules

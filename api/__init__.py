@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .lazy import lazy_attributes
+from .lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from .agents import AgentPool
@@ -17,4 +17,5 @@ __all__ = ["AgentPool", "Settings", "create_app"]
 # package) does not import the GraphQL stack it never uses.
 _EXPORTS = {"AgentPool": ".agents", "Settings": ".settings", "create_app": ".app"}
 
-__getattr__ = lazy_attributes(__name__, _EXPORTS)
+
+__getattr__ = lazy_exports(globals(), _EXPORTS)

@@ -10,23 +10,22 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Lifespan
 
-from graph_schema import SchemaLimits, build_schema
+from graph_schema import build_schema
+from graph_schema.cache_status import cache_age
 from graph_schema.interfaces import Cluster, SnapshotSource
 from graph_schema.scope import EVERYTHING, Scope
 
 from .auth import AuthMiddleware, KubernetesAuth, caller_of
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
+from .gpu_metrics import GpuMetricsExporter
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
+from .http.cluster_map import map_routes
+from .http.exposition import exposition_response
 from .log_limits import limit_tracebacks
-from .metrics import CONTENT_TYPE_LATEST, Metrics, StalenessSource
+from .metrics import Metrics
 from .settings import Settings, SettingsError
 
 __all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "create_app"]
-
-
-# Past this, /readyz says the cache is stale. The API server sends a bookmark
-# about once a minute on a quiet watch, so a healthy cache is rarely a minute old.
-STALE_AFTER_SECONDS = 180.0
 
 
 def readiness(cluster: Cluster) -> dict[str, object]:
@@ -37,16 +36,15 @@ def readiness(cluster: Cluster) -> dict[str, object]:
     and ``gpugraph_cache_staleness_seconds`` say how late, for alerts.
     """
     body: dict[str, object] = {"status": "ready"}
-    if isinstance(cluster, StalenessSource):
-        seconds = cluster.staleness_seconds()
-        if seconds is not None:
-            body["cacheStalenessSeconds"] = round(seconds, 3)
-            if seconds > STALE_AFTER_SECONDS:
-                body["status"] = "stale"
-                body["reason"] = (
-                    f"the API server has not confirmed the cache for {seconds:.0f} s; "
-                    "answers may be out of date"
-                )
+    age = cache_age(cluster)
+    if age.seconds is not None:
+        body["cacheStalenessSeconds"] = round(age.seconds, 3)
+    if age.stale:
+        body["status"] = "stale"
+        body["reason"] = (
+            f"the API server has not confirmed the cache for {age.seconds:.0f} s; "
+            "answers may be out of date"
+        )
     return body
 
 
@@ -76,15 +74,7 @@ def create_app(
     limit_tracebacks()
     request_timeout = settings.request_timeout
     schema = build_schema(
-        SchemaLimits(
-            max_depth=settings.max_depth,
-            max_aliases=settings.max_aliases,
-            max_tokens=settings.max_tokens,
-            max_subscriptions=settings.max_subscriptions,
-            max_result_items=settings.max_result_items,
-            introspection=settings.introspection,
-        ),
-        extensions=[lambda: QueryTimer(metrics, request_timeout)],
+        settings.limits, extensions=[lambda: QueryTimer(metrics, request_timeout)]
     )
     graphql = GraphQLApp(
         schema,
@@ -107,8 +97,18 @@ def create_app(
             503, {"status": "not ready", "reason": "waiting for the first list of pods and nodes"}
         )
 
+    gpu_metrics = GpuMetricsExporter(
+        cluster,
+        snapshots,
+        timeout=settings.request_timeout,
+        dcgm_names=settings.metrics_dcgm_names,
+    )
+
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        # The GPU series are fetched first, so the server's own counters
+        # include the agent calls this scrape made.
+        gpus = await gpu_metrics.render()
+        return await exposition_response(request, metrics.render() + gpus)
 
     def scope_of(request: Request) -> Scope:
         if auth is None:
@@ -132,6 +132,7 @@ def create_app(
         Route("/gpu-pods", gpu_pods_counted, methods=["GET"]),
         Route("/graphql", graphql),
         WebSocketRoute("/graphql", graphql),
+        *map_routes(graphiql=settings.graphiql),
     ]
     if settings.graphiql:
         routes.extend(graphiql_routes())

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 # The server's flags, defaults and settings load only for `serve`: `gpugraph top`
-# starts without them (they import the agent package through node_resolver).
+# starts without them (the flags import the agent package through node_resolver).
 __all__ = ["add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
 # Fail closed: a server started without --auth checks every caller with the
@@ -26,6 +26,8 @@ AUTH_DEFAULT = "kubernetes"
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every ``gpugraph serve`` flag to ``parser``."""
+    # Loaded here, not at the top: the settings take the query limits' defaults
+    # from the schema package, which `gpugraph agent` should not import.
     from .flags import LOG_LEVELS, listen_address
     from .settings import Settings
 
@@ -124,6 +126,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         f"estimate before execution and counted during it (default {d.max_result_items})",
     )
     limits.add_argument(
+        "--max-variable-items",
+        metavar="N",
+        type=int,
+        default=d.max_variable_items,
+        help="most list items one operation's variables may hold, entity representations "
+        f"included; counted before they are coerced (default {d.max_variable_items})",
+    )
+    limits.add_argument(
         "--max-body-bytes",
         metavar="N",
         type=int,
@@ -192,6 +202,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="trust a passed review this long, a failed one a sixth of it; subscriptions "
         f"re-check their caller as reviews expire (default {d.auth_cache_ttl:g})",
     )
+    metrics = parser.add_argument_group("metrics")
+    metrics.add_argument(
+        "--metrics-dcgm-names",
+        action=argparse.BooleanOptionalAction,
+        default=d.metrics_dcgm_names,
+        help="on /metrics, also export DCGM_FI_DEV_FB_USED (MiB) and DCGM_FI_DEV_GPU_UTIL (%%) "
+        "with dcgm-exporter's labels, for dashboards built on them (default off: they "
+        "collide where dcgm-exporter runs too)",
+    )
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=d.log_level)
 
 
@@ -215,6 +234,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_aliases=args.max_aliases,
         max_tokens=args.max_tokens,
         max_result_items=args.max_result_items,
+        max_variable_items=args.max_variable_items,
         max_body_bytes=args.max_body_bytes,
         request_timeout=args.request_timeout,
         max_subscriptions=args.max_subscriptions,
@@ -225,6 +245,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         auth_mode=args.auth_mode,
         auth_audiences=tuple(args.auth_audiences),
         auth_cache_ttl=args.auth_cache_ttl,
+        metrics_dcgm_names=args.metrics_dcgm_names,
     )
 
 
@@ -291,8 +312,10 @@ def _add_delegated(
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``gpugraph`` argument parser; with ``command``, only that subcommand is complete.
 
-    The agent and demo subcommands live in other modules, loaded only when
-    used, so the agent on every GPU node does not import the GraphQL server.
+    The agent, top and demo subcommands live in other modules, loaded only
+    when used, and serve's flags (whose defaults come from the schema package)
+    are added only for serve, so the agent on every GPU node does not import
+    the GraphQL server.
     """
     parser = argparse.ArgumentParser(
         prog="gpugraph",

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from .settings import parse_listen
+from node_resolver.address import split_host_port
 
-__all__ = ["LOG_LEVELS", "listen_address"]
+__all__ = ["LOG_LEVELS", "listen_address", "parse_listen"]
 
 # For ``--log-level`` with ``type=str.lower``, so DEBUG and debug both work.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (IPv6 hosts in brackets; ``:PORT`` means every IPv4 address)."""
+    return split_host_port(f"0.0.0.0{value}" if value.startswith(":") else value)
 
 
 def listen_address(text: str) -> tuple[str, int]:

@@ -8,24 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from graph_schema.interfaces import Cluster
+from graph_schema.interfaces import Cluster, StalenessSource
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "StalenessSource"]
-
-
-@runtime_checkable
-class StalenessSource(Protocol):
-    """A cache that knows how long ago the API server last confirmed it."""
-
-    def staleness_seconds(self, now: float | None = None) -> float | None:
-        """Seconds since the API server last confirmed the cache; None before it has."""
-        ...
-
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
 _AGENT_CALL_OUTCOMES = ("ok", "error", "timeout")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)

@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from node_resolver.address import join_host_port, split_host_port
+from graph_schema.limits import SchemaLimits
+from node_resolver.address import join_host_port
 
-__all__ = ["AuthMode", "Discovery", "Settings", "SettingsError", "parse_listen"]
+__all__ = ["AuthMode", "Discovery", "Settings", "SettingsError"]
 
 Discovery = Literal["node-ip", "pod-ip"]
 AuthMode = Literal["none", "kubernetes"]
+# The query limits' defaults are the schema's, declared once in SchemaLimits.
+_LIMITS = SchemaLimits()
 
 
 class SettingsError(ValueError):
@@ -34,16 +37,16 @@ class Settings:
     agent_timeout: float = 2.0
     agent_token_file: Path | None = None
     snapshot_ttl: float = 1.0
-    # Query limits, kept in step with graph_schema.limits.SchemaLimits' defaults
-    # (not imported: the agent command shares this module and must not load the schema).
-    max_depth: int = 12
-    max_aliases: int = 30
-    max_tokens: int = 5000
-    max_result_items: int = 200_000
+    # Query limits.
+    max_depth: int = _LIMITS.max_depth
+    max_aliases: int = _LIMITS.max_aliases
+    max_tokens: int = _LIMITS.max_tokens
+    max_result_items: int = _LIMITS.max_result_items
+    max_variable_items: int = _LIMITS.max_variable_items
     # HTTP limits.
     max_body_bytes: int = 1_048_576
     request_timeout: float = 10.0
-    max_subscriptions: int = 200
+    max_subscriptions: int = _LIMITS.max_subscriptions
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     graphiql: bool = True
     introspection: bool = True
@@ -54,6 +57,8 @@ class Settings:
     auth_audiences: tuple[str, ...] = field(default_factory=tuple)
     # How long a passed review is trusted; a failed one, a sixth of that.
     auth_cache_ttl: float = 60.0
+    # Also export dcgm-exporter's names (off: they collide where it runs too).
+    metrics_dcgm_names: bool = False
 
     def __post_init__(self) -> None:
         # The one place where settings are checked; the command line reports
@@ -64,6 +69,7 @@ class Settings:
             "max_aliases",
             "max_tokens",
             "max_result_items",
+            "max_variable_items",
             "max_body_bytes",
         ):
             if getattr(self, name) < 1:
@@ -119,11 +125,19 @@ class Settings:
         """``HOST:PORT`` as given to ``--listen``."""
         return join_host_port(self.listen_host, self.listen_port)
 
+    @property
+    def limits(self) -> SchemaLimits:
+        """The schema's per-query limits these settings ask for."""
+        return SchemaLimits(
+            max_depth=self.max_depth,
+            max_aliases=self.max_aliases,
+            max_tokens=self.max_tokens,
+            max_subscriptions=self.max_subscriptions,
+            max_result_items=self.max_result_items,
+            max_variable_items=self.max_variable_items,
+            introspection=self.introspection,
+        )
+
 
 def _flag(name: str) -> str:
     return name.replace("_", "-")
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (IPv6 hosts in brackets; ``:PORT`` means every IPv4 address)."""
-    return split_host_port(f"0.0.0.0{value}" if value.startswith(":") else value)

@@ -13,7 +13,12 @@ For each K in ``--sizes`` it runs K busybox containers under a private container
 - GetSnapshot latency p50/p99 with ``--callers`` concurrent gRPC clients against the
   real agent subprocess, for each resolver.
 
-Needs root, containerd, runc and a static busybox. Prints figures; asserts nothing.
+First, without containerd: one NVML scan's cost through the real nvidia-ml-py
+and the fake libnvidia-ml.so.1 (tests/support/libnvml, built with the system C
+compiler) at 8 GPUs x ``--nvml-processes`` processes, per driver variant, side
+by side with the fake-NVML file's scan (``--nvml-only`` stops there).
+
+The rest needs root, containerd, runc and a static busybox. Prints figures; asserts nothing.
 
     sudo .venv/bin/python bench/agent_bench.py --sizes 10,50,100
 """
@@ -24,6 +29,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +51,15 @@ from node_resolver.pids import PidResolver, build_resolver  # noqa: E402
 from node_resolver.sampler import Sampler  # noqa: E402
 from tests.support.agents import start_agent_process  # noqa: E402
 from tests.support.containerd import Container, LocalContainerd, missing_prerequisite  # noqa: E402
+from tests.support.libnvml import (  # noqa: E402
+    FakeGpu,
+    FakeNode,
+    FakeProcess,
+    Variant,
+    build_library,
+    compiler,
+    library_env,
+)
 
 GPUS = 8
 
@@ -173,6 +188,81 @@ def measure_latency(
     return percentile(latencies, 50), percentile(latencies, 99)
 
 
+def nvml_node(processes: int) -> FakeNode:
+    """8 GPUs with ``processes`` processes each, every other one also graphics, each sampled."""
+    now_us = int(time.time() * 1_000_000)
+    gpus = []
+    for index in range(GPUS):
+        pids = range(100_000 + index * processes, 100_000 + (index + 1) * processes)
+        gpus.append(
+            FakeGpu(
+                f"GPU-{index:08d}-0000-0000-0000-000000000000",
+                processes=[FakeProcess(pid, 1 << 30, graphics=pid % 2 == 0) for pid in pids],
+                samples=[(pid, now_us + 10_000_000, 10) for pid in pids],
+            )
+        )
+    return FakeNode(gpus)
+
+
+def time_nvml_scans(workdir: Path, processes: int, scans: int) -> list[tuple[str, float, float]]:
+    """(what, median seconds, p99 seconds) of one scan, per NVML driver variant and the file.
+
+    One more row reads the current driver's process lists through pynvml's own calls.
+    """
+    node = nvml_node(processes)
+    config = node.write(workdir / "nvml.conf")
+    rows = []
+    cases = [(variant, "") for variant in Variant]
+    cases.append((Variant.CURRENT, "pynvml-lists"))
+    for variant, mode in cases:
+        result = subprocess.run(
+            [sys.executable, str(REPO / "bench" / "nvml_scan.py"), str(scans), *mode.split()],
+            env=library_env(build_library(variant), config),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        )
+        out = json.loads(result.stdout)
+        assert out["processes"] == GPUS * processes, out["processes"]
+        seconds = out["seconds"]
+        what = f"pynvml + C library, {variant.value.lower()} driver"
+        if mode:
+            what += ", pynvml's process lists"
+        rows.append((what, *spread(seconds)))
+    # The same node as a fake-NVML file: what the tests and the demo read instead.
+    fake = workdir / "nvml.json"
+    write_nvml(fake, [p.pid for gpu in node.gpus for p in gpu.processes])
+    source = FakeGpuSource(fake)
+    durations = []
+    for _ in range(scans):
+        started = time.perf_counter()
+        source.sample()
+        durations.append(time.perf_counter() - started)
+    rows.append(("fake-NVML JSON file (--nvml-fake)", *spread(durations)))
+    return rows
+
+
+def spread(seconds: list[float]) -> tuple[float, float]:
+    """(median, p99) of ``seconds``."""
+    return statistics.median(seconds), percentile(seconds, 99)
+
+
+def print_nvml(rows: list[tuple[str, float, float]], processes: int, scans: int) -> None:
+    """The NVML scan table, with each row's ratio to the current driver's."""
+    ms = 1000.0
+    print(
+        f"\none NVML scan, {GPUS} GPUs x {processes} processes ({GPUS * processes} in all), "
+        f"{scans} scans each; target <= 5 ms through the real pynvml\n"
+    )
+    header = f"{'source':<58} | {'p50 ms':>7} {'p99 ms':>7} | {'p50 / current':>13}"
+    print(header)
+    print("-" * len(header))
+    base = rows[0][1]
+    for what, median, p99 in rows:
+        print(f"{what:<58} | {median * ms:>7.3f} {p99 * ms:>7.3f} | {median / base:>13.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -183,8 +273,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callers", type=int, default=50, help="concurrent gRPC callers")
     parser.add_argument("--calls", type=int, default=20, help="calls per caller (default 20)")
     parser.add_argument("--scans", type=int, default=30, help="timed scans per case (default 30)")
+    parser.add_argument(
+        "--nvml-processes", type=int, default=64, help="processes per GPU for the NVML scan"
+    )
+    parser.add_argument("--nvml-scans", type=int, default=200, help="timed NVML scans per case")
+    parser.add_argument("--nvml-only", action="store_true", help="only the NVML scan, no root")
     args = parser.parse_args(argv)
     sizes = sorted({int(size) for size in args.sizes.split(",")})
+    if compiler() is None:
+        print("cannot time NVML scans: no C compiler (cc or gcc)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="agent-bench-nvml-") as tmp:
+        nvml_rows = time_nvml_scans(Path(tmp), args.nvml_processes, args.nvml_scans)
+    print_nvml(nvml_rows, args.nvml_processes, args.nvml_scans)
+    if args.nvml_only:
+        return 0
     reason = missing_prerequisite()
     if reason:
         print(f"cannot run: {reason}", file=sys.stderr)

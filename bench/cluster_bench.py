@@ -49,7 +49,7 @@ from api.agents import CHANNEL_OPTIONS, AgentPool, NodeIpDiscovery  # noqa: E402
 from api.demo.cluster import StubApiServer, write_kubeconfig  # noqa: E402
 from api.kube import ClusterCache, ClusterWatcher  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
-from graph_schema import build_schema, make_context  # noqa: E402
+from graph_schema import Received, build_schema, make_context  # noqa: E402
 from graph_schema.scalars import Bytes, BytesScalar  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.models import NodeSnapshot  # noqa: E402
@@ -125,14 +125,11 @@ class Preloaded:
     def __init__(self, snapshots: dict[str, NodeSnapshot]) -> None:
         self._snapshots = snapshots
 
-    async def fetch(self, node_name: str) -> NodeSnapshot:
-        return self._snapshots[node_name]
+    async def fetch(self, node_name: str) -> Received:
+        return Received(self._snapshots[node_name])
 
     def agent_address(self, node_name: str) -> str | None:
         return None
-
-    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
-        return snapshot.age_seconds
 
 
 # ------------------------------------------------- plain strawberry reference
@@ -236,8 +233,11 @@ class Cluster:
         return int(found.group(1)) if found else -1
 
 
-def start_cluster(nodes: int, pods: int) -> Cluster:
-    """Stub API server with the fleet, the real cache filled from it, agents in a subprocess."""
+def start_cluster(nodes: int, pods: int, down: int = 0) -> Cluster:
+    """Stub API server with the fleet, the real cache filled from it, agents in a subprocess.
+
+    The last ``down`` nodes have no agent.
+    """
     fleet = build_fleet(nodes, pods)
     stub = StubApiServer().start()
     stub.load(pods=fleet.pod_objects, nodes=fleet.node_objects)
@@ -254,6 +254,8 @@ def start_cluster(nodes: int, pods: int) -> Cluster:
                 str(pods),
                 "--port",
                 str(port),
+                "--down",
+                str(down),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -271,6 +273,34 @@ def start_cluster(nodes: int, pods: int) -> Cluster:
     while not cache.ready:
         time.sleep(0.01)
     return Cluster(stub, cache, watcher, agents, port, time.perf_counter() - start)
+
+
+def serve_process(
+    kubeconfig: str, agent_port: int, *flags: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A real ``gpugraph serve`` in its own process, open (``--auth none``); it and its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--kubeconfig",
+            kubeconfig,
+            "--agent-port",
+            str(agent_port),
+            "--log-level",
+            "warning",
+            "--auth",
+            "none",
+            *flags,
+        ],
+        cwd=ROOT,
+    )
+    return server, f"http://127.0.0.1:{port}"
 
 
 # ------------------------------------------------------------- the benchmarks
@@ -308,7 +338,7 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
         body = orjson.dumps({"data": data})
         floor = floor_seconds(data)
 
-        snapshots = {n.name: await pool.fetch(n.name) for n in cluster.cache.nodes()}
+        snapshots = {n.name: (await pool.fetch(n.name)).snapshot for n in cluster.cache.nodes()}
         preloaded_schema = build_schema()
         preloaded = Preloaded(snapshots)
         same_schema, same_result = await timed(
@@ -372,30 +402,9 @@ async def concurrency(
     cluster = start_cluster(nodes, pods)
     tmp = tempfile.mkdtemp(prefix="gpugraph-bench-")
     kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
-    listen_port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "api.cli",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{listen_port}",
-            "--kubeconfig",
-            kubeconfig,
-            "--agent-port",
-            str(cluster.port),
-            "--snapshot-ttl",
-            str(ttl),
-            "--log-level",
-            "warning",
-            "--no-graphiql",
-            "--auth",
-            "none",
-        ],
-        cwd=ROOT,
+    server, base = serve_process(
+        kubeconfig, cluster.port, "--snapshot-ttl", str(ttl), "--no-graphiql"
     )
-    base = f"http://127.0.0.1:{listen_port}"
     latencies: list[float] = []
     errors = 0
     try:

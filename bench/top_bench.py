@@ -42,16 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import httpx  # noqa: E402
 from cluster_bench import free_port, start_cluster  # noqa: E402
+from map_bench import serve  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.top import model  # noqa: E402
 from api.top.connection import Endpoint  # noqa: E402
 from api.top.queries import SNAPSHOT  # noqa: E402
 from api.top.transport import HttpTransport  # noqa: E402
-
-READY_TIMEOUT = 300.0
 
 
 def gpugraph() -> list[str]:
@@ -178,37 +176,8 @@ def fleet(nodes: int, pods: int, tmp: str) -> Iterator[str]:
     """A real ``gpugraph serve`` (auth none) over ``nodes`` simulated nodes: its URL."""
     cluster = start_cluster(nodes, pods)
     kubeconfig = write_kubeconfig(os.path.join(tmp, "fleet"), cluster.stub.url)
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            *gpugraph(),
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--kubeconfig",
-            kubeconfig,
-            "--agent-port",
-            str(cluster.port),
-            "--log-level",
-            "warning",
-            "--auth",
-            "none",
-        ],
-        cwd=ROOT,
-        env=environment(),
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = serve(kubeconfig, cluster.port)
     try:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("gpugraph serve did not become ready")
-            time.sleep(0.2)
         yield url
     finally:
         server.send_signal(signal.SIGTERM)

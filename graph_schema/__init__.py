@@ -2,7 +2,7 @@
 
 from .context import GraphContext, make_context
 from .errors import GraphUserError
-from .interfaces import AgentUnavailableError, Cluster, SnapshotSource
+from .interfaces import AgentUnavailableError, Cluster, Received, SnapshotSource
 from .limits import SchemaLimits, SubscriptionLimiter, SubscriptionLimitError
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .schema import GraphSchema, build_schema
@@ -20,6 +20,7 @@ __all__ = [
     "LabelSelectorError",
     "NodeRecord",
     "PodRecord",
+    "Received",
     "SchemaLimits",
     "SharedState",
     "SnapshotSource",

@@ -1,4 +1,4 @@
-"""The admission step: the cost estimate and the width limit, applied before validation.
+"""The admission step, before validation: variables' size, the cost estimate, the width limit.
 
 A schema extension, so that operations over HTTP and over a WebSocket are
 admitted alike. The cluster's sizes are measured at most once a second
@@ -18,7 +18,9 @@ from strawberry.extensions import SchemaExtension
 from .context import GraphContext
 from .cost import ClusterSizes, CostError, SelectionTooWideError, estimate
 from .errors import GraphUserError
+from .input_size import check_variable_items
 from .interfaces import Cluster
+from .limits import SchemaLimits
 from .views import ViewCache
 
 __all__ = ["CostAdmission", "SizeGauge"]
@@ -73,16 +75,12 @@ class SizeGauge:
 
 
 class CostAdmission(SchemaExtension):
-    """Refuses, before validation, operations too costly to run or too wide to validate."""
+    """Refuses, before validation, operations too large to coerce, run or validate."""
 
-    def __init__(
-        self, gauge: SizeGauge, *, limit: int, max_fields_per_selection: int, max_depth: int
-    ) -> None:
+    def __init__(self, gauge: SizeGauge, limits: SchemaLimits) -> None:
         super().__init__()
-        self.max_depth = max_depth
         self.gauge = gauge
-        self.limit = limit
-        self.max_fields_per_selection = max_fields_per_selection
+        self.limits = limits
 
     def on_validate(self) -> Iterator[None]:
         ec = self.execution_context
@@ -96,6 +94,9 @@ class CostAdmission(SchemaExtension):
         yield
 
     def _admit(self, schema: GraphQLSchema, document: DocumentNode, ctx: object) -> None:
+        limits = self.limits
+        # First: graphql-core would coerce the variables before anything below matters.
+        check_variable_items(self.execution_context.variables, limits.max_variable_items)
         ready = isinstance(ctx, GraphContext) and ctx.cluster.ready
         # Before the cache fills every field fails NOT_READY anyway; the width and
         # depth are still bounded.
@@ -114,8 +115,9 @@ class CostAdmission(SchemaExtension):
             operation_name=self.execution_context.operation_name,
             variables=self.execution_context.variables,
         )
-        if cost.widest_selection > self.max_fields_per_selection:
-            raise SelectionTooWideError(cost.widest_selection, self.max_fields_per_selection)
+        if cost.widest_selection > limits.max_fields_per_selection:
+            raise SelectionTooWideError(cost.widest_selection, limits.max_fields_per_selection)
         # Too deep: validation's depth limit refuses it with its own message.
-        if sizes is not None and cost.depth <= self.max_depth and cost.objects > self.limit:
-            raise CostError(cost.objects, self.limit, sizes)
+        too_costly = cost.objects > limits.max_result_items
+        if sizes is not None and cost.depth <= limits.max_depth and too_costly:
+            raise CostError(cost.objects, limits.max_result_items, sizes)

@@ -19,7 +19,7 @@ from graphql import GraphQLError
 from node_resolver.models import NodeSnapshot
 
 from .errors import NodeSampleError, ResultBudgetError
-from .interfaces import Cluster, SnapshotSource
+from .interfaces import Cluster, Received, SnapshotSource
 from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .records import NodeRecord, PodRecord
 from .scope import EVERYTHING, Scope, Viewer
@@ -147,14 +147,21 @@ class GraphContext:
         """Let other requests run when this operation has held the loop long enough."""
         await self.state.pacer.pace()
 
-    async def snapshot(self, node_name: str) -> NodeSnapshot:
-        """The node's snapshot, fetched at most once per operation per node."""
+    async def received(self, node_name: str) -> Received:
+        """The node's snapshot as received, fetched at most once per operation per node."""
         await self.pace()
         return await self._snapshots().load(node_name)
 
+    async def snapshot(self, node_name: str) -> NodeSnapshot:
+        """The node's snapshot, fetched at most once per operation per node."""
+        return (await self.received(node_name)).snapshot
+
     async def snapshots_of(self, node_names: list[str]) -> list[NodeSnapshot | BaseException]:
         """Several nodes' snapshots in one batch; failures come back as exceptions."""
-        return await self._snapshots().load_all(node_names)
+        return [
+            r.snapshot if isinstance(r, Received) else r
+            for r in await self._snapshots().load_all(node_names)
+        ]
 
     async def gpus(self, node_name: str) -> list[Gpu]:
         """The node's GPUs as graph objects, built once per snapshot."""

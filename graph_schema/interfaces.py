@@ -7,7 +7,8 @@ benchmarks can plug in anything with the same shape.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from node_resolver.models import NodeSnapshot
 
@@ -63,6 +64,15 @@ class Cluster(Protocol):
         ...
 
 
+@runtime_checkable
+class StalenessSource(Protocol):
+    """A cache that knows how long ago the API server last confirmed it."""
+
+    def staleness_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the API server last confirmed the cache; None before it has."""
+        ...
+
+
 class AgentUnavailableError(Exception):
     """A node's agent could not answer; the message names the node and why."""
 
@@ -72,17 +82,30 @@ class AgentUnavailableError(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A node's snapshot as a SnapshotSource hands it back: with how long the server has held it.
+
+    A source may answer many readers with one snapshot for a while; its age
+    then counts the time since the server received it, not only the agent's.
+    """
+
+    snapshot: NodeSnapshot
+    held_seconds: float = 0.0
+
+    @property
+    def age_seconds(self) -> float:
+        """How old the data is: its age when the server received it plus the time held since."""
+        return self.snapshot.age_seconds + self.held_seconds
+
+
 class SnapshotSource(Protocol):
     """Fetches a node's latest agent snapshot."""
 
-    async def fetch(self, node_name: str) -> NodeSnapshot:
-        """The node's snapshot, or AgentUnavailableError."""
+    async def fetch(self, node_name: str) -> Received:
+        """The node's snapshot and how long the server has held it, or AgentUnavailableError."""
         ...
 
     def agent_address(self, node_name: str) -> str | None:
         """Where the node's agent is expected (host:port), if discoverable."""
-        ...
-
-    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
-        """How old ``snapshot``, as returned by ``fetch``, is now, in seconds."""
         ...

@@ -13,7 +13,7 @@ from aiodataloader import DataLoader
 from node_resolver.models import NodeSnapshot
 
 from .errors import GpuNotFoundError
-from .interfaces import AgentUnavailableError, Cluster, SnapshotSource
+from .interfaces import AgentUnavailableError, Cluster, Received, SnapshotSource
 from .records import NodeRecord
 from .state import SharedState
 from .types import Gpu
@@ -37,7 +37,7 @@ class Freshness:
             self.oldest = received_at
 
 
-class SnapshotLoader(DataLoader[str, NodeSnapshot]):
+class SnapshotLoader(DataLoader[str, Received]):
     """Batches snapshot reads into one concurrent ``fetch`` per distinct node."""
 
     def __init__(
@@ -50,28 +50,25 @@ class SnapshotLoader(DataLoader[str, NodeSnapshot]):
 
     async def batch_load_fn(  # type: ignore[override]
         self, node_names: Sequence[str]
-    ) -> list[NodeSnapshot | Exception]:
+    ) -> list[Received | Exception]:
         """Fetch every requested node at once; one node's failure fails only that node."""
         return list(await asyncio.gather(*(self._fetch(n) for n in node_names)))
 
-    async def _fetch(self, node_name: str) -> NodeSnapshot | Exception:
+    async def _fetch(self, node_name: str) -> Received | Exception:
         try:
-            snapshot = await self.source.fetch(node_name)
+            received = await self.source.fetch(node_name)
         except AgentUnavailableError as exc:
             return exc
         except Exception as exc:
             # The client learns which node failed; the details stay in the log.
             logger.exception("fetching the snapshot of node %r failed", node_name)
             return AgentUnavailableError(node_name, f"internal error ({type(exc).__name__})")
-        for gpu in snapshot.sample.gpus:
+        for gpu in received.snapshot.sample.gpus:
             self.gpu_nodes[gpu.uuid] = node_name
-        # snapshot_age is the age at receipt plus the time since; the time since
-        # is how long the server has been reusing it.
-        held = self.source.snapshot_age(node_name, snapshot) - snapshot.age_seconds
-        self.freshness.note(time.monotonic() - max(0.0, held))
-        return snapshot
+        self.freshness.note(time.monotonic() - max(0.0, received.held_seconds))
+        return received
 
-    async def load_all(self, node_names: Sequence[str]) -> list[NodeSnapshot | BaseException]:
+    async def load_all(self, node_names: Sequence[str]) -> list[Received | BaseException]:
         """Several nodes in one batch; failures are returned, not raised."""
         return list(
             await asyncio.gather(*(self.load(n) for n in node_names), return_exceptions=True)

@@ -15,7 +15,7 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
-from .interfaces import Cluster, SnapshotSource
+from .interfaces import Cluster, Received, SnapshotSource
 from .records import NodeRecord, PodRecord
 from .scope import Scope
 
@@ -61,6 +61,10 @@ class Operation(Protocol[GpuT]):
 
     def charge(self, items: int) -> None:
         """Count ``items`` more result objects; ResultBudgetError past the server's limit."""
+        ...
+
+    async def received(self, node_name: str) -> Received:
+        """The node's snapshot as received, fetched at most once per operation per node."""
         ...
 
     async def snapshot(self, node_name: str) -> NodeSnapshot:

@@ -8,9 +8,10 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
+from .cache_status import CacheStatus
 from .operation import Operation
 from .selectors import parse_label_selector
-from .types import Gpu, GpuProcess, Node, Pod, ready_context
+from .types import Gpu, GpuProcess, Node, Pod, context_of, ready_context
 
 
 def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
@@ -44,9 +45,16 @@ async def gpus_of_nodes(ctx: Operation[Gpu], info: Info, node_names: list[str]) 
 
 @strawberry.type(
     description="Entry points into the graph. Until the server has loaded the cluster's "
-    "pods and nodes, every field fails with the error code NOT_READY."
+    "pods and nodes, every field but cacheStatus fails with the error code NOT_READY."
 )
 class Query:
+    @strawberry.field(
+        description="How current the server's cache of pods and nodes is (also before it "
+        "has loaded). Reveals no cluster objects, so every caller may read it."
+    )
+    def cache_status(self, info: Info) -> CacheStatus:
+        return CacheStatus.of(context_of(info).cluster)
+
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:
         ctx = ready_context(info)

@@ -17,15 +17,17 @@ from strawberry.extensions import (
     QueryDepthLimiter,
     SchemaExtension,
 )
+from strawberry.federation.schema import FederationAny
 from strawberry.schema.config import StrawberryConfig
-from strawberry.types import ExecutionContext, ExecutionResult, StreamExecutionResult
+from strawberry.types import ExecutionContext, ExecutionResult, Info, StreamExecutionResult
 
 from .admission import CostAdmission, SizeGauge
 from .context import GraphContext
-from .errors import ResultBudgetError, is_internal
+from .errors import GraphUserError, ResultBudgetError, is_internal
 from .limits import SchemaLimits, SubscriptionLimiter
 from .parsing import ThreadedParse
 from .query import Query
+from .representations import entity_keys, representation_problem
 from .scalars import Bytes, BytesScalar
 from .state import SharedState
 from .subscriptions import Subscription
@@ -117,6 +119,24 @@ class GraphSchema(strawberry.federation.Schema):
         )
         # The cluster's list sizes for the cost estimate, shared by every operation.
         self.gauge = SizeGauge(self.state.views)
+        self._entity_keys = entity_keys(
+            (name, getattr(definition.definition, "origin", None))
+            for name, definition in self.schema_converter.type_map.items()
+        )
+
+    def entities_resolver(
+        self, info: Info, representations: list[FederationAny]
+    ) -> list[FederationAny]:
+        """strawberry's entity lookup, with a one-line error for each unusable representation."""
+        problems = [
+            representation_problem(i, r, self._entity_keys) for i, r in enumerate(representations)
+        ]
+        usable = [r for r, problem in zip(representations, problems, strict=True) if not problem]
+        resolved = iter(super().entities_resolver(info, usable))
+        results: list[Any] = [
+            next(resolved) if problem is None else GraphUserError(problem) for problem in problems
+        ]
+        return results
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
@@ -150,12 +170,7 @@ def build_schema(
     schema: GraphSchema
 
     def admission() -> CostAdmission:
-        return CostAdmission(
-            schema.gauge,
-            limit=limits.max_result_items,
-            max_fields_per_selection=limits.max_fields_per_selection,
-            max_depth=limits.max_depth,
-        )
+        return CostAdmission(schema.gauge, limits)
 
     schema = GraphSchema(
         limits,

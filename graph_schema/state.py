@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .limits import DEFAULT_MAX_RESULT_ITEMS, SubscriptionLimiter
+from .limits import SchemaLimits, SubscriptionLimiter
 from .pacing import Pacer
 from .views import ViewCache
 
@@ -18,7 +18,7 @@ class SharedState:
     # misses falls back to asking every node. Pruned by ``forget_node``.
     gpu_nodes: dict[str, str] = field(default_factory=dict)
     views: ViewCache = field(default_factory=ViewCache)
-    max_result_items: int = DEFAULT_MAX_RESULT_ITEMS
+    max_result_items: int = SchemaLimits().max_result_items
     # Shares the event loop between long executions and everything else.
     pacer: Pacer = field(default_factory=Pacer)
 

@@ -128,7 +128,7 @@ class Node:
         ctx = context_of(info)
         address = ctx.snapshots.agent_address(self.name)
         try:
-            snapshot = await ctx.snapshot(self.name)
+            received = await ctx.received(self.name)
         except Exception as exc:
             return AgentStatus(
                 address=address, reachable=False, error=str(exc), snapshot_age_seconds=None
@@ -136,8 +136,8 @@ class Node:
         return AgentStatus(
             address=address,
             reachable=True,
-            error=snapshot.sample.error,
-            snapshot_age_seconds=ctx.snapshots.snapshot_age(self.name, snapshot),
+            error=received.snapshot.sample.error,
+            snapshot_age_seconds=received.age_seconds,
         )
 
 

@@ -6,12 +6,15 @@ on that GPU, and the rest of the node still answers. Only a missing or
 unusable NVML library at startup is fatal.
 
 ``pynvml`` is imported lazily, and a module object with the same functions
-can be passed in instead; tests use that to drive this exact code.
+can be passed in instead; tests use that to drive this exact code. With
+nvidia-ml-py the process lists are read in the driver's own entry layout
+(``nvml_process_info``); other modules' are read through their own functions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import time
 from collections.abc import Callable
@@ -19,6 +22,7 @@ from typing import Any, TypeVar
 
 from .gpu_source import merge_processes
 from .models import GpuProcess, GpuSample, MigDevice, NodeSample, ProcessType
+from .nvml_process_info import R535_ENTRY_BYTES, ProcessListReader, process_list_layout
 
 T = TypeVar("T")
 
@@ -50,13 +54,36 @@ PROCESS_LISTS = (
     (ProcessType.GRAPHICS, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
 )
 
+# The name nvidia-ml-py dlopens on Linux.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+# The field error of a process list the reader could not call through this nvidia-ml-py.
+PROCESS_LIST_ERROR = "PROCESS_LIST_UNREADABLE"
+
 MISSING_LIBRARY_HINT = (
-    "the NVML library libnvidia-ml.so.1 was not found. In Kubernetes this usually means the "
+    f"the NVML library {NVML_LIBRARY} was not found. In Kubernetes this usually means the "
     "agent pod was started without the NVIDIA container runtime (set runtimeClassName: nvidia "
     "or make it the default runtime) or without the environment that makes the runtime mount "
     "the driver: NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (or =all). "
     "Use --nvml-fake PATH to run without a GPU."
 )
+
+
+# Why NVML would not start, per error name; each is the whole one-line message after
+# "cannot start NVML: ".
+INIT_FAILURES = {
+    "DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded on this node",
+    "NO_PERMISSION": "no permission to open the NVIDIA device files (/dev/nvidia*)",
+    "LIB_RM_VERSION_MISMATCH": (
+        f"{NVML_LIBRARY} and the loaded NVIDIA kernel module come from different driver "
+        "versions, as after a driver upgrade without a reboot: reboot the node or reload the "
+        "nvidia kernel modules"
+    ),
+    "FUNCTION_NOT_FOUND": (
+        f"{NVML_LIBRARY} lacks nvmlInitWithFlags: the NVIDIA driver is older than the "
+        "R450 gpugraph needs"
+    ),
+}
 
 
 class NvmlUnavailableError(RuntimeError):
@@ -65,6 +92,10 @@ class NvmlUnavailableError(RuntimeError):
 
 class _NeverRaisedError(Exception):
     """Internal: stands in for exception classes an older pynvml does not define."""
+
+
+class _DriverLacksV3Error(Exception):
+    """Internal: the driver has no ``_v3`` process-list calls; the ``_v2`` ones are used."""
 
 
 class _GpuFailedError(Exception):
@@ -105,8 +136,9 @@ class NvmlGpuSource:
         self._window = utilization_window
         self._clock = clock
         self._closed = False
-        # pynvml's unversioned process-list calls need the driver's _v3 entry points and raise
-        # this (not an NVMLError) on drivers without them; the _v2 calls work there.
+        # Where process lists go through pynvml's own calls (a module without symbol lookup),
+        # its unversioned ones need the driver's _v3 entry points and raise this on drivers
+        # without them (releases up to 12.535 an NVMLError); _v2 works there.
         self._mismatch: type[Exception] = getattr(
             self._nvml, "NVMLLibraryMismatchError", _NeverRaisedError
         )
@@ -123,16 +155,28 @@ class NvmlGpuSource:
             raise NvmlUnavailableError(self._init_failure(exc)) from exc
         self.driver_version = self._node_value(self._nvml.nvmlSystemGetDriverVersion, _text)
         self.cuda_driver_version = self._node_value(self._nvml.nvmlSystemGetCudaDriverVersion, int)
+        self._process_reader = self._process_list_reader()
 
     def _init_failure(self, exc: Exception) -> str:
         name = self.error_name(exc)
         if name == "LIBRARY_NOT_FOUND":
-            return f"cannot start NVML: {MISSING_LIBRARY_HINT}"
-        if name == "DRIVER_NOT_LOADED":
-            return "cannot start NVML: the NVIDIA kernel driver is not loaded on this node"
-        if name == "NO_PERMISSION":
-            return "cannot start NVML: no permission to open the NVIDIA device files"
-        return f"cannot start NVML: {name} ({exc})"
+            return f"cannot start NVML: {library_failure()}"
+        return f"cannot start NVML: {INIT_FAILURES.get(name, f'{name} ({exc})')}"
+
+    def _process_list_reader(self) -> ProcessListReader | None:
+        """A reader of the driver's own process-list entries; None without symbol lookup."""
+        layout = process_list_layout(self._nvml)
+        if layout is None:
+            return None
+        suffix, entry_bytes = layout
+        if entry_bytes == R535_ENTRY_BYTES:
+            log.warning(
+                "this NVML driver (%s) writes %d-byte process entries through the _v3 process "
+                "lists, as early R535 drivers do; reading them with that size",
+                self.driver_version,
+                entry_bytes,
+            )
+        return ProcessListReader(self._nvml, suffix, entry_bytes)
 
     def _node_value(self, read: Callable[[], Any], convert: Callable[[Any], T]) -> T | None:
         try:
@@ -325,10 +369,12 @@ class NvmlGpuSource:
 
     def _process_list(self, gpu: GpuSample, field: str, function: str, handle: Any) -> Any:
         nvml = self._nvml
+        if self._process_reader is not None:
+            return self._read_entries(gpu, field, function, handle, self._process_reader)
         if not self._legacy_process_lists:
             try:
-                return self._read(gpu, (field,), getattr(nvml, function), handle)
-            except self._mismatch:
+                return self._read(gpu, (field,), self._unversioned, function, handle)
+            except _DriverLacksV3Error:
                 log.info("this NVML driver predates %s_v3; using the _v2 calls", function)
                 self._legacy_process_lists = True
         legacy = getattr(nvml, f"{function}_v2", None)
@@ -336,6 +382,35 @@ class NvmlGpuSource:
             gpu.field_errors[field] = "LIBRARY_MISMATCH"
             return None
         return self._read(gpu, (field,), legacy, handle)
+
+    def _unversioned(self, function: str, handle: Any) -> Any:
+        """pynvml's unversioned (``_v3``) call, telling a driver without ``_v3`` apart."""
+        try:
+            return getattr(self._nvml, function)(handle)
+        except self._mismatch as exc:
+            raise _DriverLacksV3Error from exc
+        except self._nvml.NVMLError as exc:
+            # nvidia-ml-py 12.535 raises the symbol lookup's own error instead.
+            if self.error_name(exc) == "FUNCTION_NOT_FOUND":
+                raise _DriverLacksV3Error from exc
+            raise
+
+    def _read_entries(
+        self, gpu: GpuSample, field: str, function: str, handle: Any, reader: ProcessListReader
+    ) -> Any:
+        try:
+            return self._read(gpu, (field,), reader.read, function, handle)
+        except (AttributeError, TypeError, ctypes.ArgumentError):
+            # This nvidia-ml-py's internals differ from what the reader uses: no list rather
+            # than a guess.
+            if (gpu.index, PROCESS_LIST_ERROR) not in self._logged:
+                self._logged.add((gpu.index, PROCESS_LIST_ERROR))
+                log.warning(
+                    "cannot call the driver's process lists through this nvidia-ml-py",
+                    exc_info=True,
+                )
+            gpu.field_errors[field] = PROCESS_LIST_ERROR
+            return None
 
     def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:
         """Latest SM utilization per PID from NVML samples newer than the window."""
@@ -363,6 +438,18 @@ class NvmlGpuSource:
             if seen is None or stamp >= seen[0]:
                 latest[pid] = (stamp, sm)
         return {pid: sm for pid, (_, sm) in latest.items()}
+
+
+def library_failure() -> str:
+    """Why pynvml could not load the NVML library: missing, or present but unloadable."""
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError as exc:
+        # dlopen's reason, e.g. "...: invalid ELF header" or "wrong ELF class: ELFCLASS32".
+        reason = str(exc)
+        if "No such file or directory" not in reason:
+            return f"{NVML_LIBRARY} was found but cannot be loaded ({reason})"
+    return MISSING_LIBRARY_HINT
 
 
 def _text(value: Any) -> str:

@@ -27,7 +27,7 @@ HAND_WRITTEN = frozenset({"__init__.py"})
 
 def generate(dest: Path) -> None:
     """Run protoc on every proto and write flat, relatively-imported modules to dest."""
-    from grpc_tools import protoc  # type: ignore[import-untyped]
+    from grpc_tools import protoc
 
     with tempfile.TemporaryDirectory() as tmp:
         args = [

@@ -1,6 +1,6 @@
 """Reaching node agents: discovery, the channel pool, backoff."""
 
-from .backoff import Backoff
+from ..backoff import Backoff
 from .discovery import (
     AddressUnknownError,
     Discovery,

@@ -9,7 +9,6 @@ backoff, so a dead node costs each query nothing rather than a full timeout.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import logging
@@ -19,12 +18,13 @@ from typing import Protocol
 
 import grpc
 
-from graph_schema.interfaces import AgentUnavailableError
+from graph_schema.interfaces import AgentUnavailableError, Received
 from node_resolver.auth import TokenFile
 from node_resolver.models import NodeSnapshot
 
+from ..backoff import Backoff
 from ..metrics import Metrics
-from .backoff import Backoff
+from ..shared_calls import Keep, SharedCalls
 from .discovery import AddressUnknownError, Discovery
 
 __all__ = ["CHANNEL_OPTIONS", "AgentClientLike", "AgentPool", "ClientFactory"]
@@ -60,10 +60,10 @@ def _default_client_factory(target: str, token: str | None) -> AgentClientLike:
     return client
 
 
-@dataclasses.dataclass(slots=True)
-class _Cached:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Stamped:
     snapshot: NodeSnapshot
-    received_at: float
+    received_at: float  # on the pool's clock
 
 
 @dataclasses.dataclass(slots=True)
@@ -101,8 +101,7 @@ class AgentPool:
         self._metrics = metrics
         self._client_factory = client_factory or _default_client_factory
         self._clients: dict[str, _Channel] = {}
-        self._cache: dict[str, _Cached] = {}
-        self._inflight: dict[str, asyncio.Task[NodeSnapshot]] = {}
+        self._calls: SharedCalls[str, _Stamped] = SharedCalls(clock=clock)
         self._closed = False
         if metrics is not None:
             metrics.agents_backing_off.set_function(lambda: float(self._backoff.backing_off()))
@@ -114,51 +113,34 @@ class AgentPool:
         except AddressUnknownError:
             return None
 
-    async def fetch(self, node_name: str) -> NodeSnapshot:
+    async def fetch(self, node_name: str) -> Received:
         """The node's snapshot, shared within the TTL, or AgentUnavailableError."""
         if self._closed:
             raise AgentUnavailableError(node_name, "the agent pool is shut down")
-        now = self._clock()
-        cached = self._cache.get(node_name)
-        if cached is not None and now - cached.received_at < self.ttl:
-            self._count("cached")
-            # The very object every other reader got: the graph objects built
-            # from it are cached by identity (see graph_schema.views).
-            return cached.snapshot
-        task = self._inflight.get(node_name)
-        if task is not None:
-            self._count("shared")
-        else:
+
+        def unless_backing_off() -> None:
             blocked = self._backoff.blocked(node_name)
             if blocked is not None:
                 self._count("backoff")
                 error, left = blocked
                 raise AgentUnavailableError(node_name, f"{error} (next retry in {left:.1f} s)")
-            self._count("called")
-            task = asyncio.get_running_loop().create_task(
-                self._call(node_name), name=f"agent-call-{node_name}"
-            )
-            self._inflight[node_name] = task
-            task.add_done_callback(lambda t: self._call_done(node_name, t))
-        # Shielded: a waiter whose own request is cancelled (client gone, time
-        # limit hit) must not cancel the call the other waiters share.
-        return await asyncio.shield(task)
 
-    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
-        """How old ``snapshot`` is now: its age when received plus the time since."""
-        cached = self._cache.get(node_name)
-        if cached is None or cached.snapshot is not snapshot:
-            return snapshot.age_seconds
-        return snapshot.age_seconds + max(0.0, self._clock() - cached.received_at)
+        stamped = await self._calls.get(
+            node_name,
+            lambda: self._call(node_name),
+            self._keep,
+            before_call=unless_backing_off,
+            observe=self._count,
+            name=f"agent-call-{node_name}",
+        )
+        # The very snapshot object every other reader got: the graph objects
+        # built from it are cached by identity (see graph_schema.views).
+        return Received(stamped.snapshot, max(0.0, self._clock() - stamped.received_at))
 
-    def _call_done(self, node_name: str, task: asyncio.Task[NodeSnapshot]) -> None:
-        if self._inflight.get(node_name) is task:
-            del self._inflight[node_name]
-        if not task.cancelled():
-            # Mark the exception retrieved even when every waiter went away.
-            task.exception()
+    def _keep(self, stamped: _Stamped, started: float, ended: float) -> Keep:
+        return Keep(stamped.received_at, self.ttl)
 
-    async def _call(self, node_name: str) -> NodeSnapshot:
+    async def _call(self, node_name: str) -> _Stamped:
         try:
             address = self.discovery.address(node_name)
         except AddressUnknownError as exc:
@@ -180,7 +162,7 @@ class AgentPool:
             # A failed channel may be stuck (e.g. on a dead TCP connection);
             # the next call after the backoff builds a fresh one.
             await self._drop_client(node_name)
-            self._cache.pop(node_name, None)
+            self._calls.forget(node_name)
             # A node that stays down would otherwise log on every retry.
             level = logging.DEBUG if self._backoff.failing(node_name) else logging.WARNING
             delay = self._backoff.failed(node_name, reason)
@@ -199,8 +181,7 @@ class AgentPool:
         if self._backoff.failing(node_name):
             log.warning("agent on node %s answers again", node_name)
             self._backoff.forget(node_name)
-        self._cache[node_name] = _Cached(snapshot, self._clock())
-        return snapshot
+        return _Stamped(snapshot, self._clock())
 
     async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
         token = self._token.current() if isinstance(self._token, TokenFile) else self._token
@@ -230,24 +211,20 @@ class AgentPool:
 
     def node_names(self) -> set[str]:
         """Every node the pool holds something for: a channel, a snapshot, failures."""
-        return set(self._clients) | set(self._cache) | self._backoff.keys()
+        return set(self._clients) | self._calls.keys() | self._backoff.keys()
 
     async def forget(self, node_name: str) -> None:
         """Close the node's channel and drop its snapshot and failures (it left the cluster)."""
         await self._drop_client(node_name)
-        self._cache.pop(node_name, None)
+        self._calls.forget(node_name)
         self._backoff.forget(node_name)
 
     async def close(self) -> None:
         """Cancel calls in flight and close every channel."""
         self._closed = True
-        tasks = list(self._inflight.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._calls.close()
         for node_name in list(self._clients):
             await self._drop_client(node_name)
-        self._cache.clear()
 
     def _count(self, source: str) -> None:
         if self._metrics is not None:

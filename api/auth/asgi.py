@@ -15,6 +15,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..http import cluster_map
 from ..http.graphiql import STATIC_URL
 from ..http.responses import json_response
 from .access import Question
@@ -25,10 +26,10 @@ __all__ = ["OPEN_PATHS", "AuthMiddleware", "bearer_token", "caller_of"]
 
 log = logging.getLogger(__name__)
 
-# Health checks answer kubelet's probes, which carry no token; GraphiQL's
-# static assets hold no data.
-OPEN_PATHS = ("/healthz", "/readyz")
-OPEN_PREFIXES = (STATIC_URL.rstrip("/") + "/",)
+# Health checks answer kubelet's probes, which carry no token; the pages and
+# static assets of GraphiQL and the cluster map hold no data.
+OPEN_PATHS = ("/healthz", "/readyz", *cluster_map.OPEN_PAGES)
+OPEN_PREFIXES = (STATIC_URL.rstrip("/") + "/", cluster_map.STATIC_URL.rstrip("/") + "/")
 CALLER_KEY = "gpugraph.caller"
 METRICS = Question.get_url("/metrics")
 

@@ -8,15 +8,20 @@ cached, so the next request asks again.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
+
+from ..shared_calls import Keep, SharedCalls
 
 __all__ = ["ReviewCache"]
 
 V = TypeVar("V")
+
+
+def _keep_for_its_ttl(answer: tuple[object, float], started: float, ended: float) -> Keep | None:
+    _, ttl = answer
+    return Keep(ended, ttl) if ttl > 0 else None
 
 
 class ReviewCache(Generic[V]):
@@ -25,38 +30,16 @@ class ReviewCache(Generic[V]):
     def __init__(
         self, *, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.max_entries = max_entries
-        self._clock = clock
-        self._done: OrderedDict[Hashable, tuple[float, V]] = OrderedDict()
-        self._inflight: dict[Hashable, asyncio.Future[tuple[V, float]]] = {}
-        # How many times ``ask`` ran: the reviews actually sent.
-        self.asked = 0
+        self._calls: SharedCalls[Hashable, tuple[V, float]] = SharedCalls(
+            max_entries=max_entries, clock=clock
+        )
+
+    @property
+    def asked(self) -> int:
+        """How many times ``ask`` ran: the reviews actually sent."""
+        return self._calls.counts["called"]
 
     async def get(self, key: Hashable, ask: Callable[[], Awaitable[tuple[V, float]]]) -> V:
         """The cached answer for ``key``, or ``ask()``'s (answer, ttl), kept for ttl seconds."""
-        done = self._done.get(key)
-        if done is not None:
-            expires, value = done
-            if self._clock() < expires:
-                return value
-            del self._done[key]
-        future = self._inflight.get(key)
-        if future is None:
-            self.asked += 1
-            future = asyncio.ensure_future(ask())
-            self._inflight[key] = future
-            future.add_done_callback(lambda f: self._finish(key, f))
-        value, _ = await asyncio.shield(future)
+        value, _ = await self._calls.get(key, ask, _keep_for_its_ttl)
         return value
-
-    def _finish(self, key: Hashable, future: asyncio.Future[tuple[V, float]]) -> None:
-        self._inflight.pop(key, None)
-        if future.cancelled() or future.exception() is not None:
-            return
-        value, ttl = future.result()
-        if ttl <= 0:
-            return
-        self._done[key] = (self._clock() + ttl, value)
-        self._done.move_to_end(key)
-        while len(self._done) > self.max_entries:
-            self._done.popitem(last=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_attributes
+from ..lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from .queries import example_queries
@@ -46,4 +46,5 @@ _EXPORTS = {
     "gpu_uuid": ".scenario",
 }
 
-__getattr__ = lazy_attributes(__name__, _EXPORTS)
+
+__getattr__ = lazy_exports(globals(), _EXPORTS)

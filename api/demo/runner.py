@@ -36,9 +36,10 @@ from node_resolver.agent import running
 from node_resolver.cli import positive_seconds
 
 from ..agents import AgentPool
-from ..flags import LOG_LEVELS, listen_address
+from ..flags import LOG_LEVELS, listen_address, parse_listen
+from ..http.cluster_map import MAP_PATH
 from ..http.uvicorn_server import UvicornServer
-from ..settings import Settings, parse_listen
+from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document
 from .proc_tree import write_proc_tree
@@ -428,6 +429,7 @@ class Demo:
             lines.append(f"  {node.name:<14} {where:<22} {state}")
         lines += [
             "",
+            f"  GPU map    {self.base_url}{MAP_PATH}",
             f"  GraphiQL   {graphiql_url}",
             f"  GraphQL    POST {graphiql_url}",
             f"  gpu-pods   {self.base_url}/gpu-pods?worker_id={self.cluster.worker[1]}",
@@ -436,7 +438,10 @@ class Demo:
             f"  top        gpugraph top --kubeconfig {self.kubeconfig}",
         ]
         if not assets_present():
-            lines.append("  (GraphiQL's assets are not built: run `make web`; the page explains)")
+            lines.append(
+                "  (GraphiQL's and the map's assets are not built: run `make web`; "
+                "the pages explain)"
+            )
         if self.config.auth and self.api is not None:
             reviews = self.api.reviews
             lines += [

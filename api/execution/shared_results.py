@@ -9,13 +9,12 @@ wait on the single execution in flight.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
 
 from graphql import ExecutionResult
+
+from ..shared_calls import Keep, SharedCalls
 
 __all__ = ["SharedResults"]
 
@@ -32,12 +31,6 @@ def _keepable(result: ExecutionResult) -> bool:
     )
 
 
-@dataclass(slots=True)
-class _Done:
-    result: ExecutionResult
-    at: float
-
-
 class SharedResults:
     """Single-flight plus a short-lived cache of execution results, keyed by the operation."""
 
@@ -49,12 +42,14 @@ class SharedResults:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl = ttl
-        self.max_entries = max_entries
-        self._clock = clock
-        self._done: OrderedDict[Hashable, _Done] = OrderedDict()
-        self._inflight: dict[Hashable, asyncio.Future[ExecutionResult]] = {}
-        # How many requests were answered by another request's execution.
-        self.shared = 0
+        self._calls: SharedCalls[Hashable, ExecutionResult] = SharedCalls(
+            max_entries=max_entries, clock=clock
+        )
+
+    @property
+    def shared(self) -> int:
+        """How many requests were answered by another request's execution."""
+        return self._calls.counts["cached"] + self._calls.counts["shared"]
 
     async def run(
         self,
@@ -68,36 +63,11 @@ class SharedResults:
         data it used was fetched (on this object's clock); the result is kept
         for ``ttl`` from then, so no answer is ever older than the TTL.
         """
-        done = self._done.get(key)
-        if done is not None and self._clock() - done.at < self.ttl:
-            self.shared += 1
-            return done.result
-        future = self._inflight.get(key)
-        if future is None:
-            future = asyncio.ensure_future(execute())
-            self._inflight[key] = future
-            started = self._clock()
-            future.add_done_callback(lambda f: self._finish(key, f, started, data_since))
-        else:
-            self.shared += 1
-        # Shielded: one client going away must not cancel the others' answer.
-        return await asyncio.shield(future)
 
-    def _finish(
-        self,
-        key: Hashable,
-        future: asyncio.Future[ExecutionResult],
-        started: float,
-        data_since: Callable[[], float | None],
-    ) -> None:
-        self._inflight.pop(key, None)
-        if self.ttl <= 0 or future.cancelled() or future.exception() is not None:
-            return
-        result = future.result()
-        if not _keepable(result):
-            return
-        since = data_since()
-        self._done[key] = _Done(result, started if since is None else min(since, started))
-        self._done.move_to_end(key)
-        while len(self._done) > self.max_entries:
-            self._done.popitem(last=False)
+        def keep(result: ExecutionResult, started: float, ended: float) -> Keep | None:
+            if self.ttl <= 0 or not _keepable(result):
+                return None
+            since = data_since()
+            return Keep(started if since is None else min(since, started), self.ttl)
+
+        return await self._calls.get(key, execute, keep)

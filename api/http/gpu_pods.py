@@ -121,7 +121,7 @@ def gpu_pods_endpoint(
         if not pod.node_name:
             return _error(404, f"pod {pod.namespace}/{pod.name} is not scheduled to a node yet")
         try:
-            snapshot = await asyncio.wait_for(snapshots.fetch(pod.node_name), timeout)
+            received = await asyncio.wait_for(snapshots.fetch(pod.node_name), timeout)
         except AgentUnavailableError as exc:
             return _error(502, str(exc), node=pod.node_name)
         except TimeoutError:
@@ -130,6 +130,7 @@ def gpu_pods_endpoint(
                 f"the agent on node {pod.node_name!r} did not answer in time",
                 node=pod.node_name,
             )
+        snapshot = received.snapshot
         if snapshot.sample.error and not snapshot.sample.gpus:
             return _error(
                 502,

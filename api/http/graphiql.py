@@ -3,23 +3,30 @@
 strawberry's own page pulls React and GraphiQL from a public CDN. This page
 loads the same bundles from ``/static/graphiql/``; they are npm packages
 copied there at build time (``make web``). Without them, the page says how to
-build them instead of rendering blank.
+build them instead of rendering blank. A link can open it with a query of its
+own: ``/graphql#query=...&variables=...``.
 """
 
 from __future__ import annotations
 
 import html
-import json
-import logging
 import secrets
-import shlex
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
-from starlette.routing import BaseRoute, Mount
-from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import BaseRoute
+
+from .offline_assets import (
+    BUILD_COMMAND,
+    STATIC_ROOT,
+    all_present,
+    build_into_command,
+    content_security_policy,
+    missing_assets_html,
+    script_json,
+    static_mount,
+)
 
 __all__ = [
     "ASSET_FILES",
@@ -34,13 +41,8 @@ __all__ = [
     "graphiql_routes",
 ]
 
-logger = logging.getLogger(__name__)
-
-DEFAULT_STATIC_DIR = Path(__file__).resolve().parent.parent / "static" / "graphiql"
+DEFAULT_STATIC_DIR = STATIC_ROOT / "graphiql"
 STATIC_URL = "/static/graphiql"
-BUILD_COMMAND = "make web"
-# What `make web` runs; spelled out for installs without the Makefile.
-BUILD_STEPS = "cd web && npm ci && npm run build"
 # Must match the names web/build.mjs writes.
 ASSET_FILES = (
     "react.production.min.js",
@@ -85,12 +87,7 @@ query GpuUsage {
 def assets_present(static_dir: Path | None = None) -> bool:
     """True when every bundle the page loads is in ``static_dir``."""
     directory = DEFAULT_STATIC_DIR if static_dir is None else static_dir
-    return all((directory / name).is_file() for name in ASSET_FILES)
-
-
-def _script_json(value: object) -> str:
-    # json.dumps output is valid JS; escaping "<" keeps "</script>" in a query inert.
-    return json.dumps(value).replace("<", "\\u003c")
+    return all_present(directory, ASSET_FILES)
 
 
 _PAGE = """\
@@ -131,10 +128,15 @@ html, body, #graphiql {{ height: 100%; margin: 0; overflow: hidden; }}
     }}
     return fetchers[key](params, options);
   }}
+  // Links from other pages (the cluster map) open a query here as
+  // #query=...&variables=...: the fragment never reaches the server.
+  var shared = new URLSearchParams(window.location.hash.slice(1));
   ReactDOM.createRoot(document.getElementById("graphiql")).render(
     React.createElement(GraphiQL, {{
       fetcher: fetcher,
       defaultQuery: {query},
+      query: shared.get("query") || undefined,
+      variables: shared.get("variables") || undefined,
       defaultEditorToolsVisibility: true,
       shouldPersistHeaders: false,
     }})
@@ -145,52 +147,10 @@ html, body, #graphiql {{ height: 100%; margin: 0; overflow: hidden; }}
 </html>
 """
 
-_MISSING = """\
-<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{title}: GraphiQL assets not built</title>
-<style nonce="{nonce}">
-body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 3rem auto; padding: 0 1rem;
-        line-height: 1.5; }}
-pre {{ background: #f3f3f3; padding: .75rem 1rem; border-radius: 4px; }}
-</style>
-</head>
-<body>
-<h1>GraphiQL assets are not built</h1>
-<p>This server serves GraphiQL from its own files so that it works without internet access,
-and those files are missing from <code>{static_dir}</code>. Build them from a checkout of
-gpugraph (needs Node.js and npm):</p>
-<pre>{build_command}</pre>
-<p>or, without make:</p>
-<pre>{build_steps}</pre>
-<p>Both build into the checkout. For a copy installed with <code>pip install</code>, build
-straight into the folder this server reads:</p>
-<pre>{build_into}</pre>
-<p>then restart the server. The container image already includes them.</p>
-<p>The GraphQL API itself works: POST queries to this URL, or open a WebSocket
-(<code>graphql-transport-ws</code>) here for subscriptions.</p>
-</body>
-</html>
-"""
-
-
-def _csp(nonce: str) -> str:
-    # Only this origin, so a page that slipped back to a CDN fails loudly in the browser.
-    return (
-        "default-src 'self'; "
-        f"script-src 'self' 'nonce-{nonce}'; "
-        f"style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data:; font-src 'self' data:; "
-        "connect-src 'self'; worker-src 'self' blob:; "
-        "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
-    )
-
 
 def build_into(static_dir: Path) -> str:
     """The build command that writes the assets straight into ``static_dir``."""
-    return f"cd web && npm ci && node build.mjs {shlex.quote(str(static_dir))}"
+    return build_into_command("build.mjs", static_dir)
 
 
 def graphiql_html(
@@ -204,19 +164,20 @@ def graphiql_html(
     """The GraphiQL page, or a page saying how to build its assets when they are missing."""
     directory = DEFAULT_STATIC_DIR if static_dir is None else static_dir
     if not assets_present(directory):
-        return _MISSING.format(
-            title=html.escape(title),
-            nonce=html.escape(nonce),
-            static_dir=html.escape(str(directory)),
-            build_command=html.escape(BUILD_COMMAND),
-            build_steps=html.escape(BUILD_STEPS),
-            build_into=html.escape(build_into(directory)),
+        return missing_assets_html(
+            what="GraphiQL",
+            title=title,
+            nonce=nonce,
+            static_dir=directory,
+            build_into=build_into(directory),
+            note="The GraphQL API itself works: POST queries to this URL, or open a WebSocket "
+            "(<code>graphql-transport-ws</code>) here for subscriptions.",
         )
     return _PAGE.format(
         title=html.escape(title),
         nonce=html.escape(nonce),
         static=html.escape(static_url.rstrip("/")),
-        query=_script_json(default_query),
+        query=script_json(default_query),
     )
 
 
@@ -241,23 +202,11 @@ def graphiql_response(
     return HTMLResponse(
         body,
         status_code=status,
-        headers={"Content-Security-Policy": _csp(nonce), "Cache-Control": "no-store"},
+        headers={
+            "Content-Security-Policy": content_security_policy(nonce),
+            "Cache-Control": "no-store",
+        },
     )
-
-
-class _MissingAssets:
-    """ASGI app answering every asset request with a 404 that says how to build them."""
-
-    def __init__(self, static_dir: Path) -> None:
-        self.static_dir = static_dir
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        message = (
-            f"GraphiQL assets are not built (nothing in {self.static_dir}); "
-            f"run `{BUILD_COMMAND}` in a checkout, or `{build_into(self.static_dir)}` "
-            "for an installed copy, and restart the server.\n"
-        )
-        await PlainTextResponse(message, status_code=404)(scope, receive, send)
 
 
 def graphiql_routes(
@@ -265,17 +214,14 @@ def graphiql_routes(
 ) -> list[BaseRoute]:
     """Routes serving the GraphiQL bundles at ``static_url``; mount them when the IDE is on."""
     directory = DEFAULT_STATIC_DIR if static_dir is None else static_dir
-    if assets_present(directory):
-        app: ASGIApp = StaticFiles(directory=directory)
-    else:
-        logger.warning(
-            "GraphiQL assets missing from %s; GET /graphql in a browser shows how to build "
-            "them (%s)",
-            directory,
-            BUILD_COMMAND,
-        )
-        app = _MissingAssets(directory)
-    return [Mount(static_url.rstrip("/"), app=app, name="graphiql-static")]
+    return static_mount(
+        static_url,
+        directory,
+        ASSET_FILES,
+        what="GraphiQL",
+        build_into=build_into(directory),
+        name="graphiql-static",
+    )
 
 
 class OfflineGraphiQL:

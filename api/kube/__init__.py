@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_attributes
+from ..lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
     from .config import KubeConfigError, default_kubeconfig_path, load_kube_config
     from .parse import ParseError, node_record, pod_record, strip_runtime_prefix
-    from .reflector import Reflector, RetryDelay, WatchError, node_kind, pod_kind
+    from .reflector import Reflector, WatchError, node_kind, pod_kind
     from .watcher import ClusterWatcher
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "KubeConfigError",
     "ParseError",
     "Reflector",
-    "RetryDelay",
     "WatchError",
     "WatchStats",
     "default_kubeconfig_path",
@@ -45,10 +44,8 @@ _EXPORTS = {
     **dict.fromkeys(("CacheStats", "ChangeListener", "ClusterCache", "WatchStats"), ".cache"),
     **dict.fromkeys(("KubeConfigError", "default_kubeconfig_path", "load_kube_config"), ".config"),
     **dict.fromkeys(("ParseError", "node_record", "pod_record", "strip_runtime_prefix"), ".parse"),
-    **dict.fromkeys(
-        ("Reflector", "RetryDelay", "WatchError", "node_kind", "pod_kind"), ".reflector"
-    ),
+    **dict.fromkeys(("Reflector", "WatchError", "node_kind", "pod_kind"), ".reflector"),
     "ClusterWatcher": ".watcher",
 }
 
-__getattr__ = lazy_attributes(__name__, _EXPORTS)
+__getattr__ = lazy_exports(globals(), _EXPORTS)

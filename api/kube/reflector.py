@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from graph_schema.records import NodeRecord, PodRecord
 
+from ..backoff import Backoff
 from ..lifecycle.gc_tuning import gc_paused
 from .cache import ClusterCache, WatchStats
 from .parse import ParseError, node_record, pod_record, resource_version
@@ -53,27 +53,8 @@ class WatchError(Exception):
     """The API server ended a watch with an ERROR event other than 410 Gone."""
 
 
-class RetryDelay:
-    """Exponential backoff with jitter: initial, 2x, 4x, ... up to ``maximum`` seconds.
-
-    The sleeps of one retry loop. ``api.agents.Backoff`` is the other kind: it
-    tracks failures per node, for callers that skip a node rather than sleep.
-    """
-
-    def __init__(self, initial: float = 0.2, maximum: float = 10.0) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self._next = initial
-
-    def next_delay(self) -> float:
-        """The delay to wait now; the following one doubles."""
-        delay = self._next
-        self._next = min(self._next * 2, self.maximum)
-        return delay * random.uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        """Start again from the initial delay (after a success)."""
-        self._next = self.initial
+# Reflectors of many servers retrying one API server should not retry in step.
+RETRY_JITTER = 0.2
 
 
 @dataclass(frozen=True)
@@ -157,14 +138,14 @@ class Reflector:
         watch_timeout: int = 300,
         connect_timeout: float = 10.0,
         list_timeout: float = 120.0,
-        backoff: RetryDelay | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.kind = kind
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.connect_timeout = connect_timeout
         self.list_timeout = list_timeout
-        self.backoff = backoff or RetryDelay()
+        self.backoff = backoff or Backoff(0.2, 10.0, jitter=RETRY_JITTER)
         self.resource_version: str | None = None
         self._listed = False
         self._stopping = threading.Event()
@@ -212,7 +193,7 @@ class Reflector:
                 if need_list:
                     self._list()
                     need_list = False
-                    self.backoff.reset()
+                    self.backoff.forget(self.kind.name)
                 self._watch()
                 self.stats.watch_restarts += 1
             except _Stopped:
@@ -225,7 +206,7 @@ class Reflector:
                 )
                 if need_list:
                     # The list itself was refused (an expired continue token).
-                    self._stopping.wait(self.backoff.next_delay())
+                    self._stopping.wait(self.backoff.failed(self.kind.name, "410 Gone on the list"))
                 need_list = True
             except Exception as exc:
                 if self._stopping.is_set():
@@ -233,7 +214,7 @@ class Reflector:
                 self.stats.errors += 1
                 if not need_list:
                     self.stats.watch_restarts += 1
-                delay = self.backoff.next_delay()
+                delay = self.backoff.failed(self.kind.name, f"{type(exc).__name__}: {exc}")
                 logger.warning(
                     "%s: %s failed (%s: %s); retrying in %.1fs",
                     self.kind.name,
@@ -331,7 +312,7 @@ class Reflector:
         try:
             for line in _lines(response):
                 self._apply(line)
-                self.backoff.reset()
+                self.backoff.forget(self.kind.name)
             finished = True
         except BaseException:
             if self._stopping.is_set():

@@ -12,8 +12,9 @@ from typing import Any
 from kubernetes.client import ApiClient, Configuration, CoreV1Api
 from urllib3.util.retry import Retry
 
+from ..backoff import Backoff
 from .cache import ClusterCache
-from .reflector import Reflector, RetryDelay, node_kind, pod_kind
+from .reflector import RETRY_JITTER, Reflector, node_kind, pod_kind
 
 
 class _ConnectionCutter:
@@ -90,13 +91,13 @@ class ClusterWatcher:
             pod_kind(api, cache, namespace),
             page_size=page_size,
             watch_timeout=watch_timeout,
-            backoff=RetryDelay(backoff_initial, backoff_max),
+            backoff=Backoff(backoff_initial, backoff_max, jitter=RETRY_JITTER),
         )
         self.nodes = Reflector(
             node_kind(api, cache),
             page_size=page_size,
             watch_timeout=watch_timeout,
-            backoff=RetryDelay(backoff_initial, backoff_max),
+            backoff=Backoff(backoff_initial, backoff_max, jitter=RETRY_JITTER),
         )
 
     def start(self) -> None:

@@ -14,6 +14,7 @@ from node_resolver.auth import TokenFile
 from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from tests.support.agents import gpu_json, nvml_json, start_agent_thread
+from tests.support.clock import ManualClock
 
 
 def rotate(path: Path, text: str) -> None:
@@ -21,14 +22,6 @@ def rotate(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.new")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -39,7 +32,7 @@ def token_path(tmp_path: Path) -> Path:
 
 
 def test_a_changed_token_file_takes_effect_at_the_next_check(token_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     token = TokenFile(token_path, check_seconds=5.0, clock=clock)
     assert token.current() == "first"
     rotate(token_path, "second\n")
@@ -52,7 +45,7 @@ def test_a_changed_token_file_takes_effect_at_the_next_check(token_path: Path) -
 def test_a_bad_new_version_keeps_the_old_token_and_is_logged(
     token_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     token = TokenFile(token_path, check_seconds=1.0, clock=clock)
     with caplog.at_level(logging.WARNING, logger="node_resolver.auth"):
         rotate(token_path, "  \n")

@@ -1,15 +1,19 @@
-"""NvmlGpuSource against a stand-in ``pynvml`` module.
+"""NvmlGpuSource against a stand-in ``pynvml`` module: what the C fake cannot express.
 
-The stand-in reuses nvidia-ml-py's own constants and NVMLError classes and
-replaces only the functions that would call into libnvidia-ml, simulating a
-node's GPUs with the same signatures and error behaviour. Everything above it
-is the production code path.
+The real NVML path (nvidia-ml-py over the fake libnvidia-ml.so.1) is tested in
+test_nvml_library.py. This stand-in covers the rest: what the source learns
+once and stops asking, exceptions outside pynvml's NVMLError family, a pynvml
+without the _v2 fallbacks or with internals the reader cannot call, and the
+sizing call's SUCCESS on an idle GPU. It reuses nvidia-ml-py's own constants
+and NVMLError classes, and agrees with real NVML where both can speak (e.g. no
+utilization in MIG mode; a test compares the two).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,83 +22,40 @@ import pytest
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.models import GpuSample, ProcessType
-from node_resolver.nvml import NVML_VALUE_NOT_AVAILABLE, NvmlGpuSource, NvmlUnavailableError
-from tests.support.agents import skip_if_nvml_loads
+from node_resolver.nvml import NvmlGpuSource
+from tests.support.libnvml import FakeGpu, FakeMig, FakeNode, FakeProcess, build_library, probe
 
 NOW = 1_800_000_000.0  # the test clock, Unix seconds
-NOW_US = int(NOW * 1_000_000)
-
-
-@dataclass
-class SimMig:
-    """One MIG device of a simulated GPU."""
-
-    uuid: str
-    gi: int
-    ci: int
-    total: int = 20 << 30
-    used: int = 1 << 30
-    reserved: int = 0
-    compute: list[tuple[int, int | None]] = field(default_factory=list)
-    # NVML function name -> error code it returns for this MIG device
-    errors: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class SimGpu:
-    """One simulated GPU: what NVML would report for it."""
-
-    uuid: str
-    name: str = "NVIDIA H200"
-    total: int = 150754820096
-    used: int = 2147483648
-    # Memory the driver holds back: v1 of nvmlDeviceGetMemoryInfo counts it as used, v2 not.
-    reserved: int = 0
-    util_gpu: int = 87
-    util_mem: int = 40
-    temperature: int = 55
-    power_mw: int = 350500
-    limit_mw: int = 700000
-    compute: list[tuple[int, int | None]] = field(default_factory=list)
-    graphics: list[tuple[int, int | None]] = field(default_factory=list)
-    # (pid, timestamp in microseconds, SM %)
-    samples: list[tuple[int, int, int]] = field(default_factory=list)
-    # What the sizing call of nvmlDeviceGetProcessUtilization returns with no samples.
-    idle_return: int = pynvml.NVML_ERROR_NOT_FOUND
-    mig_mode: int | None = None  # None: MIG not supported on this GPU
-    # A slot holds a MIG device, None (empty: NOT_FOUND) or the error code its lookup returns.
-    mig: list[SimMig | int | None] = field(default_factory=list)
-    # NVML function name -> error code it returns for this GPU
-    errors: dict[str, int] = field(default_factory=dict)
-    # NVML function name -> exception pynvml raises outside its NVMLError family
-    crashes: dict[str, Exception] = field(default_factory=dict)
-    lost: bool = False
 
 
 @dataclass(frozen=True)
 class Handle:
-    gpu: SimGpu
-    mig: SimMig | None = None
+    gpu: FakeGpu
+    mig: FakeMig | None = None
 
 
 class StandInNvml:
-    """Builds a module object with pynvml's names, backed by simulated GPUs."""
+    """Builds a module object with pynvml's names, backed by the GPUs the C library reads."""
 
     def __init__(
         self,
-        gpus: list[SimGpu],
+        gpus: list[FakeGpu],
         *,
-        init_error: int | None = None,
         driver_has_v3: bool = True,
         driver_has_memory_v2: bool = True,
+        mismatch_as_lookup_error: bool = False,
+        idle_return: int = pynvml.NVML_ERROR_NOT_FOUND,
+        crashes: dict[tuple[str, str], Exception] | None = None,
     ) -> None:
         self.gpus = gpus
-        self.init_error = init_error
+        # What the sizing call of nvmlDeviceGetProcessUtilization returns with no samples.
+        self.idle_return = idle_return
+        # (GPU UUID, function) -> an exception pynvml raises outside its NVMLError family
+        self.crashes = crashes or {}
         self.driver_has_v3 = driver_has_v3
         self.driver_has_memory_v2 = driver_has_memory_v2
-        self.count_error: int | None = None
+        self.mismatch_as_lookup_error = mismatch_as_lookup_error
         self.calls: list[str] = []
-        self.util_since: list[int] = []
         self.memory_versions: list[int | None] = []
         self.unversioned_calls: list[str] = []
         self.module = types.ModuleType("pynvml")
@@ -110,15 +71,14 @@ class StandInNvml:
         self.calls.append(fn)
         if handle.gpu.lost:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        if fn in handle.gpu.crashes:
-            raise handle.gpu.crashes[fn]
+        if (handle.gpu.uuid, fn) in self.crashes:
+            raise self.crashes[handle.gpu.uuid, fn]
         errors = handle.mig.errors if handle.mig else handle.gpu.errors
         if fn in errors:
             raise pynvml.NVMLError(errors[fn])
 
     def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise pynvml.NVMLError(self.init_error)
+        pass
 
     def nvmlShutdown(self) -> None:
         self.calls.append("nvmlShutdown")
@@ -130,8 +90,6 @@ class StandInNvml:
         return 12040
 
     def nvmlDeviceGetCount(self) -> int:
-        if self.count_error is not None:
-            raise pynvml.NVMLError(self.count_error)
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
@@ -160,11 +118,14 @@ class StandInNvml:
             assert version == pynvml.nvmlMemory_v2
             used = source.used
         else:
-            used = source.used + source.reserved
+            used = source.used + (handle.gpu.reserved if handle.mig is None else 0)
         return types.SimpleNamespace(total=source.total, used=used, free=source.total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> Any:
         self._check("nvmlDeviceGetUtilizationRates", handle)
+        # As in nvml.h: not supported in MIG mode, for the GPU as for its MIG devices.
+        if handle.mig is not None or handle.gpu.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return types.SimpleNamespace(gpu=handle.gpu.util_gpu, memory=handle.gpu.util_mem)
 
     def nvmlDeviceGetTemperature(self, handle: Handle, sensor: int) -> int:
@@ -195,8 +156,6 @@ class StandInNvml:
         mig = handle.gpu.mig[index]
         if mig is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        if isinstance(mig, int):
-            raise pynvml.NVMLError(mig)
         return Handle(handle.gpu, mig)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Handle) -> int:
@@ -210,19 +169,26 @@ class StandInNvml:
         return handle.mig.ci
 
     @staticmethod
-    def _infos(entries: list[tuple[int, int | None]]) -> list[Any]:
+    def _infos(handle: Handle, graphics: bool) -> list[Any]:
         # pynvml's friendly objects; it already turns "not available" into None.
+        device = handle.mig or handle.gpu
         return [
             types.SimpleNamespace(
-                pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF
+                pid=p.pid,
+                usedGpuMemory=p.memory,
+                gpuInstanceId=handle.mig.gi if handle.mig else 0xFFFFFFFF,
+                computeInstanceId=handle.mig.ci if handle.mig else 0xFFFFFFFF,
             )
-            for pid, mem in entries
+            for p in device.processes
+            if (p.graphics if graphics else p.compute)
         ]
 
     def _unversioned(self, fn: str) -> None:
         # pynvml's @throwOnVersionMismatch: the unversioned call wraps the _v3 symbol.
         self.unversioned_calls.append(fn)
         if not self.driver_has_v3:
+            if self.mismatch_as_lookup_error:  # nvidia-ml-py 12.535's way
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             raise pynvml.NVMLLibraryMismatchError(f"use a versioned function such as {fn}_v2")
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
@@ -231,7 +197,7 @@ class StandInNvml:
 
     def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Handle) -> list[Any]:
         self._check("nvmlDeviceGetComputeRunningProcesses", handle)
-        return self._infos(handle.mig.compute if handle.mig else handle.gpu.compute)
+        return self._infos(handle, graphics=False)
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Handle) -> list[Any]:
         self._unversioned("nvmlDeviceGetGraphicsRunningProcesses")
@@ -239,19 +205,18 @@ class StandInNvml:
 
     def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: Handle) -> list[Any]:
         self._check("nvmlDeviceGetGraphicsRunningProcesses", handle)
-        return [] if handle.mig else self._infos(handle.gpu.graphics)
+        return self._infos(handle, graphics=True)
 
     def nvmlDeviceGetProcessUtilization(self, handle: Handle, timeStamp: int) -> list[Any]:
         self._check("nvmlDeviceGetProcessUtilization", handle)
         # NVML documents utilization queries as not supported in MIG mode.
         if handle.mig is not None or handle.gpu.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        self.util_since.append(timeStamp)
         fresh = [s for s in handle.gpu.samples if s[1] > timeStamp]
         if not fresh:
             # What NVML does on an idle GPU: no samples newer than timeStamp. Depending on the
             # driver the sizing call returns NOT_FOUND or SUCCESS; pynvml raises either.
-            raise pynvml.NVMLError(handle.gpu.idle_return)
+            raise pynvml.NVMLError(self.idle_return)
         return [
             types.SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
             for pid, ts, sm in fresh
@@ -259,31 +224,16 @@ class StandInNvml:
 
 
 def source_for(
-    *gpus: SimGpu, window: float = 2.0, **driver: bool
+    *gpus: FakeGpu, window: float = 2.0, **driver: Any
 ) -> tuple[NvmlGpuSource, StandInNvml]:
     nvml = StandInNvml(list(gpus), **driver)
     return NvmlGpuSource(nvml.module, utilization_window=window, clock=lambda: NOW), nvml
 
 
-def test_reads_every_metric_and_converts_power_to_watts() -> None:
-    source, _ = source_for(SimGpu("GPU-a", compute=[(100, 1 << 30)]))
-    node = source.sample()
-    assert (node.driver_version, node.cuda_driver_version, node.error) == ("550.90.07", 12040, None)
-    (gpu,) = node.gpus
-    assert gpu.index == 0 and gpu.uuid == "GPU-a" and gpu.name == "NVIDIA H200"
-    assert (gpu.memory_total_bytes, gpu.memory_used_bytes) == (150754820096, 2147483648)
-    assert (gpu.utilization_gpu, gpu.utilization_memory, gpu.temperature_c) == (87, 40, 55)
-    assert (gpu.power_usage_watts, gpu.power_limit_watts) == (350.5, 700.0)
-    assert gpu.mig_enabled is None and gpu.field_errors == {"mig_enabled": "NOT_SUPPORTED"}
-    assert [(p.pid, p.type, p.used_memory_bytes) for p in gpu.processes] == [
-        (100, ProcessType.COMPUTE, 1 << 30)
-    ]
-
-
-@pytest.mark.parametrize("idle_return", [pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS])
-def test_idle_gpu_without_process_utilization_samples_is_not_an_error(idle_return: int) -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], samples=[], idle_return=idle_return)
-    source, nvml = source_for(sim)
+def test_idle_gpu_whose_sizing_call_returns_success_is_not_an_error() -> None:
+    # Some drivers answer an idle GPU's sizing call with SUCCESS, which pynvml raises.
+    sim = FakeGpu("GPU-a", processes=[FakeProcess(100)])
+    source, nvml = source_for(sim, idle_return=pynvml.NVML_SUCCESS)
     (gpu,) = source.sample().gpus
     assert gpu.error is None
     assert "processes.sm_utilization" not in gpu.field_errors
@@ -291,166 +241,20 @@ def test_idle_gpu_without_process_utilization_samples_is_not_an_error(idle_retur
     assert "nvmlDeviceGetProcessUtilization" in nvml.calls
 
 
-def test_sm_utilization_takes_the_latest_sample_inside_the_window() -> None:
-    window_start = NOW_US - 2_000_000
-    samples = [
-        (100, window_start - 10, 99),  # too old: before the window
-        (100, NOW_US - 900_000, 20),
-        (100, NOW_US - 100_000, 35),  # the latest for PID 100
-        (200, NOW_US - 500_000, 70),
-    ]
-    gpu_sim = SimGpu("GPU-a", compute=[(100, 1), (200, 2), (300, 3)], samples=samples)
-    source, nvml = source_for(gpu_sim, window=2.0)
-    (gpu,) = source.sample().gpus
-    assert nvml.util_since == [window_start]
-    assert {p.pid: p.sm_utilization for p in gpu.processes} == {100: 35, 200: 70, 300: None}
-
-
-@pytest.mark.parametrize("unavailable", [None, NVML_VALUE_NOT_AVAILABLE])
-def test_not_available_used_gpu_memory_becomes_none(unavailable: int | None) -> None:
-    source, _ = source_for(SimGpu("GPU-a", compute=[(100, unavailable), (101, 0)]))
-    (gpu,) = source.sample().gpus
-    assert {p.pid: p.used_memory_bytes for p in gpu.processes} == {100: None, 101: 0}
-
-
-def test_compute_and_graphics_lists_merge_into_one_entry_per_pid() -> None:
-    sim = SimGpu(
+@pytest.mark.parametrize("mismatch_as_lookup_error", [False, True])
+def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls(
+    mismatch_as_lookup_error: bool,
+) -> None:
+    sim = FakeGpu(
         "GPU-a",
-        compute=[(100, 1 << 30), (200, 5)],
-        graphics=[(100, 1 << 30), (300, None)],
-    )
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    by_pid = {p.pid: p for p in gpu.processes}
-    assert len(gpu.processes) == 3
-    assert by_pid[100].type is ProcessType.BOTH and by_pid[100].used_memory_bytes == 1 << 30
-    assert by_pid[200].type is ProcessType.COMPUTE
-    assert by_pid[300].type is ProcessType.GRAPHICS and by_pid[300].used_memory_bytes is None
-
-
-def test_a_lost_gpu_is_reported_on_that_gpu_only() -> None:
-    healthy = SimGpu("GPU-ok", compute=[(100, 1)])
-    failing = SimGpu("GPU-lost", name="NVIDIA A100", compute=[(200, 1)])
-    source, _ = source_for(healthy, failing)
-    assert source.sample().gpus[1].error is None
-    failing.lost = True
-    node = source.sample()
-    ok, lost = node.gpus
-    assert node.error is None
-    assert ok.error is None and [p.pid for p in ok.processes] == [100]
-    # Identity from the last good scan; no metrics and no processes.
-    assert lost == GpuSample(index=1, uuid="GPU-lost", name="NVIDIA A100", error="GPU_IS_LOST")
-
-
-def test_a_gpu_lost_halfway_through_its_fields_drops_the_partial_metrics() -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1)])
-    sim.errors["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_GPU_IS_LOST
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu == GpuSample(index=0, uuid="GPU-a", error="GPU_IS_LOST")
-
-
-def test_a_not_supported_field_is_none_with_a_field_error() -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1)])
-    sim.errors["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_NOT_SUPPORTED
-    sim.errors["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_NO_PERMISSION
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None
-    assert gpu.power_usage_watts is None and gpu.power_limit_watts == 700.0
-    assert gpu.utilization_gpu is None and gpu.utilization_memory is None
-    assert gpu.field_errors == {
-        "power_usage_watts": "NOT_SUPPORTED",
-        "utilization_gpu": "NO_PERMISSION",
-        "utilization_memory": "NO_PERMISSION",
-        "mig_enabled": "NOT_SUPPORTED",
-    }
-    assert gpu.temperature_c == 55 and [p.pid for p in gpu.processes] == [100]
-
-
-def test_mig_processes_are_read_per_mig_device() -> None:
-    sim = SimGpu(
-        "GPU-mig",
-        mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
-        # The parent's own list is not what MIG-aware tools read; it must not leak in.
-        compute=[(999, 1)],
-        mig=[
-            SimMig("MIG-a", gi=1, ci=0, compute=[(100, 1 << 30)]),
-            None,  # an empty slot: NOT_FOUND
-            SimMig("MIG-c", gi=2, ci=0, compute=[(200, 2 << 30), (201, None)]),
+        processes=[
+            FakeProcess(100, graphics=True),
+            FakeProcess(200, None, compute=False, graphics=True),
         ],
     )
-    source, nvml = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None and gpu.mig_enabled is True
-    assert [
-        (d.index, d.uuid, d.gpu_instance_id, d.compute_instance_id) for d in gpu.mig_devices
-    ] == [
-        (0, "MIG-a", 1, 0),
-        (2, "MIG-c", 2, 0),
-    ]
-    assert gpu.mig_devices[0].memory_total_bytes == 20 << 30
-    assert {p.pid: (p.mig_device_uuid, p.used_memory_bytes) for p in gpu.processes} == {
-        100: ("MIG-a", 1 << 30),
-        200: ("MIG-c", 2 << 30),
-        201: ("MIG-c", None),
-    }
-    # NVML does not support utilization queries in MIG mode; SM is unknown, not an error.
-    assert all(p.sm_utilization is None for p in gpu.processes)
-    assert gpu.field_errors == {}
-    assert "nvmlDeviceGetProcessUtilization" not in nvml.calls
-
-
-def test_a_failed_mig_enumeration_marks_the_process_list_incomplete() -> None:
-    sim = SimGpu("GPU-mig", mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE, mig=[SimMig("MIG-a", 1, 0)])
-    sim.errors["nvmlDeviceGetMaxMigDeviceCount"] = pynvml.NVML_ERROR_NO_PERMISSION
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None and gpu.processes == [] and gpu.mig_devices == []
-    # No processes here means "could not read them", not an idle GPU.
-    assert gpu.field_errors == {"mig_devices": "NO_PERMISSION", "processes": "NO_PERMISSION"}
-
-
-def test_mig_device_errors_are_kept_apart_by_mig_index() -> None:
-    first = SimMig("MIG-a", gi=1, ci=0, compute=[(100, 1)])
-    first.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_NOT_SUPPORTED
-    third = SimMig("MIG-c", gi=2, ci=0, compute=[(200, 1)])
-    third.errors["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_NO_PERMISSION
-    third.errors["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_UNKNOWN
-    sim = SimGpu(
-        "GPU-mig",
-        mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
-        mig=[first, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, third],
+    source, nvml = source_for(
+        sim, driver_has_v3=False, mismatch_as_lookup_error=mismatch_as_lookup_error
     )
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert gpu.error is None
-    assert [d.uuid for d in gpu.mig_devices] == ["MIG-a", "MIG-c"]
-    assert [p.pid for p in gpu.processes] == [100]
-    assert gpu.field_errors == {
-        "mig_devices[0].memory": "NOT_SUPPORTED",
-        "mig_devices[1]": "INSUFFICIENT_RESOURCES",
-        "processes": "INSUFFICIENT_RESOURCES",
-        "mig_devices[2].memory": "NO_PERMISSION",
-        "mig_devices[2].processes.compute": "UNKNOWN",
-    }
-
-
-def test_compute_and_graphics_list_failures_are_reported_apart() -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1)], graphics=[(200, 2)])
-    sim.errors["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_NO_PERMISSION
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert [(p.pid, p.type) for p in gpu.processes] == [(200, ProcessType.GRAPHICS)]
-    assert gpu.field_errors == {
-        "processes.compute": "NO_PERMISSION",
-        "mig_enabled": "NOT_SUPPORTED",
-    }
-
-
-def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls() -> None:
-    sim = SimGpu("GPU-a", compute=[(100, 1 << 30)], graphics=[(100, 1 << 30), (200, None)])
-    source, nvml = source_for(sim, driver_has_v3=False)
     for _ in range(2):
         (gpu,) = source.sample().gpus
         assert gpu.error is None and "processes.compute" not in gpu.field_errors
@@ -463,7 +267,7 @@ def test_a_driver_without_v3_process_calls_is_read_with_the_v2_calls() -> None:
 
 
 def test_a_pynvml_without_v2_fallbacks_costs_only_the_process_lists() -> None:
-    source, nvml = source_for(SimGpu("GPU-a", compute=[(100, 1)]), driver_has_v3=False)
+    source, nvml = source_for(FakeGpu("GPU-a", processes=[FakeProcess(100)]), driver_has_v3=False)
     del nvml.module.nvmlDeviceGetComputeRunningProcesses_v2
     del nvml.module.nvmlDeviceGetGraphicsRunningProcesses_v2
     (gpu,) = source.sample().gpus
@@ -473,10 +277,12 @@ def test_a_pynvml_without_v2_fallbacks_costs_only_the_process_lists() -> None:
 
 
 def test_an_unexpected_exception_on_one_gpu_is_that_gpus_error_only() -> None:
-    healthy = SimGpu("GPU-ok", compute=[(100, 1)])
-    broken = SimGpu("GPU-odd", name="NVIDIA A100")
-    broken.crashes["nvmlDeviceGetTemperature"] = RuntimeError("ctypes went sideways")
-    source, _ = source_for(healthy, broken)
+    healthy = FakeGpu("GPU-ok", processes=[FakeProcess(100)])
+    broken = FakeGpu("GPU-odd", name="NVIDIA A100")
+    crash = RuntimeError("ctypes went sideways")
+    source, _ = source_for(
+        healthy, broken, crashes={("GPU-odd", "nvmlDeviceGetTemperature"): crash}
+    )
     node = source.sample()
     ok, failed = node.gpus
     assert node.error is None
@@ -484,15 +290,8 @@ def test_an_unexpected_exception_on_one_gpu_is_that_gpus_error_only() -> None:
     assert failed == GpuSample(index=1, uuid="GPU-odd", error="RuntimeError")
 
 
-def test_memory_is_read_with_v2_which_leaves_reserved_memory_out() -> None:
-    source, nvml = source_for(SimGpu("GPU-a", used=2 << 30, reserved=1 << 30))
-    (gpu,) = source.sample().gpus
-    assert gpu.memory_used_bytes == 2 << 30
-    assert nvml.memory_versions == [pynvml.nvmlMemory_v2]
-
-
 def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
-    sim = SimGpu("GPU-a", used=2 << 30, reserved=1 << 30)
+    sim = FakeGpu("GPU-a", used=2 << 30, reserved=1 << 30)
     source, nvml = source_for(sim, driver_has_memory_v2=False)
     for _ in range(2):
         (gpu,) = source.sample().gpus
@@ -502,49 +301,15 @@ def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
     assert nvml.memory_versions == [pynvml.nvmlMemory_v2, None, None]
 
 
-def test_mig_capable_gpu_with_mig_off_reads_the_whole_gpu() -> None:
-    sim = SimGpu("GPU-a", mig_mode=0, compute=[(100, 1)], mig=[SimMig("MIG-x", 1, 0)])
-    source, _ = source_for(sim)
-    (gpu,) = source.sample().gpus
-    assert (
-        gpu.mig_enabled is False and gpu.mig_devices == [] and "mig_enabled" not in gpu.field_errors
-    )
-    assert [(p.pid, p.mig_device_uuid) for p in gpu.processes] == [(100, None)]
-
-
-def test_a_failing_device_count_is_a_node_error() -> None:
-    source, nvml = source_for(SimGpu("GPU-a"))
-    nvml.count_error = pynvml.NVML_ERROR_UNKNOWN
-    node = source.sample()
-    assert node.error == "UNKNOWN" and node.gpus == []
-    assert node.driver_version == "550.90.07"
-
-
-def test_missing_library_is_a_clear_startup_error() -> None:
-    nvml = StandInNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-    with pytest.raises(NvmlUnavailableError) as caught:
-        NvmlGpuSource(nvml.module)
-    message = str(caught.value)
-    assert "libnvidia-ml.so.1" in message
-    assert "NVIDIA_VISIBLE_DEVICES=all" in message
-    assert "NVIDIA_DRIVER_CAPABILITIES" in message
-
-
-def test_missing_library_with_the_real_pynvml_module() -> None:
-    skip_if_nvml_loads()
-    with pytest.raises(NvmlUnavailableError, match="NVIDIA_VISIBLE_DEVICES=all"):
-        NvmlGpuSource()
-
-
 def test_close_shuts_nvml_down_once() -> None:
-    source, nvml = source_for(SimGpu("GPU-a"))
+    source, nvml = source_for(FakeGpu("GPU-a"))
     source.close()
     source.close()
     assert nvml.calls.count("nvmlShutdown") == 1
 
 
 def test_a_fake_file_error_gpu_looks_exactly_like_an_nvml_lost_gpu(tmp_path: Path) -> None:
-    sim = SimGpu("GPU-x", name="NVIDIA H200")
+    sim = FakeGpu("GPU-x", name="NVIDIA H200")
     real, _ = source_for(sim)
     real.sample()
     sim.lost = True
@@ -555,3 +320,42 @@ def test_a_fake_file_error_gpu_looks_exactly_like_an_nvml_lost_gpu(tmp_path: Pat
     write_fake_nvml(path, {"gpus": [gpu]})
     (from_file,) = FakeGpuSource(path).sample().gpus
     assert from_file == from_nvml
+
+
+def test_the_stand_in_agrees_with_the_c_library_on_a_mig_gpu(tmp_path: Path) -> None:
+    gpu = FakeGpu(
+        "GPU-mig",
+        mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
+        processes=[FakeProcess(999, 1)],
+        samples=[(100, int(NOW * 1_000_000), 50)],
+        mig=[
+            FakeMig("MIG-a", gi=1, processes=[FakeProcess(100, 1 << 30, graphics=True)]),
+            None,
+            FakeMig("MIG-c", gi=2, processes=[FakeProcess(200, 2 << 30), FakeProcess(201, None)]),
+        ],
+    )
+    stand_in, _ = source_for(gpu)
+    from_stand_in = dataclasses.asdict(stand_in.sample().gpus[0])
+    config = FakeNode([gpu]).write(tmp_path / "nvml.conf")
+    (scan,) = probe(build_library(), config, now=NOW).scans
+    (from_library,) = scan["gpus"]
+    # The probe's JSON spells enums by value.
+    for process in from_stand_in["processes"]:
+        process["type"] = process["type"].value
+    assert from_stand_in == from_library
+    assert from_library["field_errors"] == {
+        "utilization_gpu": "NOT_SUPPORTED",
+        "utilization_memory": "NOT_SUPPORTED",
+    }
+
+
+def test_a_process_list_the_reader_cannot_call_is_a_field_error_not_a_guess() -> None:
+    # An nvidia-ml-py whose symbol lookup hands back something the reader cannot call.
+    source_sim = FakeGpu("GPU-a", processes=[FakeProcess(100)])
+    nvml = StandInNvml([source_sim])
+    vars(nvml.module)["_nvmlGetFunctionPointer"] = lambda name: object()
+    source = NvmlGpuSource(nvml.module, clock=lambda: NOW)
+    (gpu,) = source.sample().gpus
+    assert gpu.error is None and gpu.processes == [] and gpu.utilization_gpu == 87
+    assert gpu.field_errors["processes.compute"] == "PROCESS_LIST_UNREADABLE"
+    assert gpu.field_errors["processes.graphics"] == "PROCESS_LIST_UNREADABLE"

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -157,38 +158,43 @@ def test_base_resolver_places_nothing(tree: Path) -> None:
     assert [p.container for p in resolved.values()] == [None, None]
 
 
-def test_containerd_socket_missing_is_logged_once_and_unresolved(
-    tree: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    resolver = ContainerdResolver(socket=str(tree / "no.sock"), proc_root=str(tree))
-    with caplog.at_level(logging.WARNING):
-        for _ in range(3):
-            resolved = resolver.resolve([100, 200, 300])
-            assert set(resolved) == {100, 200, 300}
-            assert all(p.container is None for p in resolved.values())
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert "no.sock" in warnings[0].getMessage()
+def missing_socket(tree: Path) -> Path:
+    """A socket path with nothing at it."""
+    return tree / "no.sock"
 
 
-def test_containerd_down_is_logged_once_and_unresolved(
-    tree: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A socket file nobody listens on, as after containerd crashed.
+def dead_socket(tree: Path) -> Path:
+    """A socket file nobody listens on, as after containerd crashed."""
     path = tree / "dead.sock"
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.close()
-    resolver = ContainerdResolver(socket=str(path), proc_root=str(tree))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("containerd", "warning"),
+    [(missing_socket, "no.sock"), (dead_socket, "UNAVAILABLE")],
+    ids=["socket-missing", "containerd-down"],
+)
+def test_containerd_unreachable_is_logged_once_and_unresolved(
+    tree: Path,
+    caplog: pytest.LogCaptureFixture,
+    containerd: Callable[[Path], Path],
+    warning: str,
+) -> None:
+    resolver = ContainerdResolver(socket=str(containerd(tree)), proc_root=str(tree))
     try:
         with caplog.at_level(logging.WARNING):
-            for _ in range(2):
-                assert resolver.resolve([100])[100].container is None
+            for _ in range(3):
+                resolved = resolver.resolve([100, 200, 300])
+                assert set(resolved) == {100, 200, 300}
+                assert all(p.container is None for p in resolved.values())
     finally:
         resolver.close()
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
-    assert "UNAVAILABLE" in warnings[0].getMessage()
+    assert warning in warnings[0].getMessage()
 
 
 def test_auto_without_containerd_socket_uses_cgroup_only(

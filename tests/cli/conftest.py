@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo.test_runner import NODES, RunningDemo, kill, start_demo, wait_started
+from tests.demo.test_runner import NODES, RunningDemo, ready_demo
 from tests.demo.test_runner import demo as demo
 
 
@@ -46,7 +46,7 @@ def kubeconfig_of(running: RunningDemo) -> Path:
 
 @pytest.fixture(scope="module")
 def auth_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthDemo]:
-    running = start_demo(
+    with ready_demo(
         tmp_path_factory.mktemp("auth-demo"),
         "--auth",
         "--nodes",
@@ -55,9 +55,5 @@ def auth_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthDemo]:
         "2",
         "--interval",
         "0.5",
-    )
-    try:
-        wait_started(running)
+    ) as running:
         yield AuthDemo(running, banner_value(running, "admin"), banner_value(running, "research"))
-    finally:
-        kill(running)

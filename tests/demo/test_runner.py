@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -103,9 +104,28 @@ def start_demo(tmp_path: Path, *extra: str) -> RunningDemo:
     return RunningDemo(process, f"http://127.0.0.1:{port}", tmpdir, output, reader)
 
 
+@contextlib.contextmanager
+def ready_demo(tmp_path: Path, *extra: str) -> Iterator[RunningDemo]:
+    """A demo past its banner; killed, with its whole session, if still running on exit."""
+    running = start_demo(tmp_path, *extra)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while "Press Ctrl-C to stop." not in running.text():
+            if running.process.poll() is not None:
+                pytest.fail(f"demo exited with {running.process.returncode}:\n{running.text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"demo not up after {STARTUP_TIMEOUT:g}s:\n{running.text()}")
+            time.sleep(0.1)
+        yield running
+    finally:
+        if running.process.poll() is None:
+            os.killpg(running.process.pid, signal.SIGKILL)
+            running.process.wait(10)
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
-    running = start_demo(
+    with ready_demo(
         tmp_path_factory.mktemp("demo"),
         "--nodes",
         str(NODES),
@@ -113,30 +133,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
         str(GPUS),
         "--interval",
         "0.5",
-    )
-    try:
-        wait_started(running)
+    ) as running:
         yield running
-    finally:
-        kill(running)
-
-
-def wait_started(running: RunningDemo) -> None:
-    """Wait for the demo's banner; fail the test if it exits or takes too long."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while "Press Ctrl-C to stop." not in running.text():
-        if running.process.poll() is not None:
-            pytest.fail(f"demo exited with {running.process.returncode}:\n{running.text()}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"demo not up after {STARTUP_TIMEOUT:g}s:\n{running.text()}")
-        time.sleep(0.1)
-
-
-def kill(running: RunningDemo) -> None:
-    """Kill the demo's whole session if it still runs."""
-    if running.process.poll() is None:
-        os.killpg(running.process.pid, signal.SIGKILL)
-        running.process.wait(10)
 
 
 CLUSTER = """
@@ -273,9 +271,7 @@ def test_numbers_move(demo: RunningDemo) -> None:
 
 
 def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
-    running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2")
-    try:
-        wait_started(running)
+    with ready_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2") as running:
         assert any(running.tmpdir.iterdir()), "the demo should keep its files in TMPDIR"
         assert httpx.get(f"{running.url}/readyz", timeout=10).status_code == 200
         # Touches the node that is down on purpose, which the default output keeps quiet about.
@@ -294,30 +290,31 @@ def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
         assert list(running.tmpdir.iterdir()) == []
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{running.url}/readyz", timeout=2)
-    finally:
-        kill(running)
 
 
 def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
-    running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2")
-    try:
-        wait_started(running)
+    with ready_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2") as running:
         running.process.send_signal(signal.SIGTERM)
         assert running.process.wait(STOP_TIMEOUT) == 0, running.text()
         assert list(running.tmpdir.iterdir()) == []
-    finally:
-        kill(running)
 
 
-def test_bad_flags_are_refused_clearly() -> None:
-    result = subprocess.run(
-        [*gpugraph_command(), "demo", "--nodes", "2"],
+def run_demo(*args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``gpugraph demo ARGS`` to its end (for runs that fail early), output captured."""
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
+    return subprocess.run(
+        [*gpugraph_command(), "demo", *args],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_bad_flags_are_refused_clearly() -> None:
+    result = run_demo("--nodes", "2")
     assert result.returncode == 2
     assert "--nodes" in result.stderr and "at least 3" in result.stderr
 
@@ -327,16 +324,7 @@ def test_a_taken_listen_address_is_a_clear_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = {**os.environ, "TMPDIR": str(tmp_path)}
-        result = subprocess.run(
-            [*gpugraph_command(), "demo", "--listen", f"127.0.0.1:{port}"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = run_demo("--listen", f"127.0.0.1:{port}", tmpdir=tmp_path)
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "stopped" not in result.stdout, "nothing had started"
@@ -448,9 +436,7 @@ def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_researc
 ) -> None:
     from api.demo import build_cluster, example_queries
 
-    running = start_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2", "--auth")
-    try:
-        wait_started(running)
+    with ready_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2", "--auth") as running:
         text = running.text()
         admin = re.search(r"^  admin +(\S+)$", text, re.M)
         research = re.search(r"^  research +(\S+)$", text, re.M)
@@ -482,8 +468,6 @@ def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_researc
         # The research user sees no host process and no command line.
         processes = ask(research[1], queries[-1])["data"]["gpuProcesses"]
         assert processes and all(p["pod"] and p["cmdline"] is None for p in processes)
-    finally:
-        kill(running)
 
 
 def namespaces_in(value: Any) -> set[str]:

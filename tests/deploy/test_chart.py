@@ -26,6 +26,7 @@ NON_DEFAULT: dict[str, Any] = {
         "pidResolver": "containerd",
         "interval": 2.5,
         "exposeCmdline": True,
+        "migMonitoring": True,
         "containerd": {
             "enabled": True,
             "socketPath": "/run/k3s/containerd/containerd.sock",
@@ -75,6 +76,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "existing-secret": {"auth": {"existingSecret": "my-token"}},
     "containerd": {"agent": {"containerd": {"enabled": True}}},
     "no-containerd": {"agent": {"containerd": {"enabled": False}, "pidResolver": "cgroup"}},
+    "metrics": {"metrics": {"dcgmNames": True, "dashboard": {"enabled": False}}},
 }
 
 
@@ -149,6 +151,7 @@ def test_default_install_renders_every_kind(chart: helm.Chart) -> None:
             "ClusterRole",
             "ClusterRoleBinding",
             "ClusterRoleBinding",  # system:auth-delegator, for TokenReview/SubjectAccessReview
+            "ConfigMap",  # the Grafana dashboard
             "DaemonSet",
             "Deployment",
             "NetworkPolicy",
@@ -221,6 +224,29 @@ def test_agent_runs_with_a_minimal_security_context(chart: helm.Chart) -> None:
     assert sc["privileged"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert pod_spec(docs, "DaemonSet")["automountServiceAccountToken"] is False
+
+
+def test_mig_monitoring_is_off_by_default_and_asks_the_runtime_for_it_when_on(
+    chart: helm.Chart,
+) -> None:
+    default = container(render(chart), "DaemonSet")
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {e["name"] for e in default["env"]}
+    assert "add" not in default["securityContext"]["capabilities"]
+
+    agent = container(render(chart, {"agent": {"migMonitoring": True}}), "DaemonSet")
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    # The NVIDIA runtime grants MIG monitoring only with CAP_SYS_ADMIN; nothing else is added.
+    sc = agent["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+
+    # Capabilities the user adds are kept, and SYS_ADMIN is not listed twice.
+    custom = {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_PTRACE"]}}
+    values = {"agent": {"migMonitoring": True, "securityContext": custom}}
+    agent = container(render(chart, values), "DaemonSet")
+    assert agent["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN", "SYS_PTRACE"]
 
 
 def test_server_runs_as_non_root_read_only(chart: helm.Chart) -> None:
@@ -437,6 +463,7 @@ def test_rendered_args_are_accepted_by_the_real_command_line(
     assert settings.max_aliases == limits["maxAliases"]
     assert settings.max_tokens == limits["maxTokens"]
     assert settings.max_result_items == limits["maxResultItems"]
+    assert settings.max_variable_items == limits["maxVariableItems"]
     assert settings.request_timeout == limits["requestTimeout"]
     assert settings.max_subscriptions == server["maxSubscriptions"]
     assert (settings.listen_host, settings.listen_port) == (server["listenHost"], server["port"])

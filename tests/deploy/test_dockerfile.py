@@ -155,28 +155,33 @@ def test_build_dependencies_are_pinned_too() -> None:
 
 
 def test_web_assets_are_built_and_baked_in() -> None:
-    from api.http.graphiql import DEFAULT_STATIC_DIR
+    from api.http.cluster_map import DEFAULT_STATIC_DIR as MAP_DIR
+    from api.http.graphiql import DEFAULT_STATIC_DIR as GRAPHIQL_DIR
 
     web = BY_NAME["web"]
     copies = web.all("COPY")
     assert any("web/package-lock.json" in c for c in copies), "npm ci needs the lock file"
     runs = web.all("RUN")
     assert any(shlex.split(r)[:2] == ["npm", "ci"] for r in runs)
-    build = next(shlex.split(r) for r in runs if "build.mjs" in r)
-    assert build[:2] == ["node", "build.mjs"]
-    out_dir = build[2]
-
-    static = DEFAULT_STATIC_DIR.relative_to(ROOT).as_posix()
     builder = BY_NAME["builder"]
     baked = [shlex.split(c) for c in builder.all("COPY") if c.startswith("--from=web")]
-    assert baked == [["--from=web", out_dir, f"./{static}"]]
-    # The copy lands before the install, so the package data carries the assets.
+    # GraphiQL's copied bundles and the map's esbuild bundle, each into the
+    # folder its page reads.
+    expected = []
+    for script, static_dir in (("build.mjs", GRAPHIQL_DIR), ("map/build.mjs", MAP_DIR)):
+        build = next(shlex.split(r) for r in runs if f"node {script}" in r)
+        assert build[:2] == ["node", script]
+        static = static_dir.relative_to(ROOT).as_posix()
+        expected.append(["--from=web", build[2], f"./{static}"])
+    assert baked == expected
+    assert any("web/map" in c for c in copies), "the map's sources reach the web stage"
+    # The copies land before the install, so the package data carries the assets.
     order = [(i.keyword, i.args) for i in builder.instructions]
-    baked_at = next(n for n, (k, a) in enumerate(order) if a.startswith("--from=web"))
     install_at = next(n for n, (k, a) in enumerate(order) if k == "RUN" and "pip install" in a)
-    assert baked_at < install_at
+    assert all(n < install_at for n, (k, a) in enumerate(order) if a.startswith("--from=web"))
     package_data = PYPROJECT["tool"]["setuptools"]["package-data"]["api"]
-    assert any(fnmatch.fnmatch("static/graphiql/graphiql.min.js", p) for p in package_data)
+    for asset in ("static/graphiql/graphiql.min.js", "static/map/map.js"):
+        assert any(fnmatch.fnmatch(asset, p) for p in package_data), asset
 
 
 def test_install_matches_pyproject() -> None:
@@ -217,7 +222,7 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
             for source in shlex.split(copy)[:-1]:
                 assert (ROOT / source).exists(), f"COPY {source}: no such file"
                 assert not ignored(source), f".dockerignore drops {source}, which COPY needs"
-    for heavy in (".venv", ".git", "web/node_modules", "api/static/graphiql"):
+    for heavy in (".venv", ".git", "web/node_modules", "api/static/graphiql", "api/static/map"):
         assert ignored(heavy), f"{heavy} should stay out of the build context"
 
 
@@ -347,22 +352,36 @@ def test_bench_small_runs_benchmarks_that_exist() -> None:
         assert (ROOT / script).is_file(), f"make bench-small runs missing {script}"
 
 
+def ci_setup(first: str, last: str, installs_to: str, home: Path) -> str:
+    """The part of .ci/run from the line starting ``first`` to the one holding ``last``.
+
+    ``installs_to`` (``VAR=/opt/...``) is pointed at ``home`` instead.
+    """
+    text = (ROOT / ".ci" / "run").read_text()
+    start = text.index(f"\n{first}")
+    end = text.index("\n", text.index(last, start))
+    block = text[start:end]
+    assert installs_to in block
+    variable = installs_to.split("=", 1)[0]
+    return block.replace(installs_to, f"{variable}={home}")
+
+
 def ci_node_setup(node_home: Path) -> str:
     """The part of .ci/run that provides Node.js, installing into ``node_home``."""
-    text = (ROOT / ".ci" / "run").read_text()
-    start = text.index("\nNODE_MAJOR=")
-    end = text.index("\n", text.index('echo "using node', start))
-    block = text[start:end]
-    assert "NODE_HOME=/opt/gpugraph-node" in block
-    return block.replace("NODE_HOME=/opt/gpugraph-node", f"NODE_HOME={node_home}")
+    return ci_setup("NODE_MAJOR=", 'echo "using node', "NODE_HOME=/opt/gpugraph-node", node_home)
+
+
+def fake_tools(directory: Path, **lines: str) -> None:
+    """Executables in ``directory``, each printing its one line (``name=line``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, line in lines.items():
+        script = directory / name
+        script.write_text(f"#!/bin/sh\necho '{line}'\n")
+        script.chmod(0o755)
 
 
 def fake_node(directory: Path, version: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, output in (("node", f"v{version}"), ("npm", "10.8.2")):
-        script = directory / name
-        script.write_text(f"#!/bin/sh\necho {output}\n")
-        script.chmod(0o755)
+    fake_tools(directory, node=f"v{version}", npm="10.8.2")
 
 
 @pytest.mark.parametrize(
@@ -393,19 +412,16 @@ def test_ci_script_uses_the_system_node_only_when_it_is_20_or_newer(
 
 def ci_kubectl_setup(kubectl_home: Path) -> str:
     """The part of .ci/run that provides kubectl, installing into ``kubectl_home``."""
-    text = (ROOT / ".ci" / "run").read_text()
-    start = text.index("\nKUBECTL_MINOR=")
-    end = text.index("\n", text.index('echo "using $(kubectl', start))
-    block = text[start:end]
-    assert "KUBECTL_HOME=/opt/gpugraph-kubectl" in block
-    return block.replace("KUBECTL_HOME=/opt/gpugraph-kubectl", f"KUBECTL_HOME={kubectl_home}")
+    return ci_setup(
+        "KUBECTL_MINOR=",
+        'echo "using $(kubectl',
+        "KUBECTL_HOME=/opt/gpugraph-kubectl",
+        kubectl_home,
+    )
 
 
 def fake_kubectl(directory: Path, version: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "kubectl"
-    script.write_text(f"#!/bin/sh\necho 'Client Version: v{version}'\n")
-    script.chmod(0o755)
+    fake_tools(directory, kubectl=f"Client Version: v{version}")
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.federation.cluster import (
     LiveCluster,
     live_cluster,
 )
+from tests.support.polling import eventually_async
 
 PROTOCOL = "graphql-transport-ws"
 TIMEOUT = 15.0
@@ -109,15 +110,6 @@ async def transport_ws(url: str) -> AsyncIterator[TransportWsClient]:
         yield client
 
 
-async def eventually(check: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    """Wait until ``check()`` holds, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        await asyncio.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     with live_cluster(tmp_path_factory.mktemp("cluster"), utilization=37) as running:
@@ -196,20 +188,26 @@ async def test_pod_usage_streams_the_pods_processes(cluster: LiveCluster) -> Non
 
 async def test_unsubscribe_and_disconnect_free_the_subscription(cluster: LiveCluster) -> None:
     # Earlier tests' sockets are closed; the server lets go of them shortly after.
-    await eventually(lambda: cluster.active_subscriptions == 0, "earlier sockets released")
+    await eventually_async(
+        lambda: cluster.active_subscriptions == 0, what="earlier sockets released", timeout=TIMEOUT
+    )
     async with transport_ws(cluster.ws_url) as client:
         op = await client.subscribe(GPU_UPDATES, {"node": NODE_A, "interval": 0.5})
         await client.next(op)
         assert cluster.active_subscriptions == 1
         await client.complete(op)
-        await eventually(lambda: cluster.active_subscriptions == 0, "complete released it")
+        await eventually_async(
+            lambda: cluster.active_subscriptions == 0, what="complete released it", timeout=TIMEOUT
+        )
 
         # The connection stays usable after a clean unsubscribe.
         again = await client.subscribe(GPU_UPDATES, {"node": NODE_A, "interval": 0.5})
         assert (await client.next(again))["data"]["gpuUpdates"][0]["uuid"] == GPU_A0
         assert cluster.active_subscriptions == 1
     # Leaving without `complete` (the socket just closes) frees it as well.
-    await eventually(lambda: cluster.active_subscriptions == 0, "disconnect released it")
+    await eventually_async(
+        lambda: cluster.active_subscriptions == 0, what="disconnect released it", timeout=TIMEOUT
+    )
 
 
 async def test_fifty_subscribers_share_one_agent_call_per_tick(cluster: LiveCluster) -> None:
@@ -248,7 +246,9 @@ async def test_fifty_subscribers_share_one_agent_call_per_tick(cluster: LiveClus
     # snapshot TTL (1 s, the tick length here) makes it about one per tick.
     ticks_elapsed = elapsed / interval
     assert 1 <= calls <= ticks_elapsed + 2, (calls, round(elapsed, 2))
-    await eventually(lambda: cluster.active_subscriptions == 0, "all 50 released")
+    await eventually_async(
+        lambda: cluster.active_subscriptions == 0, what="all 50 released", timeout=TIMEOUT
+    )
 
 
 async def test_subscriptions_above_the_cap_get_a_clear_error(
@@ -268,7 +268,9 @@ async def test_subscriptions_above_the_cap_get_a_clear_error(
             # The two admitted ones keep streaming.
             await client.next(first)
             await client.complete(first)
-            await eventually(lambda: capped.active_subscriptions == 1, "a slot freed")
+            await eventually_async(
+                lambda: capped.active_subscriptions == 1, what="a slot freed", timeout=TIMEOUT
+            )
             admitted = await client.subscribe(GPU_UPDATES, {"node": NODE_A, "interval": 0.5})
             assert (await client.next(admitted))["data"]["gpuUpdates"][0]["uuid"] == GPU_A0
 

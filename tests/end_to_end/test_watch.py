@@ -7,12 +7,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from api.demo.cluster.manifests import make_pod, pod_uid_for
+from tests.support.polling import eventually_async
 from tests.support.server import (
     GIB,
     Gpu,
     GraphTestCluster,
     Proc,
-    eventually,
     serving,
 )
 
@@ -40,10 +40,10 @@ async def test_created_and_deleted_pods_enter_and_leave_the_graph_within_two_sec
 
         unowned = [{"pid": 3001, "pod": None}]
         owned = [{"pid": 3001, "pod": {"namespace": "ml", "name": "late-0"}}]
-        await eventually(processes_are(unowned), what="the agent reporting PID 3001")
+        await eventually_async(processes_are(unowned), what="the agent reporting PID 3001")
 
         cluster.stub.add_pod(make_pod("late-0", "ml", "node-2", gpu_limit=1))
-        await eventually(
+        await eventually_async(
             processes_are(owned),
             timeout=2.0,
             what="the created pod joined to its GPU process",
@@ -52,7 +52,7 @@ async def test_created_and_deleted_pods_enter_and_leave_the_graph_within_two_sec
         assert found["data"]["pod"] == {"uid": uid, "nodeName": "node-2"}
 
         cluster.stub.delete_pod("ml", "late-0")
-        await eventually(
+        await eventually_async(
             processes_are(unowned),
             timeout=2.0,
             what="the deleted pod leaving the graph",
@@ -89,12 +89,14 @@ async def test_a_forced_410_relists_and_no_query_fails_meanwhile(
                 cluster.stub.expire_watches()
                 # A change made while the watch is gone must arrive through the relist.
                 cluster.stub.add_pod(make_pod(f"during-410-{round_}", "ml", "node-2"))
-                await eventually(
-                    lambda n=lists_before + round_ + 1: cluster.stub.count("pods", "list") >= n,
+                relists = lists_before + round_ + 1
+                # The check is awaited within this iteration, so it reads this round's count.
+                await eventually_async(
+                    lambda: cluster.stub.count("pods", "list") >= relists,  # noqa: B023
                     timeout=10,
                     what="a relist of pods",
                 )
-            await eventually(
+            await eventually_async(
                 lambda: server.services.cache.pod("ml", "during-410-2") is not None,
                 timeout=5,
                 what="the pod added during the last 410",
@@ -122,7 +124,7 @@ async def test_a_dropped_watch_stream_loses_nothing(cluster: GraphTestCluster) -
     async with serving(cluster.settings()) as server:
         cluster.stub.drop_watches()
         cluster.stub.add_pod(make_pod("after-drop", "team-b", "node-1"))
-        await eventually(
+        await eventually_async(
             lambda: server.services.cache.pod("team-b", "after-drop") is not None,
             timeout=5,
             what="the pod added after the watch dropped",

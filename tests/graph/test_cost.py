@@ -67,9 +67,13 @@ def test_the_estimate_multiplies_list_sizes_and_counts_every_object() -> None:
     assert cost("{ a: nodes { name } b: nodes { name } __typename }") == 8
 
 
-def test_the_issue_depth_12_multiplier_is_refused_and_depth_6_fits() -> None:
-    assert cost(chain(12)) > 200_000
+def test_the_issue_depth_12_and_10_multipliers_are_refused_and_depth_8_fits() -> None:
+    budget = SchemaLimits().max_result_items
+    assert cost(chain(12)) > budget
+    # Depth 10 was admitted under a budget of 200,000; its answer kept ~100 MB.
     assert cost(chain(6)) == 32 + 32 + 256 + 256 + 2048
+    assert cost(chain(8)) == cost(chain(6)) + 2048 + 16_384 <= budget
+    assert cost(chain(10)) == cost(chain(8)) + 16_384 + 131_072 > budget
 
 
 def test_the_full_cluster_query_at_1000_nodes_fits_the_default_budget() -> None:
@@ -150,8 +154,8 @@ async def test_a_refusal_names_the_estimate_and_the_limit_and_runs_nothing() -> 
     assert error.extensions is not None
     assert error.extensions["code"] == "QUERY_TOO_COSTLY"
     estimate_, limit = error.extensions["estimate"], error.extensions["limit"]
-    assert limit == 200_000 and estimate_ > limit
-    assert f"{estimate_:,}" in error.message and "200,000" in error.message
+    assert limit == 150_000 and estimate_ > limit
+    assert f"{estimate_:,}" in error.message and "150,000" in error.message
     assert "4 nodes" in error.message and "8 GPUs per node" in error.message
     assert snapshots.total_calls == 0, "refused before any agent is asked"
 

@@ -5,18 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from graph_schema.pacing import Pacer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 async def test_within_the_slice_pace_returns_without_yielding() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     pacer = Pacer(slice_seconds=0.005, clock=clock)
     order: list[str] = []
 
@@ -32,7 +25,7 @@ async def test_within_the_slice_pace_returns_without_yielding() -> None:
 
 
 async def test_past_the_slice_tasks_wait_for_a_later_iteration_and_all_finish() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     pacer = Pacer(slice_seconds=0.005, clock=clock)
     clock.now = 1.0  # the slice is spent
     finished: list[int] = []
@@ -58,7 +51,7 @@ async def test_past_the_slice_tasks_wait_for_a_later_iteration_and_all_finish() 
 
 
 async def test_a_cancelled_waiter_is_skipped() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     pacer = Pacer(slice_seconds=0.005, clock=clock)
     clock.now = 1.0
     waiting = asyncio.create_task(pacer.pace())

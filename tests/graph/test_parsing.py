@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 
 import pytest
 from strawberry.types import ExecutionResult
@@ -51,3 +53,32 @@ async def test_the_token_limit_and_syntax_errors_read_as_before() -> None:
     broken = await run("{ nodes { name " + padding)
     assert broken.data is None and broken.errors
     assert broken.errors[0].message.startswith("Syntax Error")
+
+
+async def test_concurrent_large_documents_parse_one_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each parser thread holds the GIL while it runs: several at once would
+    # starve the event loop, so they queue for one thread instead.
+    running = 0
+    most = 0
+    lock = threading.Lock()
+    real = parsing.parse
+
+    def slow(*args: object, **kwargs: object) -> object:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.02)
+        try:
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(parsing, "parse", slow)
+    big = "{ nodes { name } }" + " " * parsing.THREAD_FROM_BYTES
+    results = await asyncio.gather(*(run(big) for _ in range(6)))
+    assert all(r.errors is None for r in results)
+    assert most == 1

@@ -6,7 +6,6 @@ import logging
 
 import pytest
 
-from graph_schema import build_schema, make_context
 from tests.support.graph import SyntheticCluster, snapshot, synthetic_cluster
 
 
@@ -21,10 +20,8 @@ async def test_dead_agent_nulls_only_its_node_with_an_error_naming_it(
     sc = three_nodes
     dead = sc.node_names[1]
     sc.snapshots.kill(dead, "connection refused")
-    schema = build_schema()
-    result = await schema.execute(
-        "{ nodes { name gpus { uuid processes { pod { name } } } agent { reachable error } } }",
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
+    result = await sc.execute(
+        "{ nodes { name gpus { uuid processes { pod { name } } } agent { reachable error } } }"
     )
     assert result.data is not None
     nodes = result.data["nodes"]
@@ -50,12 +47,10 @@ async def test_pod_fields_that_need_a_dead_agent_are_null_with_errors(
     dead = sc.node_names[0]
     sc.snapshots.kill(dead)
     pod_name = f"w-{dead}-0-0"
-    schema = build_schema()
-    result = await schema.execute(
+    result = await sc.execute(
         'query($n: String!) { pod(namespace: "ns-0", name: $n) { name gpus { uuid } '
         "gpuProcesses { pid } node { name driverVersion } } }",
-        variable_values={"n": pod_name},
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
+        n=pod_name,
     )
     assert result.data == {
         "pod": {"name": pod_name, "gpus": None, "gpuProcesses": None,
@@ -76,11 +71,7 @@ async def test_aggregate_lists_keep_other_nodes_and_name_the_dead_one(
     sc = three_nodes
     dead = sc.node_names[2]
     sc.snapshots.kill(dead, "deadline exceeded")
-    schema = build_schema()
-    result = await schema.execute(
-        "{ gpus { uuid } gpuProcesses { pid } }",
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
-    )
+    result = await sc.execute("{ gpus { uuid } gpuProcesses { pid } }")
     assert result.data is not None
     assert len(result.data["gpus"]) == 4
     assert len(result.data["gpuProcesses"]) == 4
@@ -99,11 +90,7 @@ async def test_unexpected_fetch_failure_names_the_node_but_hides_details(
     broken = sc.node_names[0]
     sc.snapshots.break_with(broken, RuntimeError("secret internal detail"))
     with caplog.at_level(logging.ERROR):
-        schema = build_schema()
-        result = await schema.execute(
-            "{ nodes { name gpus { uuid } } }",
-            context_value=make_context(sc.cluster, sc.snapshots, schema.state),
-        )
+        result = await sc.execute("{ nodes { name gpus { uuid } } }")
     assert result.data is not None
     assert [n["gpus"] is None for n in result.data["nodes"]] == [True, False, False]
     assert result.errors is not None
@@ -116,10 +103,8 @@ async def test_node_wide_sampling_failure_is_reported(three_nodes: SyntheticClus
     sc = three_nodes
     name = sc.node_names[0]
     sc.snapshots.put(snapshot(name, [], error="NVML_ERROR_DRIVER_NOT_LOADED"))
-    schema = build_schema()
-    result = await schema.execute(
-        f'{{ node(name: "{name}") {{ gpus {{ uuid }} agent {{ reachable error }} }} }}',
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
+    result = await sc.execute(
+        f'{{ node(name: "{name}") {{ gpus {{ uuid }} agent {{ reachable error }} }} }}'
     )
     assert result.data == {
         "node": {"gpus": None,
@@ -133,19 +118,14 @@ async def test_node_wide_sampling_failure_is_reported(three_nodes: SyntheticClus
 
 async def test_gpu_on_a_dead_node_reports_the_node(three_nodes: SyntheticCluster) -> None:
     sc = three_nodes
-    schema = build_schema()
     uuid = f"GPU-{sc.node_names[1]}-0"
     # Learn where the GPU lives, then lose its node.
-    first = await schema.execute(
-        "{ nodes { gpus { uuid } } }",
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
-    )
+    first = await sc.execute("{ nodes { gpus { uuid } } }")
     assert first.errors is None
     sc.snapshots.kill(sc.node_names[1])
-    result = await schema.execute(
+    result = await sc.execute(
         'query($u: String!) { gpu(uuid: $u) { uuid } other: gpu(uuid: "GPU-elsewhere") { uuid } }',
-        variable_values={"u": uuid},
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
+        u=uuid,
     )
     assert result.data == {"gpu": None, "other": None}
     assert result.errors is not None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from graph_schema import build_schema, make_context
+from graph_schema import make_context
 from tests.support.graph import (
     GiB,
     SmallWorld,
@@ -106,33 +109,43 @@ async def test_pod_gpus_and_processes_are_its_own(world: SmallWorld) -> None:
     assert data["pending"] == {"node": None, "gpus": []}
 
 
-async def test_one_fetch_per_node_for_an_all_nodes_query() -> None:
-    sc = synthetic_cluster(12, gpus_per_node=3, processes_per_gpu=2)
-    schema = build_schema()
-    result = await schema.execute(
-        "{ nodes { name driverVersion agent { reachable } gpus { uuid pods { name } "
-        "processes { pod { name node { gpus { uuid } } gpus { uuid } } } } } }",
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
-    )
+@pytest.mark.parametrize(
+    ("sizes", "query", "root", "count", "each"),
+    [
+        (
+            (12, 3, 2),
+            "{ nodes { name driverVersion agent { reachable } gpus { uuid pods { name } "
+            "processes { pod { name node { gpus { uuid } } gpus { uuid } } } } } }",
+            "nodes",
+            12,
+            lambda node: len(node["gpus"]) == 3,
+        ),
+        (
+            (5, 2, 3),
+            "{ pods { name gpus { uuid } gpuProcesses { pid } node { gpus { uuid } } "
+            "containers { gpuProcesses { pid } } } }",
+            "pods",
+            5 * 2 * 3,
+            lambda pod: len(pod["gpuProcesses"]) == 1 and len(pod["gpus"]) == 1,
+        ),
+    ],
+    ids=["all-nodes-query", "many-pods-query"],
+)
+async def test_one_fetch_per_node(
+    sizes: tuple[int, int, int],
+    query: str,
+    root: str,
+    count: int,
+    each: Callable[[dict[str, Any]], bool],
+) -> None:
+    nodes, gpus, processes = sizes
+    sc = synthetic_cluster(nodes, gpus_per_node=gpus, processes_per_gpu=processes)
+    result = await sc.execute(query)
     assert result.errors is None
     assert result.data is not None
-    assert len(result.data["nodes"]) == 12
-    assert dict(sc.snapshots.calls) == {name: 1 for name in sc.node_names}
-
-
-async def test_one_fetch_per_node_for_a_many_pods_query() -> None:
-    sc = synthetic_cluster(5, gpus_per_node=2, processes_per_gpu=3)
-    schema = build_schema()
-    result = await schema.execute(
-        "{ pods { name gpus { uuid } gpuProcesses { pid } node { gpus { uuid } } "
-        "containers { gpuProcesses { pid } } } }",
-        context_value=make_context(sc.cluster, sc.snapshots, schema.state),
-    )
-    assert result.errors is None
-    assert result.data is not None
-    pods = result.data["pods"]
-    assert len(pods) == 5 * 2 * 3
-    assert all(len(p["gpuProcesses"]) == 1 and len(p["gpus"]) == 1 for p in pods)
+    items = result.data[root]
+    assert len(items) == count
+    assert all(each(item) for item in items)
     assert dict(sc.snapshots.calls) == {name: 1 for name in sc.node_names}
 
 

@@ -163,3 +163,12 @@ def test_command_lines_need_exec_in_the_pods_namespace() -> None:
     everything = Scope(all_pods=True, all_nodes=True, exec_all=True)
     full = {p["pid"]: p["cmdline"] for p in asyncio.run(run(query, everything))["gpuProcesses"]}
     assert {pid: full[pid] for pid in with_exec} == with_exec
+
+
+async def test_the_cache_status_is_open_to_every_caller_and_reveals_no_objects() -> None:
+    world = SmallWorld()
+    query = "{ cacheStatus { ready stale } nodes { name } }"
+    ctx = make_context(world.cluster, world.agents, world.schema.state, scope=Scope())
+    result = await world.schema.execute(query, context_value=ctx)
+    assert result.errors is None, result.errors
+    assert result.data == {"cacheStatus": {"ready": True, "stale": False}, "nodes": []}

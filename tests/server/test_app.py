@@ -11,7 +11,8 @@ import pytest
 import websockets
 from websockets.typing import Origin, Subprotocol
 
-from tests.support.server import GraphTestCluster, eventually, serving, standard_cluster
+from tests.support.polling import eventually_async
+from tests.support.server import GraphTestCluster, serving, standard_cluster
 
 
 def nested(depth: int) -> str:
@@ -135,7 +136,7 @@ async def test_healthz_readyz_and_metrics(cluster: GraphTestCluster) -> None:
             async def ready() -> bool:
                 return (await server.client.get("/readyz")).status_code == 200
 
-            await eventually(ready, timeout=10, what="/readyz turning 200")
+            await eventually_async(ready, timeout=10, what="/readyz turning 200")
             assert (await server.client.get("/healthz")).json() == {"status": "ok"}
             await server.query("{ nodes { gpus { uuid } } }")
             await server.query("{ nope }")

@@ -39,7 +39,9 @@ def test_defaults_match_the_issue() -> None:
     assert settings.snapshot_ttl == 1.0
     assert (settings.max_depth, settings.max_aliases, settings.max_tokens) == (12, 30, 5000)
     assert settings.max_body_bytes == 1_048_576
-    assert settings.max_result_items == 200_000 == SchemaLimits().max_result_items
+    assert settings.max_result_items == 150_000 == SchemaLimits().max_result_items
+    assert settings.max_variable_items == 5_000 == SchemaLimits().max_variable_items
+    assert settings.limits == SchemaLimits()
     assert settings.max_subscriptions == 200
     assert settings.cors_origins == ()
     assert settings.graphiql is True
@@ -60,6 +62,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--max-aliases", "6",
         "--max-tokens", "700",
         "--max-result-items", "1000",
+        "--max-variable-items", "50",
         "--max-body-bytes", "8000",
         "--request-timeout", "3",
         "--max-subscriptions", "9",
@@ -86,6 +89,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         max_aliases=6,
         max_tokens=700,
         max_result_items=1000,
+        max_variable_items=50,
         max_body_bytes=8000,
         request_timeout=3.0,
         max_subscriptions=9,
@@ -108,6 +112,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         (["--agent-timeout", "nan"], "must be positive"),
         (["--agent-timeout", "10"], "agent-timeout (10 s) must be shorter than request-timeout"),
         (["--max-result-items", "0"], "max-result-items must be at least 1"),
+        (["--max-variable-items", "0"], "max-variable-items must be at least 1"),
         (["--log-level", "verbose"], "invalid choice"),
         (["--snapshot-ttl", "-1"], "must not be negative"),
         (["--max-depth", "0"], "must be at least 1"),

@@ -12,11 +12,11 @@ from grpc import aio
 
 from api.demo.cluster.manifests import make_node
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
+from tests.support.polling import eventually_async
 from tests.support.server import (
     Gpu,
     GraphQLSocket,
     GraphTestCluster,
-    eventually,
     serving,
 )
 
@@ -45,7 +45,7 @@ async def test_before_the_first_list_lands_requests_say_not_ready(
             assert ready == {"data": {"pod": {"name": "worker-0"}}}
             # Once the cache is ready the collector is tuned for serving: the
             # cache's records moved out of its reach.
-            await eventually(lambda: gc.get_freeze_count() > 0, what="gc.freeze()")
+            await eventually_async(lambda: gc.get_freeze_count() > 0, what="gc.freeze()")
     finally:
         cluster.stub.resume_lists()
 
@@ -63,7 +63,7 @@ async def test_a_deleted_node_releases_its_channel_and_cached_state(
         assert 'node="node-2"' in (await server.client.get("/metrics")).text
 
         cluster.stub.delete_node("node-2")
-        await eventually(lambda: pool.channel_count() == 2, what="node-2's channel closing")
+        await eventually_async(lambda: pool.channel_count() == 2, what="node-2's channel closing")
         assert "node-2" not in pool.node_names()
         assert "node-2" not in state.node_names()
         assert "GPU-node-2-0" not in state.gpu_nodes
@@ -91,7 +91,7 @@ async def test_queries_on_one_websocket_each_read_fresh_snapshots(
 
         # Each query is a new operation with its own loaders: the same socket
         # sees the agent's next sample.
-        await eventually(sees_the_change, what="the socket seeing the new utilization")
+        await eventually_async(sees_the_change, what="the socket seeing the new utilization")
 
 
 class SlowAgent(agent_pb2_grpc.NodeAgentServicer):

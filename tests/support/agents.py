@@ -2,12 +2,13 @@
 
 Both serve real gRPC on a loopback address with an OS-picked port:
 
-- ``start_agent_thread(source, ...)`` runs ``AgentServer`` + ``Sampler`` on
-  their own event loop in a thread, so sync and async tests alike can call
+- ``start_agent_thread(source, ...)`` runs ``node_resolver.agent.running``
+  on its own event loop in a thread, so sync and async tests alike can call
   it, and exposes the sampler and server for counting scans and calls.
 - ``start_agent_process(nvml_file, ...)`` runs ``python -m node_resolver``
-  exactly as deployed, with a fake NVML file and optionally a fake /proc tree
-  (see ``write_proc_tree``).
+  exactly as deployed, with a fake NVML file (or, with ``None`` and an ``env``
+  from ``tests.support.libnvml.library_env``, the real NVML path through the
+  fake C library) and optionally a fake /proc tree (see ``write_proc_tree``).
 
 Both are context managers and stop the agent on exit.
 """
@@ -28,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pynvml
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
+from node_resolver.agent import running
 from node_resolver.gpu_source import GpuSource
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess
@@ -45,15 +45,21 @@ LISTENING = "agent listening on "
 
 
 class CountingSource:
-    """Wraps a GPU source, counting scans and failing on demand (set ``fail_with``)."""
+    """Wraps a GPU source, counting scans and failing on demand (set ``fail_with``).
+
+    Set ``gate`` to hold every scan until the event is set (at most a minute).
+    """
 
     def __init__(self, inner: GpuSource) -> None:
         self.inner = inner
         self.samples = 0
         self.fail_with: Exception | None = None
+        self.gate: threading.Event | None = None
 
     def sample(self) -> NodeSample:
         """The inner source's sample, or ``fail_with`` raised."""
+        if self.gate is not None:
+            self.gate.wait(60)
         self.samples += 1
         if self.fail_with is not None:
             raise self.fail_with
@@ -143,24 +149,30 @@ def write_proc_tree(root: Path, processes: Mapping[int, FakeProc]) -> Path:
 class AgentThread:
     """A running in-process agent; ``address`` is HOST:PORT."""
 
-    def __init__(self, sampler: Sampler, server: AgentServer, loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self,
+        sampler: Sampler,
+        server: AgentServer,
+        loop: asyncio.AbstractEventLoop,
+        thread: threading.Thread,
+        stopping: asyncio.Event,
+    ) -> None:
+        assert server.address is not None, "the server is listening"
         self.sampler = sampler
         self.server = server
+        self.address: str = server.address
         self._loop = loop
-        self._thread: threading.Thread | None = None
-        self.address = ""
+        self._thread: threading.Thread | None = thread
+        self._stopping = stopping
 
     def stop(self) -> None:
         """Stop serving and sampling; safe to call twice."""
         if self._thread is None:
             return
         if self._loop.is_running():
-            future = asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self._loop)
-            future.result(timeout=10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(timeout=20)
         self._thread = None
-        self.sampler.stop(timeout=10)
 
     def __enter__(self) -> AgentThread:
         return self
@@ -177,51 +189,51 @@ def start_agent_thread(
     host: str = "127.0.0.1",
     token: str | Callable[[], str] | None = None,
     interval: float = 0.2,
-    start_sampler: bool = True,
+    wait_serving: bool = True,
 ) -> AgentThread:
-    """Serve ``source`` on ``host`` at a free port from a thread.
+    """Run ``node_resolver.agent.running`` for ``source`` on ``host``, a free port, in a thread.
 
-    Returns once health reports SERVING, or with ``start_sampler=False`` once
-    listening (then call ``agent.sampler.start()``).
+    Returns once health reports SERVING (a first sample exists), or with
+    ``wait_serving=False`` once listening.
     """
     sampler = Sampler(
         source, resolver or AllAliveResolver(), node_name=node_name, interval=interval
     )
     loop = asyncio.new_event_loop()
-    started: Future[tuple[AgentServer, str]] = Future()
+    started: Future[tuple[AgentServer, asyncio.Event]] = Future()
 
-    async def boot() -> None:
-        server = AgentServer(sampler, token=token)
+    async def serve() -> None:
+        stopping = asyncio.Event()
         try:
-            address = await server.start(f"{host}:0")
+            async with running(
+                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10
+            ) as server:
+                started.set_result((server, stopping))
+                await stopping.wait()
         except BaseException as exc:
-            started.set_exception(exc)
+            if not started.done():
+                started.set_exception(exc)
             raise
-        started.set_result((server, address))
 
     def run() -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(boot())
+            loop.run_until_complete(serve())
         except BaseException:
+            pass  # a failed start reaches the caller through ``started``
+        finally:
             loop.close()
-            return
-        loop.run_forever()
-        loop.close()
 
     thread = threading.Thread(target=run, name=f"agent-{node_name}", daemon=True)
     thread.start()
-    server, address = started.result(timeout=STARTUP_TIMEOUT)
-    agent = AgentThread(sampler, server, loop)
-    agent._thread = thread
-    agent.address = address
-    if start_sampler:
-        sampler.start()
+    server, stopping = started.result(timeout=STARTUP_TIMEOUT)
+    agent = AgentThread(sampler, server, loop, thread, stopping)
+    if wait_serving:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while not server.serving:
             if time.monotonic() > deadline:
                 agent.stop()
-                raise RuntimeError(f"agent {address} did not report SERVING in time")
+                raise RuntimeError(f"agent {agent.address} did not report SERVING in time")
             time.sleep(0.01)
     return agent
 
@@ -276,7 +288,7 @@ def agent_env(**extra: str) -> dict[str, str]:
 
 
 def start_agent_process(
-    nvml_file: str | os.PathLike[str],
+    nvml_file: str | os.PathLike[str] | None,
     *,
     log_path: Path,
     node_name: str = "node-a",
@@ -288,14 +300,18 @@ def start_agent_process(
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> AgentProcess:
-    """Start the agent CLI on ``host`` at a free port; returns once health reports SERVING."""
+    """Start the agent CLI on ``host`` at a free port; returns once health reports SERVING.
+
+    ``nvml_file`` None leaves ``--nvml-fake`` out: the agent then loads NVML.
+    """
     args = [
         "--node-name", node_name,
         "--listen", f"{host}:0",
-        "--nvml-fake", os.fspath(nvml_file),
         "--pid-resolver", pid_resolver,
         "--interval", str(interval),
     ]  # fmt: skip
+    if nvml_file is not None:
+        args += ["--nvml-fake", os.fspath(nvml_file)]
     if proc_root is not None:
         args += ["--proc-root", os.fspath(proc_root)]
     if token_file is not None:
@@ -364,13 +380,3 @@ def nvml_json(gpus: Sequence[Mapping[str, Any]], **fields: Any) -> dict:
     }
     data.update(fields)
     return data
-
-
-def skip_if_nvml_loads() -> None:
-    """Skip the calling test on a machine where the real NVML library loads (a GPU host)."""
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        return
-    pynvml.nvmlShutdown()
-    pytest.skip("this machine has an NVIDIA driver")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from strawberry.types import ExecutionResult
 
 from graph_schema import (
     AgentUnavailableError,
@@ -21,6 +23,7 @@ from graph_schema import (
     GraphSchema,
     NodeRecord,
     PodRecord,
+    Received,
     build_schema,
     make_context,
 )
@@ -143,7 +146,7 @@ class MemorySnapshots:
         self._down.pop(node_name, None)
         self._broken.pop(node_name, None)
 
-    async def fetch(self, node_name: str) -> NodeSnapshot:
+    async def fetch(self, node_name: str) -> Received:
         self.calls[node_name] += 1
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -154,13 +157,10 @@ class MemorySnapshots:
         snapshot = self._snapshots.get(node_name)
         if snapshot is None:
             raise AgentUnavailableError(node_name, "no agent")
-        return snapshot
+        return Received(snapshot)
 
     def agent_address(self, node_name: str) -> str | None:
         return f"{node_name}.agents:50051" if node_name in self._snapshots else None
-
-    def snapshot_age(self, node_name: str, snapshot: NodeSnapshot) -> float:
-        return snapshot.age_seconds
 
 
 def node_record(name: str, ip: str | None = None, gpus: int | None = 8) -> NodeRecord:
@@ -265,11 +265,20 @@ def snapshot(node_name: str, gpus: Sequence[GpuSample], **sample: object) -> Nod
 
 @dataclass
 class SyntheticCluster:
-    """A generated cluster and its agents."""
+    """A generated cluster and its agents, with a schema to query them."""
 
     cluster: MemoryCluster
     snapshots: MemorySnapshots
     node_names: list[str]
+    schema: GraphSchema = field(default_factory=build_schema)
+
+    async def execute(self, query: str, **variables: Any) -> ExecutionResult:
+        """Run ``query`` as one operation of its own, errors and all."""
+        return await self.schema.execute(
+            query,
+            variable_values=variables or None,
+            context_value=make_context(self.cluster, self.snapshots, self.schema.state),
+        )
 
 
 def synthetic_cluster(

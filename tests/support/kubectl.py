@@ -66,18 +66,13 @@ class Kubectl:
 
     def run(self, *args: str) -> str:
         """Run ``kubectl ARGS``; its stdout, asserting it exited 0."""
-        done = subprocess.run(
-            self.command(*args),
-            capture_output=True,
-            text=True,
-            timeout=KUBECTL_TIMEOUT,
-            check=False,
-        )
-        assert done.returncode == 0, f"kubectl {' '.join(args)} failed: {done.stderr}"
-        return done.stdout
+        return self._run(args, succeeds=True)
 
     def fail(self, *args: str) -> str:
         """Run ``kubectl ARGS`` expecting it to fail; its stderr."""
+        return self._run(args, succeeds=False)
+
+    def _run(self, args: tuple[str, ...], *, succeeds: bool) -> str:
         done = subprocess.run(
             self.command(*args),
             capture_output=True,
@@ -85,6 +80,9 @@ class Kubectl:
             timeout=KUBECTL_TIMEOUT,
             check=False,
         )
+        if succeeds:
+            assert done.returncode == 0, f"kubectl {' '.join(args)} failed: {done.stderr}"
+            return done.stdout
         assert done.returncode != 0, f"kubectl {' '.join(args)} succeeded: {done.stdout}"
         return done.stderr
 

@@ -29,6 +29,7 @@ from api.demo.cluster.fake_proc import kubelet_cgroup, remove_process, write_pro
 from api.demo.cluster.manifests import container_id_for
 from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
+from node_resolver.agent import running as agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.pids import CgroupResolver
 from node_resolver.sampler import Sampler
@@ -113,7 +114,7 @@ class AgentNode:
         self.port = 0
         self.gpus = list(gpus)
         self._server: AgentServer | None = None
-        self._sampler: Sampler | None = None
+        self._running: contextlib.AsyncExitStack | None = None
         self._calls_before_restart = 0
         for proc in procs:
             self.add_proc(proc)
@@ -159,31 +160,35 @@ class AgentNode:
         )
 
     async def start(self) -> None:
-        """Start sampling and serving; a restart reuses the first start's port."""
+        """Start serving and sampling; returns once sampled. A restart reuses the port."""
         sampler = Sampler(
             FakeGpuSource(self.nvml_path),
             CgroupResolver(proc_root=str(self.proc_root)),
             node_name=self.name,
             interval=self.interval,
         )
-        sampler.start()
+        stack = contextlib.AsyncExitStack()
+        # grace=None: stopping is like a killed process, connections drop at once.
+        server = await stack.enter_async_context(
+            agent_running(
+                sampler, f"{self.ip}:{self.port}", token=self.token, grace=None, join_timeout=5.0
+            )
+        )
         if not await asyncio.to_thread(sampler.wait_ready, 10.0):
-            sampler.stop()
+            await stack.aclose()
             raise RuntimeError(f"agent for {self.name} took no first sample")
-        server = AgentServer(sampler, token=self.token)
-        address = await server.start(f"{self.ip}:{self.port}")
-        self.port = int(address.rsplit(":", 1)[1])
-        self._sampler, self._server = sampler, server
+        assert server.address is not None
+        self.port = int(server.address.rsplit(":", 1)[1])
+        self._running, self._server = stack, server
 
     async def stop(self) -> None:
         """Stop at once, like a killed process: connections drop, the port refuses."""
         if self._server is not None:
             self._calls_before_restart += self._server.calls_served
-            await self._server.stop(grace=None)
             self._server = None
-        if self._sampler is not None:
-            await asyncio.to_thread(self._sampler.stop, 5.0)
-            self._sampler = None
+        if self._running is not None:
+            await self._running.aclose()
+            self._running = None
 
 
 def node_ips(count: int) -> list[str]:
@@ -192,17 +197,23 @@ def node_ips(count: int) -> list[str]:
 
 
 @dataclass
-class RunningServer:
-    """The app served by real uvicorn on a loopback port."""
+class Listening:
+    """A server listening at ``url`` (http://host:port)."""
 
     url: str
-    app: Starlette
-    server: uvicorn.Server
 
     @property
     def ws_url(self) -> str:
         """The GraphQL WebSocket URL."""
         return self.url.replace("http://", "ws://", 1) + "/graphql"
+
+
+@dataclass
+class RunningServer(Listening):
+    """The app served by real uvicorn on a loopback port."""
+
+    app: Starlette
+    server: uvicorn.Server
 
 
 @contextlib.asynccontextmanager
@@ -291,24 +302,6 @@ class GraphQLSocket:
         return message["payload"]
 
 
-async def eventually(
-    check: Any, *, timeout: float = 5.0, interval: float = 0.05, what: str = "condition"
-) -> Any:
-    """Await ``check()`` (sync or async) until it returns a truthy value, or fail after timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        last = result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
-        await asyncio.sleep(interval)
-
-
 class GraphTestCluster:
     """A stub Kubernetes API server plus one real agent per node, on loopback node IPs.
 
@@ -382,17 +375,11 @@ class GraphTestCluster:
 
 
 @dataclass
-class Served:
+class Served(Listening):
     """A full server (cache + watch + pool + app) under uvicorn, and an HTTP client for it."""
 
-    url: str
     services: Any
     client: httpx.AsyncClient
-
-    @property
-    def ws_url(self) -> str:
-        """The GraphQL WebSocket URL."""
-        return self.url.replace("http://", "ws://", 1) + "/graphql"
 
     async def query(self, query: str, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """POST a GraphQL query; the decoded response."""

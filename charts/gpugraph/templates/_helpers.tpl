@@ -82,3 +82,23 @@ app.kubernetes.io/component: server
 {{- printf "%s:%d" $host $port }}
 {{- end }}
 {{- end }}
+
+{{/* "true" where the ServiceMonitor and PrometheusRule can be rendered: the Prometheus Operator's API is served. */}}
+{{- define "gpugraph.monitoringApi" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- end }}
+
+{{/* The Service's in-cluster address, the one target Prometheus scrapes for every replica. */}}
+{{- define "gpugraph.serviceAddress" -}}
+{{- printf "%s.%s.svc:%d" (include "gpugraph.fullname" .) .Release.Namespace (.Values.server.service.port | int64) }}
+{{- end }}
+
+{{- define "gpugraph.metricsReaderName" -}}
+{{- printf "%s-metrics-reader" (include "gpugraph.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "true" where the chart makes Prometheus's identity: a ServiceMonitor under --auth kubernetes without a token Secret of one's own. */}}
+{{- define "gpugraph.metricsReader" -}}
+{{- $sm := .Values.metrics.serviceMonitor }}
+{{- if and $sm.enabled (include "gpugraph.monitoringApi" .) (eq .Values.server.auth.mode "kubernetes") (not $sm.tokenSecret.name) }}true{{ end }}
+{{- end }}

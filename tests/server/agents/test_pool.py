@@ -18,9 +18,9 @@ from api.agents import (
     NodeIpDiscovery,
     PodIpDiscovery,
 )
-from api.demo.cluster.manifests import make_node, make_pod, pod_uid_for
+from api.demo.cluster.manifests import make_pod, pod_uid_for
 from api.kube.cache import ClusterCache
-from api.kube.parse import node_record, pod_record
+from api.kube.parse import pod_record
 from api.metrics import Metrics
 from api.serve import agent_token
 from api.settings import Settings, SettingsError
@@ -29,20 +29,8 @@ from node_resolver.auth import TokenFile
 from node_resolver.client import AgentClient
 from node_resolver.models import NodeSnapshot
 from tests.support import graph
+from tests.support.clock import ManualClock
 from tests.support.server import GIB, AgentNode, Gpu, Proc, node_ips
-
-
-class ManualClock:
-    """A monotonic clock the test moves by hand (TTL and backoff read it)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class CountingFactory:
@@ -67,7 +55,7 @@ class CountingFactory:
 
 def cache_with_nodes(*agents: AgentNode) -> ClusterCache:
     cache = ClusterCache()
-    cache.replace_nodes(node_record(make_node(a.name, a.ip)) for a in agents)
+    cache.replace_nodes(graph.node_record(a.name, ip=a.ip) for a in agents)
     cache.replace_pods([])
     return cache
 
@@ -125,7 +113,7 @@ async def test_fetch_returns_each_nodes_snapshot_over_one_reused_channel(
     try:
         for _ in range(3):
             for agent in agents:
-                snapshot = await pool.fetch(agent.name)
+                snapshot = (await pool.fetch(agent.name)).snapshot
                 assert snapshot.node_name == agent.name
                 (gpu,) = snapshot.sample.gpus
                 assert gpu.uuid == f"GPU-{agent.name}-0"
@@ -155,14 +143,14 @@ async def test_concurrent_and_repeated_fetches_within_the_ttl_share_one_call(
     try:
         results = await asyncio.gather(*(pool.fetch(agent.name) for _ in range(20)))
         assert agent.calls == 1
-        assert all(r.sample.gpus[0].uuid == "GPU-node-0-0" for r in results)
+        assert all(r.snapshot.sample.gpus[0].uuid == "GPU-node-0-0" for r in results)
         clock.advance(0.5)
         later = await pool.fetch(agent.name)
         assert agent.calls == 1
         # The very same object, so graph objects built from it are reused...
-        assert all(r is later for r in results)
+        assert all(r.snapshot is later.snapshot for r in results)
         # ...and its age counts the time it sat in the cache.
-        assert pool.snapshot_age(agent.name, later) == later.age_seconds + 0.5
+        assert later.age_seconds == later.snapshot.age_seconds + 0.5
         clock.advance(0.6)
         await pool.fetch(agent.name)
         assert agent.calls == 2
@@ -202,7 +190,7 @@ async def test_a_dead_agent_is_skipped_with_backoff_and_seen_again_after_restart
         # While backing off, the pool answers at once with the last error, without a call.
         with pytest.raises(AgentUnavailableError, match="next retry in"):
             await pool.fetch(dead.name)
-        assert (await pool.fetch(alive.name)).node_name == alive.name
+        assert (await pool.fetch(alive.name)).snapshot.node_name == alive.name
         assert 'gpugraph_snapshot_requests_total{source="backoff"} 1.0' in metrics.render().decode()
 
         # The second failure doubles the delay: 1 s later it is still skipped.
@@ -216,7 +204,7 @@ async def test_a_dead_agent_is_skipped_with_backoff_and_seen_again_after_restart
         await dead.start()
         calls_before = dead.calls
         clock.advance(1.0)
-        snapshot = await pool.fetch(dead.name)
+        snapshot = (await pool.fetch(dead.name)).snapshot
         assert snapshot.node_name == dead.name
         assert dead.calls == calls_before + 1
         # Success resets the backoff: the next failure waits only the initial delay.
@@ -241,7 +229,7 @@ async def test_an_agent_that_never_answers_fails_at_the_deadline() -> None:
     blackhole = await asyncio.start_server(hold, "127.0.0.9", 0)
     port = blackhole.sockets[0].getsockname()[1]
     cache = ClusterCache()
-    cache.replace_nodes([node_record(make_node("silent", "127.0.0.9"))])
+    cache.replace_nodes([graph.node_record("silent", ip="127.0.0.9")])
     metrics = Metrics()
     pool = AgentPool(NodeIpDiscovery(cache, port), timeout=0.3, metrics=metrics)
     try:
@@ -268,7 +256,7 @@ async def test_a_moved_agent_gets_a_new_channel(tmp_path: Path) -> None:
         await pool.fetch("node-0")
         await first.stop()
         await moved.start()
-        cache.upsert_node(node_record(make_node("node-0", "127.0.0.7")))
+        cache.upsert_node(graph.node_record("node-0", ip="127.0.0.7"))
         await pool.fetch("node-0")
         assert moved.calls == 1
         assert [t for t, _ in factory.made] == [first.address, moved.address]
@@ -282,7 +270,7 @@ async def test_an_agent_answering_for_another_node_is_an_error(agents: list[Agen
     agent = agents[0]
     cache = ClusterCache()
     # "node-9"'s InternalIP points at node-0's agent (an address reused by another node).
-    cache.replace_nodes([node_record(make_node("node-9", agent.ip))])
+    cache.replace_nodes([graph.node_record("node-9", ip=agent.ip)])
     pool = AgentPool(NodeIpDiscovery(cache, agent.port))
     try:
         with pytest.raises(AgentUnavailableError, match="reports node 'node-0'"):
@@ -293,7 +281,7 @@ async def test_an_agent_answering_for_another_node_is_an_error(agents: list[Agen
 
 async def test_missing_addresses_are_clear_errors() -> None:
     cache = ClusterCache()
-    cache.replace_nodes([node_record(make_node("no-ip", None))])
+    cache.replace_nodes([graph.node_record("no-ip", ip=None)])
     cache.replace_pods([])
     pool = AgentPool(NodeIpDiscovery(cache, 50051))
     try:
@@ -311,7 +299,7 @@ async def test_pod_ip_discovery_finds_the_running_agent_pod(tmp_path: Path) -> N
     labels = {"app.kubernetes.io/name": "gpugraph", "app.kubernetes.io/component": "agent"}
     selector = "app.kubernetes.io/name=gpugraph,app.kubernetes.io/component=agent"
     cache = ClusterCache()
-    cache.replace_nodes([node_record(make_node("node-0", "10.9.9.9"))])
+    cache.replace_nodes([graph.node_record("node-0", ip="10.9.9.9")])
     cache.replace_pods(
         [
             pod_record(
@@ -328,7 +316,7 @@ async def test_pod_ip_discovery_finds_the_running_agent_pod(tmp_path: Path) -> N
     pool = AgentPool(PodIpDiscovery(cache, "gpugraph", selector, agent.port))
     try:
         assert pool.agent_address("node-0") == agent.address
-        snapshot = await pool.fetch("node-0")
+        snapshot = (await pool.fetch("node-0")).snapshot
         assert snapshot.node_name == "node-0"
         assert agent.calls == 1
         with pytest.raises(AgentUnavailableError, match="none Running"):
@@ -353,7 +341,7 @@ async def test_the_token_is_sent_and_a_missing_token_is_a_clear_error(tmp_path: 
     without = AgentPool(NodeIpDiscovery(cache, agent.port))
     wrong = AgentPool(NodeIpDiscovery(cache, agent.port), token="guess")
     try:
-        assert (await with_token.fetch("node-0")).node_name == "node-0"
+        assert (await with_token.fetch("node-0")).snapshot.node_name == "node-0"
         for pool in (without, wrong):
             with pytest.raises(AgentUnavailableError, match="UNAUTHENTICATED"):
                 await pool.fetch("node-0")
@@ -374,8 +362,7 @@ async def test_a_waiter_cancelled_mid_call_does_not_cancel_the_shared_call(
         second = asyncio.ensure_future(pool.fetch(agent.name))
         await asyncio.sleep(0)
         first.cancel()
-        snapshot = await second
-        assert snapshot.node_name == agent.name
+        assert (await second).snapshot.node_name == agent.name
         assert agent.calls == 1
     finally:
         await pool.close()
@@ -388,19 +375,26 @@ def test_pool_rejects_bad_settings() -> None:
         AgentPool(NodeIpDiscovery(ClusterCache()), ttl=-1)
 
 
-class FixedClient:
-    """An agent client answering every call with the same snapshot."""
+class FakeClient:
+    """An agent client answering every call with one snapshot, or refusing while down."""
 
-    def __init__(self, snapshot: NodeSnapshot) -> None:
+    def __init__(
+        self, snapshot: NodeSnapshot, *, token: str | None = None, up: bool = True
+    ) -> None:
         self.snapshot = snapshot
+        self.token = token
+        self.up = up
         self.calls = 0
+        self.closed = False
 
     async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
         self.calls += 1
+        if not self.up:
+            raise ConnectionRefusedError("connection refused")
         return self.snapshot
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapshot(
@@ -410,10 +404,10 @@ async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapsh
     from graph_schema import build_schema, make_context
 
     cluster = graph.MemoryCluster()
-    clients: dict[str, FixedClient] = {}
+    clients: dict[str, FakeClient] = {}
     for i, name in enumerate(("node-a", "node-b")):
         cluster.add_node(graph.node_record(name, ip=f"10.0.0.{i + 1}"))
-        clients[f"10.0.0.{i + 1}:50051"] = FixedClient(
+        clients[f"10.0.0.{i + 1}:50051"] = FakeClient(
             graph.snapshot(name, [graph.gpu_sample(name, 0)])
         )
     builds: list[str] = []
@@ -493,36 +487,25 @@ def test_an_unusable_token_file_is_refused_at_start(tmp_path: Path) -> None:
         agent_token(Settings(agent_token_file=tmp_path / "empty"))
 
 
-class Client:
-    def __init__(self, node_name: str, token: str | None) -> None:
-        self.token = token
-        self.closed = False
-        self._snapshot = graph.snapshot(node_name, [graph.gpu_sample(node_name, 0)])
-
-    async def get_snapshot(self, *, timeout: float) -> object:
-        return self._snapshot
-
-    def close(self) -> None:
-        self.closed = True
-
-
 async def test_the_pool_rebuilds_its_channels_with_a_rotated_token(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text("first")
     clock = ManualClock()
     cluster = graph.MemoryCluster()
     cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
-    made: list[Client] = []
+    made: list[FakeClient] = []
 
-    def factory(target: str, token: str | None) -> Client:
-        made.append(Client("node-a", token))
+    def factory(target: str, token: str | None) -> FakeClient:
+        made.append(
+            FakeClient(graph.snapshot("node-a", [graph.gpu_sample("node-a", 0)]), token=token)
+        )
         return made[-1]
 
     pool = AgentPool(
         NodeIpDiscovery(cluster, 50051),
         ttl=0,
         token=TokenFile(path, check_seconds=5.0, clock=clock),
-        client_factory=factory,  # type: ignore[arg-type]
+        client_factory=factory,
         clock=clock,
     )
     await pool.fetch("node-a")
@@ -537,26 +520,12 @@ async def test_the_pool_rebuilds_its_channels_with_a_rotated_token(tmp_path: Pat
     await pool.close()
 
 
-class FlakyClient:
-    def __init__(self, node_name: str) -> None:
-        self.up = False
-        self._snapshot = graph.snapshot(node_name, [])
-
-    async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
-        if not self.up:
-            raise ConnectionRefusedError("connection refused")
-        return self._snapshot
-
-    def close(self) -> None:
-        pass
-
-
 async def test_a_down_agent_is_logged_as_a_warning_once_and_again_when_it_recovers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     cluster = graph.MemoryCluster()
     cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
-    client = FlakyClient("node-a")
+    client = FakeClient(graph.snapshot("node-a", []), up=False)
     clock = ManualClock()
     pool = AgentPool(
         NodeIpDiscovery(cluster, 50051),

@@ -19,15 +19,8 @@ from api.auth import (
 )
 from api.demo.cluster import StubApiServer
 from api.demo.cluster.apiserver.kubeconfig import kubeconfig_for
+from tests.support.clock import ManualClock
 from tests.support.graph import MemoryCluster, pod_record
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -36,13 +29,13 @@ def stub() -> Iterator[StubApiServer]:
         yield server
 
 
-def reviewer(stub: StubApiServer, clock: Clock) -> TokenReviewer:
+def reviewer(stub: StubApiServer, clock: ManualClock) -> TokenReviewer:
     client = ApiClient(kubeconfig_for(stub.url))
     return TokenReviewer(client, success_ttl=60, failure_ttl=10, cache=ReviewCache(clock=clock))
 
 
 async def test_a_token_review_names_the_user_with_groups_and_extra(stub: StubApiServer) -> None:
-    user = await reviewer(stub, Clock()).review(stub.reviews.token_of("research-user"))
+    user = await reviewer(stub, ManualClock()).review(stub.reviews.token_of("research-user"))
     assert user is not None
     assert (user.username, user.uid) == ("research-user", "uid-research")
     assert user.groups == ("research", "system:authenticated")
@@ -50,7 +43,7 @@ async def test_a_token_review_names_the_user_with_groups_and_extra(stub: StubApi
 
 
 async def test_successes_are_trusted_longer_than_failures(stub: StubApiServer) -> None:
-    clock = Clock()
+    clock = ManualClock()
     tokens = reviewer(stub, clock)
     good, bad = stub.reviews.token_of("admin"), "wrong"
     assert await tokens.review(good) is not None
@@ -68,7 +61,7 @@ async def test_successes_are_trusted_longer_than_failures(stub: StubApiServer) -
 async def test_an_unreachable_api_server_raises_and_is_not_cached(
     stub: StubApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tokens = reviewer(stub, Clock())
+    tokens = reviewer(stub, ManualClock())
     token = stub.reviews.token_of("admin")
     stub.reviews.unavailable = True
     with caplog.at_level(logging.DEBUG), pytest.raises(ReviewUnavailableError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import httpx
 from graphql import ExecutionResult, GraphQLError
@@ -13,16 +12,10 @@ from api.app import create_app
 from api.execution.shared_results import SharedResults
 from api.metrics import Metrics
 from api.settings import Settings
+from graph_schema.interfaces import Received
 from graph_schema.loaders import Freshness, SnapshotLoader
+from tests.support.clock import ManualClock
 from tests.support.graph import SmallWorld, snapshot
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Executions:
@@ -59,7 +52,7 @@ async def test_concurrent_identical_operations_share_one_execution() -> None:
 
 
 async def test_results_are_reused_within_the_ttl_and_refreshed_after() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     shared = SharedResults(ttl=1.0, clock=clock)
     execute = Executions()
 
@@ -73,7 +66,7 @@ async def test_results_are_reused_within_the_ttl_and_refreshed_after() -> None:
 
 
 async def test_total_failures_and_exceptions_are_not_kept() -> None:
-    shared = SharedResults(ttl=10.0, clock=Clock())
+    shared = SharedResults(ttl=10.0, clock=ManualClock(100.0))
     runs = 0
 
     async def fail() -> ExecutionResult:
@@ -147,7 +140,7 @@ async def test_the_app_shares_identical_queries_but_not_different_ones() -> None
 
 
 async def test_a_result_expires_a_ttl_after_its_oldest_data_was_fetched() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     shared = SharedResults(ttl=1.0, clock=clock)
     execute = Executions()
 
@@ -164,14 +157,11 @@ async def test_the_loader_records_how_long_the_server_held_a_snapshot() -> None:
     class HeldFor:
         """A source whose snapshots the server received 5 s ago."""
 
-        async def fetch(self, node_name: str) -> Any:
-            return snapshot(node_name, [])
+        async def fetch(self, node_name: str) -> Received:
+            return Received(snapshot(node_name, []), held_seconds=5.0)
 
         def agent_address(self, node_name: str) -> str | None:
             return None
-
-        def snapshot_age(self, node_name: str, snap: Any) -> float:
-            return snap.age_seconds + 5.0
 
     freshness = Freshness()
     loader = SnapshotLoader(HeldFor(), {}, freshness)

@@ -8,117 +8,27 @@ query against a live gpugraph, and stream a subscription over the same host.
 from __future__ import annotations
 
 import re
-import shutil
-from collections.abc import Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 import api.http.graphiql as graphiql
-from api.agents import AgentPool, NodeIpDiscovery
-from api.app import create_app
 from api.http.graphiql import ASSET_FILES, BUILD_COMMAND, STATIC_URL, assets_present
-from api.kube.cache import ClusterCache
 from api.settings import Settings
 from tests.federation.cluster import GPU_A0, GPU_B0, NODE_A, NODE_B, PODS, live_cluster
 from tests.support import require
+from tests.support.bare_server import bare_server, bare_server_in_thread
+from tests.support.browser import TIMEOUT_MS, chromium, require_chromium
+from tests.support.browser import screenshot as _screenshot
 from tests.support.polling import eventually
-from tests.support.server import RunningServer, serve_app
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-REPO_ROOT = Path(__file__).resolve().parents[3]
-OUTPUT_DIR = REPO_ROOT / "test-output"
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}
-TIMEOUT_MS = 30_000
-
-
-def _require_chromium() -> None:
-    require(CHROMIUM.is_file(), f"Debian chromium is not installed at {CHROMIUM}")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        require(False, "the playwright Python package is not installed")
 
 
 def _require_assets() -> None:
     require(assets_present(), f"GraphiQL assets are not built; run `{BUILD_COMMAND}`")
-
-
-@dataclass
-class Browser:
-    """A page in a fresh headless Chromium profile, with outside requests blocked."""
-
-    page: Any
-    blocked: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    websockets: list[str] = field(default_factory=list)
-
-
-@contextmanager
-def chromium(profile: Path) -> Iterator[Browser]:
-    """Headless Debian Chromium via Playwright; only loopback requests go through."""
-    from playwright.sync_api import Route, sync_playwright
-
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=str(CHROMIUM),
-            args=CHROMIUM_FLAGS,
-            headless=True,
-            viewport={"width": 1400, "height": 900},
-        )
-        try:
-            page = context.pages[0] if context.pages else context.new_page()
-            browser = Browser(page)
-
-            def gate(route: Route) -> None:
-                url = route.request.url
-                host = urlsplit(url).hostname
-                if url.startswith("data:") or host in LOCAL_HOSTS:
-                    route.continue_()
-                else:
-                    browser.blocked.append(url)
-                    route.abort("blockedbyclient")
-
-            context.route("**/*", gate)
-            page.on("pageerror", lambda exc: browser.problems.append(f"page error: {exc}"))
-            page.on(
-                "console",
-                lambda msg: (
-                    browser.problems.append(f"console {msg.type}: {msg.text}")
-                    if msg.type == "error"
-                    else None
-                ),
-            )
-            page.on("websocket", lambda ws: browser.websockets.append(ws.url))
-            yield browser
-        finally:
-            context.close()
-
-
-def _screenshot(page: Any, tmp_path: Path, name: str) -> Path:
-    path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
-    OUTPUT_DIR.mkdir(exist_ok=True)
-    shutil.copyfile(path, OUTPUT_DIR / name)
-    return path
 
 
 EDITOR = ".graphiql-query-editor .CodeMirror"
@@ -188,7 +98,7 @@ LIVE_SUBSCRIPTION = (
 
 
 def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
-    _require_chromium()
+    require_chromium()
     _require_assets()
     trainer0, trainer1 = PODS[0], PODS[1]
     with (
@@ -245,20 +155,6 @@ def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
     assert browser.problems == []
 
 
-@asynccontextmanager
-async def _bare_server(settings: Settings) -> Any:
-    """The production app over an empty cluster (no agent is ever asked)."""
-    cache = ClusterCache()
-    # An empty but fully listed cluster: ready, with nothing in it.
-    cache.replace_nodes([])
-    cache.replace_pods([])
-    pool = AgentPool(NodeIpDiscovery(cache))
-    app = create_app(settings, cache, pool)
-    async with serve_app(app, settings) as running:
-        yield running
-    await pool.close()
-
-
 def _script_and_style_urls(page_html: str) -> list[str]:
     return re.findall(r'(?:src|href)="([^"]+)"', page_html)
 
@@ -266,7 +162,7 @@ def _script_and_style_urls(page_html: str) -> list[str]:
 async def test_page_loads_every_asset_from_this_host() -> None:
     _require_assets()
     async with (
-        _bare_server(Settings()) as server,
+        bare_server(Settings()) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         response = await client.get("/graphql", headers={"Accept": "text/html"})
@@ -288,7 +184,7 @@ async def test_page_loads_every_asset_from_this_host() -> None:
 
 async def test_no_graphiql_serves_neither_page_nor_assets() -> None:
     async with (
-        _bare_server(Settings(graphiql=False)) as server,
+        bare_server(Settings(graphiql=False)) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         page = await client.get("/graphql", headers={"Accept": "text/html"})
@@ -310,7 +206,7 @@ def no_assets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 async def test_missing_assets_page_says_how_to_build(no_assets: Path) -> None:
     async with (
-        _bare_server(Settings()) as server,
+        bare_server(Settings()) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         page = await client.get("/graphql", headers={"Accept": "text/html"})
@@ -330,8 +226,8 @@ async def test_missing_assets_page_says_how_to_build(no_assets: Path) -> None:
 
 
 def test_missing_assets_page_renders_in_the_browser(no_assets: Path, tmp_path: Path) -> None:
-    _require_chromium()
-    with _bare_server_in_thread(Settings()) as server, chromium(tmp_path / "profile") as browser:
+    require_chromium()
+    with bare_server_in_thread(Settings()) as server, chromium(tmp_path / "profile") as browser:
         page = browser.page
         response = page.goto(f"{server.url}/graphql", timeout=TIMEOUT_MS)
         assert response is not None and response.status == 503
@@ -342,30 +238,8 @@ def test_missing_assets_page_renders_in_the_browser(no_assets: Path, tmp_path: P
     assert browser.blocked == []
 
 
-@contextmanager
-def _bare_server_in_thread(settings: Settings) -> Iterator[RunningServer]:
-    # Sync Playwright runs its own loop; the server gets one of its own in a thread.
-    import asyncio
-    import threading
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    manager = _bare_server(settings)
-    try:
-        server = asyncio.run_coroutine_threadsafe(manager.__aenter__(), loop).result(30)
-        try:
-            yield server
-        finally:
-            asyncio.run_coroutine_threadsafe(manager.__aexit__(None, None, None), loop).result(30)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-
-
 def test_graphiql_sends_a_pasted_token_with_queries_and_subscriptions(tmp_path: Path) -> None:
-    _require_chromium()
+    require_chromium()
     _require_assets()
     with (
         live_cluster(tmp_path / "cluster", utilization=41, auth=True) as cluster,

@@ -143,3 +143,42 @@ async def test_a_query_over_the_time_limit_fails_alone_over_http_and_websocket()
     assert 'gpugraph_query_errors_total{kind="timeout"} 2.0' in metrics_text
     # Counted alike over HTTP and WebSocket: two timeouts and one good query.
     assert "gpugraph_query_seconds_count 3.0" in metrics_text
+
+
+async def test_oversized_and_malformed_representations_are_refused_and_the_server_keeps_serving(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sc = synthetic_cluster(2)
+    settings = Settings(max_variable_items=1_000)
+    app = create_app(settings, sc.cluster, sc.snapshots)
+    query = "query($r: [_Any!]!) { _entities(representations: $r) { ... on Node { name } } }"
+    many = [{"__typename": "Node", "name": f"node-{i:05d}"} for i in range(22_000)]
+    async with (
+        serve_app(app, settings) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+    ):
+        body = {"query": query, "variables": {"r": many}}
+        legacy, spec = await asyncio.gather(
+            client.post("/graphql", json=body),
+            client.post(
+                "/graphql", json=body, headers={"accept": "application/graphql-response+json"}
+            ),
+        )
+        assert legacy.status_code == 200 and legacy.json()["data"] is None
+        (error,) = legacy.json()["errors"]
+        assert error["extensions"] == {
+            "code": "VARIABLES_TOO_LARGE",
+            "estimate": 22_000,
+            "limit": 1_000,
+        }
+        assert "22,000 list items" in error["message"]
+        # A request error: 400 without data for clients of the GraphQL-over-HTTP spec.
+        assert spec.status_code == 400 and "data" not in spec.json()
+        # A malformed representation is a field error of its own, not a 500.
+        broken = await graphql(client, query, {"r": [{"name": "node-00000"}, many[1]]})
+        assert broken["data"] == {"_entities": [None, {"name": "node-00001"}]}
+        assert "__typename must name an entity type" in broken["errors"][0]["message"]
+        assert (await client.get("/healthz")).status_code == 200
+        fine = await graphql(client, query, {"r": many[:3]})
+        assert fine["data"]["_entities"] == [{"name": "node-00000"}, {"name": "node-00001"}, None]
+    assert "Traceback" not in caplog.text and "internal error" not in caplog.text

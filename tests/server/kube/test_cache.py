@@ -15,7 +15,9 @@ from api.demo.cluster.manifests import make_pod
 from api.kube import ClusterCache, pod_record
 from api.kube import cache as cache_module
 from graph_schema.interfaces import Cluster
-from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
+from graph_schema.records import NodeRecord, PodRecord
+from tests.support import graph
+from tests.support.graph import node_record
 
 
 def pod(
@@ -26,21 +28,7 @@ def pod(
     uid: str | None = None,
     cids: tuple[str, ...] = (),
 ) -> PodRecord:
-    return PodRecord(
-        uid=uid or f"uid-{namespace}-{name}",
-        namespace=namespace,
-        name=name,
-        node_name=node,
-        phase="Running",
-        pod_ip=None,
-        labels={},
-        gpu_request=None,
-        containers=tuple(ContainerRecord(f"c{i}", None, cid) for i, cid in enumerate(cids)),
-    )
-
-
-def node(name: str) -> NodeRecord:
-    return NodeRecord(name, f"uid-{name}", None, {}, 8, 8)
+    return graph.pod_record(namespace, name, node, container_ids=cids, uid=uid, gpu_request=None)
 
 
 def ready_cache(pods: list[PodRecord], nodes: list[NodeRecord] | None = None) -> ClusterCache:
@@ -60,7 +48,7 @@ def test_ready_only_after_both_lists() -> None:
     cache.replace_pods([pod("a")])
     assert not cache.ready
     assert not cache.wait_ready(0.01)
-    cache.replace_nodes([node("n1")])
+    cache.replace_nodes([node_record("n1")])
     assert cache.ready
     assert cache.wait_ready(0)
 
@@ -68,7 +56,7 @@ def test_ready_only_after_both_lists() -> None:
 def test_lookups() -> None:
     a = pod("a", cids=("c" * 64,))
     b = pod("b", "other", "n2")
-    cache = ready_cache([a, b], [node("n2"), node("n1")])
+    cache = ready_cache([a, b], [node_record("n2"), node_record("n1")])
     assert cache.pod("ns", "a") is a
     assert cache.pod("ns", "b") is None
     assert cache.pod_by_uid(b.uid) is b
@@ -128,7 +116,7 @@ def test_container_id_reused_by_another_pod_survives_the_first_pods_deletion() -
 
 def test_delete() -> None:
     a = pod("a", cids=("1" * 64,))
-    cache = ready_cache([a], [node("n1")])
+    cache = ready_cache([a], [node_record("n1")])
     assert cache.delete_pod("ns", "a") is a
     assert cache.delete_pod("ns", "a") is None
     assert cache.pods() == () and cache.pods(namespace="ns") == () and cache.pods_named("a") == ()
@@ -138,21 +126,21 @@ def test_delete() -> None:
 
 
 def test_replace_drops_what_is_not_in_the_new_list() -> None:
-    cache = ready_cache([pod("a"), pod("b")], [node("n1"), node("n2")])
+    cache = ready_cache([pod("a"), pod("b")], [node_record("n1"), node_record("n2")])
     cache.pods()
     cache.replace_pods([pod("b"), pod("c")])
-    cache.replace_nodes([node("n2")])
+    cache.replace_nodes([node_record("n2")])
     assert [p.name for p in cache.pods()] == ["b", "c"]
     assert cache.pod("ns", "a") is None
     assert [n.name for n in cache.nodes()] == ["n2"]
 
 
 def test_cached_sorted_results_follow_changes() -> None:
-    cache = ready_cache([pod("a")], [node("n1")])
+    cache = ready_cache([pod("a")], [node_record("n1")])
     assert len(cache.pods()) == 1 and len(cache.pods(node_name="n1")) == 1
     assert len(cache.nodes()) == 1
     cache.upsert_pod(pod("b"))
-    cache.upsert_node(node("n0"))
+    cache.upsert_node(node_record("n0"))
     assert [p.name for p in cache.pods()] == ["a", "b"]
     assert [p.name for p in cache.pods(node_name="n1")] == ["a", "b"]
     assert [p.name for p in cache.pods(namespace="ns")] == ["a", "b"]
@@ -197,7 +185,7 @@ def test_listeners_hear_changes_and_a_broken_one_does_not_stop_writes() -> None:
     cache.upsert_pod(pod("a"))
     cache.upsert_pod(pod("a"))
     cache.delete_pod("ns", "a")
-    cache.upsert_node(node("n1"))
+    cache.upsert_node(node_record("n1"))
     unsubscribe()
     cache.delete_node("n1")
     assert heard == [

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from api.app import STALE_AFTER_SECONDS, readiness
+from api.app import readiness
 from api.demo.cluster import make_node, make_pod
 from api.kube import ClusterCache
 from api.metrics import Metrics
+from graph_schema import build_schema, make_context
+from graph_schema.cache_status import STALE_AFTER_SECONDS
+from tests.support.graph import MemorySnapshots
 from tests.support.kube import stub_api, watched_cache
 from tests.support.polling import eventually
 
@@ -31,6 +35,17 @@ def test_staleness_stays_small_while_bookmarks_flow_and_grows_when_the_api_serve
             assert cache.pod_count == 1
 
 
+async def cache_status(cache: ClusterCache) -> Any:
+    schema = build_schema()
+    result = await schema.execute(
+        "{ cacheStatus { ready stalenessSeconds stale staleAfterSeconds } }",
+        context_value=make_context(cache, MemorySnapshots(), schema.state),
+    )
+    assert result.errors is None, result.errors
+    assert result.data is not None
+    return result.data["cacheStatus"]
+
+
 def test_readyz_reports_the_age_and_calls_an_old_cache_stale_but_keeps_it_ready() -> None:
     cache = ClusterCache()
     assert cache.staleness_seconds() is None
@@ -49,3 +64,23 @@ def test_readyz_reports_the_age_and_calls_an_old_cache_stale_but_keeps_it_ready(
     assert isinstance(body["cacheStalenessSeconds"], float)
     assert body["cacheStalenessSeconds"] > STALE_AFTER_SECONDS
     assert "out of date" in str(body["reason"])
+
+
+async def test_the_cache_status_field_says_what_readyz_says() -> None:
+    cache = ClusterCache()
+    # Before the first list: not ready, age unknown, and the field still answers.
+    assert await cache_status(cache) == {
+        "ready": False,
+        "stalenessSeconds": None,
+        "stale": False,
+        "staleAfterSeconds": STALE_AFTER_SECONDS,
+    }
+    cache.stats.pods.heard_at = cache.stats.nodes.heard_at = time.monotonic() - 2
+    fresh = await cache_status(cache)
+    assert 2 <= fresh["stalenessSeconds"] < 60 and fresh["stale"] is False
+    cache.stats.pods.heard_at = cache.stats.nodes.heard_at = (
+        time.monotonic() - STALE_AFTER_SECONDS - 5
+    )
+    old = await cache_status(cache)
+    assert old["stale"] is True and readiness(cache)["status"] == "stale"
+    assert old["stalenessSeconds"] > STALE_AFTER_SECONDS

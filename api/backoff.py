@@ -1,7 +1,13 @@
-"""Exponential backoff for agents that keep failing."""
+"""Exponential backoff: how long to wait, or skip a key, after it failed again.
+
+The agent pool skips a node whose agent keeps failing; each Kubernetes
+reflector sleeps before it lists or watches again. Both wait initial, 2x,
+4x, ... up to a maximum, and start over after a success.
+"""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,18 +27,23 @@ class Backoff:
     """Per-key failure tracking: after a failure, skip the key for a doubling delay.
 
     The first failure skips ``initial`` seconds, each further one doubles that
-    up to ``maximum``; a success forgets the key.
+    up to ``maximum``; a success forgets the key. With ``jitter`` (0.2: plus
+    or minus 20%), each delay is spread, so that many clients retrying one
+    server do not retry in step.
     """
 
     initial: float = 1.0
     maximum: float = 30.0
     clock: Callable[[], float] = time.monotonic
+    jitter: float = 0.0
     _states: dict[str, _State] = field(default_factory=dict, init=False, repr=False)
 
     def failed(self, key: str, error: str) -> float:
         """Record a failure of ``key``; return how long it is now skipped for."""
         state = self._states.setdefault(key, _State())
         delay = min(self.maximum, self.initial * 2.0**state.failures)
+        if self.jitter:
+            delay *= random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
         state.failures += 1
         state.retry_at = self.clock() + delay
         state.last_error = error

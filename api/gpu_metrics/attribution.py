@@ -1,0 +1,125 @@
+"""Who holds a node's GPUs: per container, per pod, and memory that belongs to no pod.
+
+The join is GraphQL's (``graph_schema.joins.join_pod``), so Prometheus and
+GraphQL attribute every process to the same pod. Nothing here knows
+Prometheus; ``families`` turns the result into series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graph_schema.interfaces import Cluster
+from graph_schema.joins import join_pod
+from graph_schema.records import PodRecord
+from node_resolver.models import GpuProcess, GpuSample, NodeSnapshot
+
+__all__ = [
+    "UNATTRIBUTED_REASONS",
+    "ContainerKey",
+    "ContainerUsage",
+    "NodeAttribution",
+    "attribute_node",
+    "unattributed_reason",
+]
+
+# Why memory belongs to no pod: a process in no container, a container the
+# cache does not know (e.g. its pod is gone), a PID the agent could not read.
+UNATTRIBUTED_REASONS = ("host_process", "unknown_container", "unresolved")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerKey:
+    """One container's share of one GPU (or MIG device): the container series' labels."""
+
+    gpu_index: int
+    gpu_uuid: str
+    mig_device: str  # "" on a whole GPU
+    namespace: str
+    pod: str
+    container: str  # "" when the process's container ID is not in the pod's status
+    pod_uid: str
+
+
+@dataclass(slots=True)
+class ContainerUsage:
+    """What one container's processes hold on one GPU."""
+
+    # Summed over the processes; None while no process reported it.
+    memory_bytes: int | None = None
+    sm_percent: int | None = None
+    processes: int = 0
+
+    def add(self, process: GpuProcess) -> None:
+        """Count one more process of the container."""
+        self.processes += 1
+        if process.used_memory_bytes is not None:
+            self.memory_bytes = (self.memory_bytes or 0) + process.used_memory_bytes
+        if process.sm_utilization is not None:
+            self.sm_percent = (self.sm_percent or 0) + process.sm_utilization
+
+
+@dataclass(slots=True)
+class NodeAttribution:
+    """One node's snapshot, attributed."""
+
+    containers: dict[ContainerKey, ContainerUsage] = field(default_factory=dict)
+    # (gpu index, gpu uuid) -> reason -> bytes, every reason present for every GPU.
+    unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
+    # pod uid -> (pod, the GPUs or MIG devices its processes use)
+    pod_devices: dict[str, tuple[PodRecord, set[str]]] = field(default_factory=dict)
+
+
+def unattributed_reason(process: GpuProcess) -> str:
+    """Why a process that joins no cached pod belongs to none (one of UNATTRIBUTED_REASONS)."""
+    if process.container is not None:
+        return "unknown_container"
+    # The agent names every PID it could read; no name means /proc had nothing.
+    return "host_process" if process.name is not None else "unresolved"
+
+
+def _container_name(pod: PodRecord, container_id: str | None) -> str:
+    if container_id:
+        for container in pod.containers:
+            if container.container_id == container_id:
+                return container.name
+    return ""
+
+
+def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) -> None:
+    lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
+    result.unattributed[(gpu.index, gpu.uuid)] = lost
+    for process in gpu.processes:
+        ref = process.container
+        container_id = (ref.container_id or None) if ref else None
+        pod_uid = (ref.pod_uid or None) if ref else None
+        pod = join_pod(cluster, pod_uid, container_id) if ref else None
+        if pod is None:
+            lost[unattributed_reason(process)] += process.used_memory_bytes or 0
+            continue
+        mig = process.mig_device_uuid or ""
+        key = ContainerKey(
+            gpu.index,
+            gpu.uuid,
+            mig,
+            pod.namespace,
+            pod.name,
+            _container_name(pod, container_id),
+            pod.uid,
+        )
+        usage = result.containers.get(key)
+        if usage is None:
+            usage = result.containers[key] = ContainerUsage()
+        usage.add(process)
+        entry = result.pod_devices.get(pod.uid)
+        if entry is None:
+            entry = result.pod_devices[pod.uid] = (pod, set())
+        entry[1].add(mig or gpu.uuid)
+
+
+def attribute_node(cluster: Cluster, snapshot: NodeSnapshot) -> NodeAttribution:
+    """Every process of ``snapshot`` joined to its pod and container, or counted as no pod's."""
+    result = NodeAttribution()
+    for gpu in snapshot.sample.gpus:
+        _attribute_gpu(cluster, gpu, result)
+    return result

@@ -1,0 +1,215 @@
+"""The cluster map in headless Chromium: first render and one update at 1,000 nodes x 8 GPUs.
+
+A real ``gpugraph serve`` (its own process, real uvicorn) over the stub API
+server and one real agent per node (``bench/agent_host.py``, the fleet of
+``bench/fleet.py``: 8 GPUs x 4 processes per node), and Debian's Chromium
+driving ``/map`` through Playwright. Measured in one run:
+
+1. first render: from navigation to the frame after every tile is in the
+   document, with the ClusterMap query's share (server time + transfer) and
+   the script's share (building the DOM from the parsed answer);
+2. one update: a real subscription tick (the fleet's numbers do not move, so
+   nothing is redrawn), then a tick in which all 8,000 GPUs changed, applied
+   in the page as the subscription would (script time, and to the next frame);
+3. a pod highlight and a filter over every tile; the DOM's size and JS heap.
+
+Run ``python bench/map_bench.py`` (1,000 nodes) or ``--small`` (CI, 10 nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import httpx  # noqa: E402
+from cluster_bench import serve_process, start_cluster  # noqa: E402
+
+from api.demo.cluster import write_kubeconfig  # noqa: E402
+from api.http.cluster_map import ASSET_FILES, DEFAULT_STATIC_DIR, MAP_PATH  # noqa: E402
+from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
+from api.http.offline_assets import BUILD_COMMAND, all_present  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+TIMEOUT_MS = 300_000
+
+# In the page: every GPU of the model changed at once, applied as a tick.
+CHANGE_EVERY_GPU = """round => {
+    const gpus = [...window.gpugraphMap.model.gpus.values()].map((e) => ({
+        ...e.gpu,
+        utilizationGpu: (e.gpu.utilizationGpu + 7 * round) % 101,
+        temperatureC: 30 + round,
+        processes: e.gpu.processes.map((p) => ({
+            ...p, usedMemoryBytes: p.usedMemoryBytes + round })),
+    }));
+    const started = performance.now();
+    window.gpugraphMap.applyTick({ data: { gpuUpdates: gpus } });
+    const script = performance.now() - started;
+    return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() =>
+        resolve({ script, frame: performance.now() - started,
+                  changed: window.gpugraphMap.stats.lastChanged }))));
+}"""
+
+TIMED = """([selector, action]) => {
+    const started = performance.now();
+    if (action === "click") document.querySelector(selector).click();
+    else { const el = document.querySelector(selector); el.value = action;
+           el.dispatchEvent(new Event("change")); }
+    const script = performance.now() - started;
+    return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() =>
+        resolve({ script, frame: performance.now() - started }))));
+}"""
+
+
+def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
+    """``gpugraph serve`` in its own process, once it is ready."""
+    server, base = serve_process(kubeconfig, agent_port)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                return server, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    server.kill()
+    raise SystemExit("the server did not become ready")
+
+
+def measure(base: str, updates: int) -> dict[str, Any]:
+    """Drive the page in Chromium; the figures."""
+    from playwright.sync_api import sync_playwright
+
+    body = httpx.post(f"{base}/graphql", json={"query": SNAPSHOT_QUERY}, timeout=120)
+    assert body.status_code == 200 and not body.json().get("errors"), body.text[:500]
+    result: dict[str, Any] = {"snapshot_bytes": len(body.content)}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--enable-precise-memory-info"],
+            headless=True,
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"{base}{MAP_PATH}", timeout=TIMEOUT_MS)
+            page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
+            stats = page.evaluate("() => ({ ...window.gpugraphMap.stats })")
+            result["first_render"] = stats["firstRenderMs"]
+            result["build"] = stats["renderMs"]
+            result["query"] = page.evaluate(
+                """() => performance.getEntriesByType("resource")
+                    .filter((e) => e.name.endsWith("/graphql"))
+                    .map((e) => e.responseEnd - e.startTime)[0]"""
+            )
+            result["tiles"] = page.locator(".tile[data-uuid]").count()
+            # A real tick from the server: parsed, compared, nothing redrawn.
+            page.wait_for_function(
+                "() => Number(document.documentElement.dataset.ticks || 0) >= 2",
+                timeout=TIMEOUT_MS,
+            )
+            stats = page.evaluate("() => ({ ...window.gpugraphMap.stats })")
+            result["real_tick"] = stats["lastApplyMs"]
+            result["real_changed"] = stats["lastChanged"]
+            rounds = [page.evaluate(CHANGE_EVERY_GPU, n) for n in range(1, updates + 1)]
+            result["changed"] = rounds[-1]["changed"]
+            result["update_script"] = statistics.median(r["script"] for r in rounds)
+            result["update_frame"] = statistics.median(r["frame"] for r in rounds)
+            pod = page.get_attribute("#pods .pod-link", "data-pod")
+            result["highlight"] = page.evaluate(
+                TIMED, [f'#pods .pod-link[data-pod="{pod}"]', "click"]
+            )
+            result["filter"] = page.evaluate(TIMED, ["#f-only", "shared"])
+            result["dom"] = page.evaluate("() => document.getElementsByTagName('*').length")
+            result["heap"] = page.evaluate("() => performance.memory.usedJSHeapSize")
+            result["interval"] = page.evaluate("() => document.getElementById('status').innerText")
+        finally:
+            browser.close()
+    return result
+
+
+def report(nodes: int, r: dict[str, Any]) -> None:
+    print(
+        f"\n# gpugraph cluster map benchmark — {time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, Debian Chromium headless\n"
+    )
+    print(
+        "| nodes | tiles | first render | of which ClusterMap query | of which DOM build | "
+        "query answer | real tick (no change) | tick with every GPU changed: script | "
+        "to next frame | pod highlight | filter | DOM elements | JS heap |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {nodes:,} | {r['tiles']:,} | {r['first_render']:.0f} ms | {r['query']:.0f} ms | "
+        f"{r['build']:.0f} ms | {r['snapshot_bytes'] / 1e6:.2f} MB | {r['real_tick']:.1f} ms "
+        f"({r['real_changed']} redrawn) | {r['update_script']:.0f} ms ({r['changed']:,} redrawn) | "
+        f"{r['update_frame']:.0f} ms | {r['highlight']['frame']:.0f} ms | "
+        f"{r['filter']['frame']:.0f} ms | {r['dom']:,} | {r['heap'] / 1e6:.0f} MB |"
+    )
+    print(f"\nStatus line at the end: {r['interval']}")
+
+
+def missing() -> str | None:
+    """Why the benchmark cannot run here, if it cannot."""
+    if not Path(CHROMIUM).is_file():
+        return f"Debian's chromium is not at {CHROMIUM}"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright Python package is not installed"
+    if not all_present(DEFAULT_STATIC_DIR, ASSET_FILES):
+        return f"the map's assets are not built (`{BUILD_COMMAND}`)"
+    return None
+
+
+def main() -> int:
+    """Run the benchmark and print a Markdown table."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=8000)
+    parser.add_argument("--updates", type=int, default=5, help="synthetic full ticks to apply")
+    parser.add_argument("--small", action="store_true", help="CI size: 10 nodes")
+    args = parser.parse_args()
+    if args.small:
+        args.nodes, args.pods, args.updates = 10, 80, 3
+    reason = missing()
+    if reason is not None:
+        # CI (GPUGRAPH_REQUIRE_ALL=1) has all of them; elsewhere this bench is optional.
+        print(f"map_bench: {reason}; nothing measured", file=sys.stderr)
+        return 1 if os.environ.get("GPUGRAPH_REQUIRE_ALL") == "1" else 0
+    cluster = start_cluster(args.nodes, args.pods)
+    tmp = tempfile.mkdtemp(prefix="gpugraph-map-bench-")
+    server = None
+    try:
+        kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
+        server, base = serve(kubeconfig, cluster.port)
+        result = measure(base, args.updates)
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(args.nodes, result)
+    if result["tiles"] != args.nodes * 8:
+        print(f"expected {args.nodes * 8} tiles, the page drew {result['tiles']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

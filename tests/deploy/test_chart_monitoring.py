@@ -1,0 +1,302 @@
+"""The chart's Prometheus and Grafana objects: ServiceMonitor, PrometheusRule, dashboard.
+
+The ServiceMonitor and PrometheusRule are rendered only where the cluster
+serves ``monitoring.coreos.com/v1``, as ``helm install`` decides from the API
+server's discovery; here Helm's engine is given that API version, as
+``helm template --api-versions`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from helm_python import _native
+
+from tests.deploy.test_chart import (
+    CHART,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    RELEASE,
+    container,
+    flag,
+    one,
+)
+from tests.support.grafana import dashboard_problems, load_dashboard
+from tests.support.prometheus import promtool, require_prometheus
+
+MONITORING = "monitoring.coreos.com/v1"
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render(
+    chart: helm.Chart, values: dict[str, Any] | None = None, *, operator: bool = True
+) -> list[dict[str, Any]]:
+    """Render as an install, on a cluster with (or without) the Prometheus Operator's API."""
+    options: dict[str, Any] = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True}
+    if operator:
+        # helm-python's Chart.render does not expose libhelm_c's api_versions
+        # option (`helm template --api-versions`) yet; the engine underneath takes it.
+        options["api_versions"] = [MONITORING]
+    out = json.loads(
+        _native.call_string(
+            "helm_render",
+            chart._raw(),
+            json.dumps(values) if values else None,
+            json.dumps(options),
+        )
+    )
+    return [
+        doc
+        for path, text in out.items()
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def kinds(docs: list[dict[str, Any]]) -> list[str]:
+    return sorted(d["kind"] for d in docs)
+
+
+def named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name)
+    return found[0]
+
+
+def test_operator_objects_only_where_its_api_is_served(chart: helm.Chart) -> None:
+    without = kinds(render(chart, operator=False))
+    assert "ServiceMonitor" not in without and "PrometheusRule" not in without
+    with_operator = render(chart)
+    assert {"ServiceMonitor", "PrometheusRule"} <= set(kinds(with_operator))
+    switched_off = render(
+        chart,
+        {"metrics": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}}},
+    )
+    assert kinds(switched_off) == without
+
+
+def test_core_objects_validate_against_kubernetes_schemas(chart: helm.Chart) -> None:
+    for doc in render(chart):
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD: checked below for the fields the operator reads
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_service_monitor_scrapes_the_service_once_for_every_replica(chart: helm.Chart) -> None:
+    docs = render(chart)
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service")
+    assert one(docs, "Deployment")["spec"]["replicas"] == 2
+    labels = service["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["path"] == "/metrics" and endpoint["honorLabels"] is True
+    address = f"{service['metadata']['name']}.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+    relabel = {r.get("targetLabel"): r for r in endpoint["relabelings"]}
+    # Every replica's endpoint becomes the one target: the Service.
+    assert relabel["__address__"] == {
+        "action": "replace",
+        "targetLabel": "__address__",
+        "replacement": address,
+    }
+    assert relabel["instance"]["replacement"] == address
+    dropped = [r["regex"] for r in endpoint["relabelings"] if r["action"] == "labeldrop"]
+    assert dropped == ["(pod|container|endpoint|namespace)"]
+
+
+def test_prometheus_gets_a_token_allowed_exactly_get_metrics(chart: helm.Chart) -> None:
+    docs = render(chart)
+    credentials = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["authorization"]
+    assert credentials["type"] == "Bearer"
+    secret = named(docs, "Secret", credentials["credentials"]["name"])
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert credentials["credentials"]["key"] == "token"
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    named(docs, "ServiceAccount", account)
+    bindings = [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in d["subjects"]
+    ]
+    assert len(bindings) == 1
+    role = named(docs, "ClusterRole", bindings[0]["roleRef"]["name"])
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_a_token_of_ones_own_or_no_auth_needs_no_reader(chart: helm.Chart) -> None:
+    base = kinds(render(chart, operator=False))
+    docs = render(chart, {"metrics": {"serviceMonitor": {"tokenSecret": {"name": "prom-token"}}}})
+    endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["authorization"]["credentials"] == {"name": "prom-token", "key": "token"}
+    assert kinds(docs) == sorted([*base, "ServiceMonitor", "PrometheusRule"])
+    docs = render(chart, {"server": {"auth": {"mode": "none"}}})
+    assert "authorization" not in one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert "Secret" not in kinds(docs) or all(
+        d["type"] != "kubernetes.io/service-account-token" for d in docs if d["kind"] == "Secret"
+    )
+
+
+def rules_file(chart: helm.Chart, tmp_path: Path, values: dict[str, Any] | None = None) -> Path:
+    rule = one(render(chart, values), "PrometheusRule")
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    return path
+
+
+def test_prometheus_rule_passes_promtool(chart: helm.Chart, tmp_path: Path) -> None:
+    require_prometheus()
+    checked = promtool("check", "rules", str(rules_file(chart, tmp_path)))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 3 rules found" in checked.stdout
+
+
+def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -> None:
+    """promtool's rule unit tests: each alert fires after its ``for``, and not before."""
+    require_prometheus()
+    rules = rules_file(chart, tmp_path)
+    orphan = (
+        'gpugraph_gpu_unattributed_memory_bytes{node="n1",gpu="1",gpu_uuid="GPU-1",reason="%s"}'
+    )
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": orphan % "host_process", "values": "0 0 25769803776x20"},
+                    # A PID the agent could not read is not known to be in no pod.
+                    {"series": orphan.replace("n1", "n2") % "unresolved", "values": "1e9x22"},
+                    {
+                        "series": 'gpugraph_pod_gpus_unrequested{namespace="research",'
+                        'pod="notebook",node="n1"}',
+                        "values": "1x20",
+                    },
+                    {"series": 'gpugraph_agent_up{node="n3"}', "values": "1 1 0x20"},
+                    {"series": 'gpugraph_agent_up{node="n1"}', "values": "1x22"},
+                ],
+                "alert_rule_test": [
+                    # The orphan appears at 2m: pending for 10m, firing from 12m.
+                    {"eval_time": "11m", "alertname": "GpuMemoryOutsideAnyPod", "exp_alerts": []},
+                    {
+                        "eval_time": "13m",
+                        "alertname": "GpuMemoryOutsideAnyPod",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "node": "n1",
+                                    "gpu": "1",
+                                    "gpu_uuid": "GPU-1",
+                                },
+                                "exp_annotations": {
+                                    "summary": "GPU memory held outside any pod",
+                                    "description": "24GiB of GPU 1 (GPU-1) on node n1 belong to "
+                                    "no pod: a leftover process, or a pod that is gone. Ask "
+                                    "gpugraph for the node's processes with pod null.",
+                                },
+                            }
+                        ],
+                    },
+                    {"eval_time": "4m", "alertname": "GpuUsedWithoutRequest", "exp_alerts": []},
+                    {
+                        "eval_time": "6m",
+                        "alertname": "GpuUsedWithoutRequest",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "namespace": "research",
+                                    "pod": "notebook",
+                                    "node": "n1",
+                                },
+                                "exp_annotations": {
+                                    "summary": "A pod uses GPUs it did not request",
+                                    "description": "Pod research/notebook on node n1 uses 1 "
+                                    "GPU(s) beyond its nvidia.com/gpu request.",
+                                },
+                            }
+                        ],
+                    },
+                    {"eval_time": "6m", "alertname": "GpugraphAgentDown", "exp_alerts": []},
+                    {
+                        "eval_time": "8m",
+                        "alertname": "GpugraphAgentDown",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "node": "n3"},
+                                "exp_annotations": {
+                                    "summary": "A gpugraph agent does not answer",
+                                    "description": "The gpugraph agent on node n3 does not "
+                                    "answer: its GPUs have no series and GraphQL shows its gpus "
+                                    "as null.",
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "alerts_test.yml"
+    test_file.write_text(yaml.safe_dump(tests))
+    tested = promtool("test", "rules", str(test_file))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_dashboard_config_map_is_the_dashboard_for_the_grafana_sidecar(chart: helm.Chart) -> None:
+    docs = render(chart, operator=False)
+    config_map = one(docs, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (text,) = config_map["data"].values()
+    dashboard = load_dashboard(text)
+    assert dashboard == load_dashboard()
+    assert dashboard_problems(dashboard) == []
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"namespace", "node"} <= variables
+    titles = " | ".join(p["title"] for p in dashboard["panels"]).lower()
+    for subject in ("memory by pod", "sm utilization by pod", "unattributed", "did not request"):
+        assert subject in titles
+    assert "agent is down" in titles or "agents down" in titles
+    moved = render(
+        chart,
+        {
+            "metrics": {
+                "dashboard": {"namespace": "monitoring", "annotations": {"grafana_folder": "GPUs"}}
+            }
+        },
+        operator=False,
+    )
+    config_map = one(moved, "ConfigMap")
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
+    assert "ConfigMap" not in kinds(
+        render(chart, {"metrics": {"dashboard": {"enabled": False}}}, operator=False)
+    )
+
+
+def test_dcgm_names_reach_the_server(chart: helm.Chart) -> None:
+    args = container(render(chart, operator=False), "Deployment")["args"]
+    assert "--metrics-dcgm-names" not in args
+    args = container(render(chart, {"metrics": {"dcgmNames": True}}, operator=False), "Deployment")[
+        "args"
+    ]
+    assert "--metrics-dcgm-names" in args
+    assert flag(args, "--auth") == "kubernetes"

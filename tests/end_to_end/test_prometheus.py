@@ -1,0 +1,321 @@
+"""A real Prometheus scrapes a running ``gpugraph demo`` and agrees with its GraphQL answers.
+
+The demo runs as a user runs it, with a scan interval of an hour, so every
+snapshot holds still and Prometheus and GraphQL see the same numbers. The
+scrape configuration is the chart's ServiceMonitor endpoint, translated into
+Prometheus's own configuration, with two "replicas" of the server as its
+endpoints: its relabelings must make them one target.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import httpx
+import pytest
+
+from tests.demo.test_runner import RunningDemo, free_port, start_demo
+from tests.deploy.test_chart import CHART, one
+from tests.deploy.test_chart_monitoring import render
+from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
+from tests.support.polling import eventually
+from tests.support.prometheus import (
+    Prometheus,
+    promtool,
+    require_prometheus,
+    running_prometheus,
+)
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+STARTUP_TIMEOUT = 90.0
+NODES = 4
+JOB = "gpugraph"
+# The same two replicas without the chart's relabelings: what a per-pod scrape would do.
+PER_POD_JOB = "per-pod"
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), key)
+
+
+def scrape_configs(address: str) -> list[dict[str, Any]]:
+    """The chart's ServiceMonitor endpoint as Prometheus configuration; the Service at ``address``.
+
+    The endpoint's two server pods (``pod`` a and b) are what the operator's
+    endpoint discovery would label them.
+    """
+    with helm.Chart.load(CHART) as chart:
+        docs = render(chart, {"server": {"auth": {"mode": "none"}}})
+    monitor = one(docs, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    service_address = next(
+        r["replacement"] for r in endpoint["relabelings"] if r.get("targetLabel") == "__address__"
+    )
+    relabelings = [
+        {
+            _snake(k): (v.replace(service_address, address) if k == "replacement" else v)
+            for k, v in rule.items()
+        }
+        for rule in endpoint["relabelings"]
+    ]
+    replicas = [
+        {
+            "targets": [address],
+            "labels": {"namespace": "gpu-system", "pod": f"gg-server-{n}", "container": "server"},
+        }
+        for n in ("a", "b")
+    ]
+    common = {
+        "metrics_path": endpoint["path"],
+        "honor_labels": endpoint["honorLabels"],
+        "static_configs": replicas,
+    }
+    return [
+        {"job_name": JOB, **common, "relabel_configs": relabelings},
+        {"job_name": PER_POD_JOB, **common},
+    ]
+
+
+@contextmanager
+def started_demo(workdir: Path, *args: str) -> Iterator[RunningDemo]:
+    """``gpugraph demo *args`` once it has printed its banner; killed on exit."""
+    running = start_demo(workdir, *args)
+    try:
+        eventually(
+            lambda: "Press Ctrl-C to stop." in running.text() or running.process.poll() is not None,
+            STARTUP_TIMEOUT,
+            interval=0.1,
+            what="the demo's banner",
+        )
+        assert running.process.poll() is None, running.text()
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
+    require_prometheus()
+    with started_demo(
+        tmp_path_factory.mktemp("demo"), "--nodes", str(NODES), "--interval", "3600"
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def prometheus(demo: RunningDemo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    address = demo.url.removeprefix("http://")
+    with running_prometheus(
+        tmp_path_factory.mktemp("prometheus"), free_port(), scrape_configs(address)
+    ) as prom:
+        eventually(
+            lambda: (
+                len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == NODES
+                and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * NODES
+            ),
+            60,
+            interval=0.5,
+            what="every node's agent_up in Prometheus",
+        )
+        yield prom
+
+
+def vector(prom: Prometheus, promql: str) -> dict[tuple[str, ...], float]:
+    """An instant vector keyed by its label values (sorted by label name, __name__ left out)."""
+    return {
+        tuple(v for k, v in sorted(s["metric"].items()) if k != "__name__"): float(s["value"][1])
+        for s in prom.query(promql)
+    }
+
+
+def test_memory_by_pod_equals_graphql(demo: RunningDemo, prometheus: Prometheus) -> None:
+    body = demo.query("{ pods { namespace name gpuProcesses { usedMemoryBytes } } }")
+    graphql: dict[tuple[str, str], int] = defaultdict(int)
+    for pod in body["data"]["pods"]:
+        for process in pod["gpuProcesses"] or []:
+            graphql[(pod["namespace"], pod["name"])] += process["usedMemoryBytes"]
+    summed = vector(
+        prometheus,
+        f'sum by (namespace, pod) (gpugraph_container_gpu_memory_used_bytes{{job="{JOB}"}})',
+    )
+    assert summed == {key: float(used) for key, used in graphql.items()}
+    assert ("inference", "chat-api-0") in summed and ("inference", "chat-api-1") in summed
+
+
+def test_two_replicas_are_one_target_and_do_not_double_a_sum(prometheus: Prometheus) -> None:
+    jobs = defaultdict(list)
+    for target in prometheus.targets():
+        jobs[target["labels"]["job"]].append(target)
+    assert len(jobs[JOB]) == 1 and len(jobs[PER_POD_JOB]) == 2
+    (target,) = jobs[JOB]
+    assert set(target["labels"]) == {"job", "instance"}
+    once = vector(prometheus, f'sum(gpugraph_gpu_memory_total_bytes{{job="{JOB}"}})')
+    twice = vector(prometheus, f'sum(gpugraph_gpu_memory_total_bytes{{job="{PER_POD_JOB}"}})')
+    assert once[()] > 0 and twice[()] == 2 * once[()]
+    # The series' own labels, not the server pod's, mark the GPU series.
+    labels = prometheus.query(f'gpugraph_gpu_info{{job="{JOB}"}}')[0]["metric"]
+    assert "pod" not in labels and "namespace" not in labels and "container" not in labels
+
+
+def test_the_orphan_is_unattributed_host_memory(demo: RunningDemo, prometheus: Prometheus) -> None:
+    body = demo.query(
+        "{ gpuProcesses { usedMemoryBytes gpu { uuid node { name } } pod { name } } }"
+    )
+    orphans = {
+        (p["gpu"]["node"]["name"], p["gpu"]["uuid"]): float(p["usedMemoryBytes"])
+        for p in body["data"]["gpuProcesses"]
+        if p["pod"] is None
+    }
+    assert len(orphans) == 1
+    found = {
+        (s["metric"]["node"], s["metric"]["gpu_uuid"]): float(s["value"][1])
+        for s in prometheus.query(
+            f'gpugraph_gpu_unattributed_memory_bytes{{job="{JOB}", reason="host_process"}} > 0'
+        )
+    }
+    assert found == orphans
+    others = f'gpugraph_gpu_unattributed_memory_bytes{{job="{JOB}", reason!="host_process"}} > 0'
+    assert prometheus.query(others) == []
+
+
+def test_the_down_node_is_agent_up_0(demo: RunningDemo, prometheus: Prometheus) -> None:
+    nodes = demo.query("{ nodes { name agent { reachable } } }")["data"]["nodes"]
+    down = {n["name"] for n in nodes if not n["agent"]["reachable"]}
+    assert len(down) == 1
+    up = {
+        s["metric"]["node"]: float(s["value"][1])
+        for s in prometheus.query(f'gpugraph_agent_up{{job="{JOB}"}}')
+    }
+    assert {node for node, v in up.items() if v == 0} == down
+    assert sum(up.values()) == NODES - 1
+    # No other GPU series for that node (the server's own agent-call counters have it).
+    (node,) = down
+    gpu_series = f'{{job="{JOB}", node="{node}", __name__=~"gpugraph_(gpu|container|pod)_.*"}}'
+    assert prometheus.query(gpu_series) == []
+    assert prometheus.query(f'gpugraph_gpu_info{{job="{JOB}", node!="{node}"}}')
+
+
+def test_the_notebook_uses_an_unrequested_gpu(prometheus: Prometheus) -> None:
+    found = [
+        (s["metric"]["namespace"], s["metric"]["pod"], float(s["value"][1]))
+        for s in prometheus.query(f'gpugraph_pod_gpus_unrequested{{job="{JOB}"}} > 0')
+    ]
+    assert found == [("research", "notebook-alice", 1.0)]
+
+
+def test_the_exposition_passes_promtool(demo: RunningDemo) -> None:
+    text = httpx.get(f"{demo.url}/metrics", timeout=30).text
+    checked = promtool("check", "metrics", stdin=text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert not (checked.stdout + checked.stderr).strip()
+
+
+def test_every_dashboard_panel_returns_data(prometheus: Prometheus) -> None:
+    dashboard = load_dashboard()
+    assert dashboard_problems(dashboard) == []
+    # Grafana's "All" is the variables' allValue; the variables' own queries list real values.
+    everything = {v["name"]: v.get("allValue", ".*") for v in dashboard["templating"]["list"]}
+    everything.pop("datasource")
+    for title, promql in panel_queries(dashboard, everything):
+        assert prometheus.query(promql), f"{title}: {promql} returned nothing"
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        query = variable["query"]["query"]
+        found = re.fullmatch(r"label_values\((\w+), (\w+)\)", query)
+        assert found, query
+        values = {s["metric"][found[2]] for s in prometheus.query(found[1])}
+        assert values, f"variable {variable['name']} would list nothing"
+    # One namespace and one node picked: every query is still valid PromQL.
+    picked = {"namespace": "research", "node": "gpu-node-1"}
+    for _title, promql in panel_queries(dashboard, picked):
+        prometheus.query(promql)
+
+
+def readme_promql() -> list[str]:
+    """The queries of the README's PromQL examples, each after its comment."""
+    section = README.read_text().split("## Prometheus and Grafana", 1)[1]
+    block = section.split("```promql\n", 1)[1].split("```", 1)[0]
+    queries: list[str] = []
+    for chunk in block.split("\n\n"):
+        lines = [line for line in chunk.splitlines() if not line.startswith("#")]
+        queries.append(" ".join(line.strip() for line in lines))
+    return queries
+
+
+def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
+    queries = readme_promql()
+    assert len(queries) >= 4
+    results = [prometheus.query(q) for q in queries]
+    shared, orphaned = results[0], results[1]
+    # The demo's shared GPU: the two inference pods (once per job).
+    assert {s["metric"]["pod"] for s in shared} == {"chat-api-0", "chat-api-1"}
+    assert {(s["metric"]["node"], s["metric"]["reason"]) for s in orphaned} == {
+        ("gpu-node-0", "host_process")
+    }
+
+
+def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
+    with helm.Chart.load(CHART) as chart:
+        rule = one(render(chart), "PrometheusRule")
+    alerts = rule["spec"]["groups"][0]["rules"]
+    # Whom each alert names (both jobs scrape the same server, so a case shows once per job).
+    names = {
+        "GpuMemoryOutsideAnyPod": ("node", "gpu"),
+        "GpuUsedWithoutRequest": ("namespace", "pod"),
+        "GpugraphAgentDown": ("node",),
+    }
+    found = {
+        a["alert"]: {
+            tuple(s["metric"][label] for label in names[a["alert"]])
+            for s in prometheus.query(a["expr"])
+        }
+        for a in alerts
+    }
+    assert found == {
+        "GpuMemoryOutsideAnyPod": {("gpu-node-0", "1")},
+        "GpuUsedWithoutRequest": {("research", "notebook-alice")},
+        "GpugraphAgentDown": {("gpu-node-3",)},
+    }
+
+
+def test_under_auth_prometheus_needs_a_token_allowed_get_metrics(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``gpugraph demo --auth``: admin may get /metrics, the research user may not."""
+    require_prometheus()
+    with started_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth") as running:
+        tokens = dict(re.findall(r"^  (admin|research) +(\S+)$", running.text(), flags=re.M))
+        assert set(tokens) == {"admin", "research"}, running.text()
+        address = running.url.removeprefix("http://")
+        (job, _) = scrape_configs(address)
+        jobs = [
+            {**job, "job_name": who, "authorization": {"type": "Bearer", "credentials": token}}
+            for who, token in tokens.items()
+        ]
+        with running_prometheus(tmp_path_factory.mktemp("auth-prom"), free_port(), jobs) as prom:
+
+            def health() -> dict[str, tuple[str, str]]:
+                return {t["labels"]["job"]: (t["health"], t["lastError"]) for t in prom.targets()}
+
+            eventually(
+                lambda: all(h != "unknown" for h, _ in health().values()) and len(health()) == 2,
+                60,
+                interval=0.5,
+                what="both targets scraped",
+            )
+            states = health()
+            assert states["admin"] == ("up", "")
+            assert states["research"][0] == "down" and "403" in states["research"][1]
+            eventually(
+                lambda: prom.query('gpugraph_agent_up{job="admin"}'), 30, what="admin's series"
+            )
+            assert prom.query('gpugraph_agent_up{job="research"}') == []

@@ -1,0 +1,55 @@
+"""Entity representations strawberry cannot use get a one-line error each, not a masked fault."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from graph_schema import make_context
+from tests.support.graph import SmallWorld
+
+QUERY = """query($r: [_Any!]!) {
+  _entities(representations: $r) { __typename ... on Node { name } ... on Gpu { uuid } }
+}"""
+
+
+async def test_each_unusable_representation_is_refused_alone_and_nothing_is_logged_as_a_fault(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = SmallWorld()
+    representations = [
+        {"__typename": "Node", "name": "node-a"},
+        "node-a",
+        {"name": "node-a"},
+        {"__typename": "Deployment", "name": "x"},
+        {"__typename": "Gpu"},
+        {"__typename": "Node", "name": "node-a", "zone": "z1"},
+        {"__typename": "Node", "name": 7},
+        {"__typename": "Gpu", "uuid": "GPU-node-b-0"},
+    ]
+    with caplog.at_level(logging.DEBUG, logger="graph_schema"):
+        result = await world.schema.execute(
+            QUERY,
+            variable_values={"r": representations},
+            context_value=make_context(world.cluster, world.agents, world.schema.state),
+        )
+    assert result.data is not None
+    assert result.data["_entities"] == [
+        {"__typename": "Node", "name": "node-a"},
+        None, None, None, None, None, None,
+        {"__typename": "Gpu", "uuid": "GPU-node-b-0"},
+    ]  # fmt: skip
+    errors = {tuple(e.path or ()): e.message for e in result.errors or []}
+    assert errors == {
+        ("_entities", 1): "representation 1 must be an object with __typename and the "
+        "entity's key fields",
+        ("_entities", 2): "representation 2: __typename must name an entity type of this "
+        "subgraph (Gpu, Node, Pod)",
+        ("_entities", 3): "representation 3: __typename must name an entity type of this "
+        "subgraph (Gpu, Node, Pod)",
+        ("_entities", 4): "representation 4: a Gpu reference needs uuid",
+        ("_entities", 5): "representation 5: Node has no key field zone",
+        ("_entities", 6): "representation 6: Node's key fields are strings",
+    }
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -1,0 +1,155 @@
+"""SharedCalls: one call in flight per key, answers kept as long as the caller's policy says."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from api.shared_calls import Keep, SharedCalls, Source
+from tests.support.clock import ManualClock
+
+
+def keep_for(ttl: float) -> Callable[[object, float, float], Keep]:
+    """A policy keeping every answer ``ttl`` seconds from the end of its call."""
+
+    def keep(value: object, started: float, ended: float) -> Keep:
+        return Keep(ended, ttl)
+
+    return keep
+
+
+class Calls:
+    """A call that counts its runs, answers with the run number, and can be held open."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self) -> int:
+        self.runs += 1
+        run = self.runs
+        if self.gate is not None:
+            await self.gate.wait()
+        return run
+
+
+async def test_concurrent_callers_share_one_call() -> None:
+    calls = Calls()
+    calls.gate = asyncio.Event()
+    shared: SharedCalls[str, int] = SharedCalls()
+    heard: list[Source] = []
+    waiters = [
+        asyncio.ensure_future(shared.get("k", calls, keep_for(0), observe=heard.append))
+        for _ in range(5)
+    ]
+    await asyncio.sleep(0)
+    calls.gate.set()
+    assert await asyncio.gather(*waiters) == [1] * 5
+    assert calls.runs == 1
+    assert heard == ["called"] + ["shared"] * 4
+    assert shared.counts == {"called": 1, "shared": 4}
+
+
+@pytest.mark.parametrize(
+    ("after", "runs", "answer"),
+    [(0.5, 1, 1), (1.0, 2, 2), (1.5, 2, 2)],
+    ids=["within-the-ttl", "at-the-ttl", "past-the-ttl"],
+)
+async def test_an_answer_is_kept_for_its_ttl_only(after: float, runs: int, answer: int) -> None:
+    clock = ManualClock()
+    calls = Calls()
+    shared: SharedCalls[str, int] = SharedCalls(clock=clock)
+    assert await shared.get("k", calls, keep_for(1.0)) == 1
+    clock.advance(after)
+    assert await shared.get("k", calls, keep_for(1.0)) == answer
+    assert calls.runs == runs
+
+
+async def test_the_policy_sees_the_answer_and_may_refuse_to_keep_it() -> None:
+    calls = Calls()
+    shared: SharedCalls[str, int] = SharedCalls(clock=ManualClock())
+    seen: list[tuple[int, float, float]] = []
+
+    def odd_only(value: int, started: float, ended: float) -> Keep | None:
+        seen.append((value, started, ended))
+        return Keep(started, 10.0) if value % 2 else None
+
+    assert await shared.get("k", calls, odd_only) == 1
+    assert await shared.get("k", calls, odd_only) == 1  # kept
+    shared.forget("k")
+    assert await shared.get("k", calls, odd_only) == 2  # not kept: the next caller calls
+    assert await shared.get("k", calls, odd_only) == 3
+    assert seen == [(1, 1000.0, 1000.0), (2, 1000.0, 1000.0), (3, 1000.0, 1000.0)]
+    assert shared.keys() == {"k"}
+
+
+async def test_a_failed_call_is_not_kept_and_the_next_caller_tries_again() -> None:
+    shared: SharedCalls[str, int] = SharedCalls()
+    attempts = 0
+
+    async def flaky() -> int:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise ConnectionError("down")
+        return attempts
+
+    with pytest.raises(ConnectionError, match="down"):
+        await shared.get("k", flaky, keep_for(60))
+    assert await shared.get("k", flaky, keep_for(60)) == 2
+    assert await shared.get("k", flaky, keep_for(60)) == 2
+
+
+async def test_before_call_runs_only_for_a_new_call_and_may_refuse_it() -> None:
+    calls = Calls()
+    shared: SharedCalls[str, int] = SharedCalls()
+    refused = True
+
+    def gate() -> None:
+        if refused:
+            raise PermissionError("not now")
+
+    with pytest.raises(PermissionError):
+        await shared.get("k", calls, keep_for(60), before_call=gate)
+    assert calls.runs == 0
+    refused = False
+    assert await shared.get("k", calls, keep_for(60), before_call=gate) == 1
+    refused = True  # a kept answer needs no new call, so the gate is not asked
+    assert await shared.get("k", calls, keep_for(60), before_call=gate) == 1
+
+
+async def test_a_caller_that_goes_away_does_not_cancel_the_shared_call() -> None:
+    calls = Calls()
+    calls.gate = asyncio.Event()
+    shared: SharedCalls[str, int] = SharedCalls()
+    first = asyncio.ensure_future(shared.get("k", calls, keep_for(0)))
+    second = asyncio.ensure_future(shared.get("k", calls, keep_for(0)))
+    await asyncio.sleep(0)
+    first.cancel()
+    calls.gate.set()
+    assert await second == 1
+    assert first.cancelled()
+
+
+async def test_the_oldest_answers_go_past_max_entries() -> None:
+    calls = Calls()
+    shared: SharedCalls[str, int] = SharedCalls(max_entries=2)
+    for key in ("a", "b", "c"):
+        await shared.get(key, calls, keep_for(60))
+    assert shared.keys() == {"b", "c"}
+    assert await shared.get("a", calls, keep_for(60)) == 4
+
+
+async def test_close_cancels_calls_in_flight_and_drops_kept_answers() -> None:
+    calls = Calls()
+    shared: SharedCalls[str, int] = SharedCalls()
+    await shared.get("kept", calls, keep_for(60))
+    calls.gate = asyncio.Event()
+    waiter = asyncio.ensure_future(shared.get("slow", calls, keep_for(60)))
+    await asyncio.sleep(0)
+    await shared.close()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert shared.keys() == set()

@@ -1,0 +1,129 @@
+// The map's model (web/map/src/model.js) under Node's test runner: what a
+// tile draws, and how ticks mark nodes down and up again.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { ClusterModel, describeGpu } from "../../web/map/src/model.js";
+
+const GIB = 1024 ** 3;
+
+function pod(namespace, name, gpuRequest = 1) {
+  return { uid: `${namespace}-${name}`, namespace, name, gpuRequest };
+}
+
+function gpu(uuid, index, processes, extra = {}) {
+  const listed = processes.reduce((sum, p) => sum + p.usedMemoryBytes, 0);
+  return {
+    uuid,
+    index,
+    name: "NVIDIA H200",
+    memoryTotalBytes: 140 * GIB,
+    memoryUsedBytes: listed + GIB,
+    utilizationGpu: 50,
+    temperatureC: 60,
+    migEnabled: false,
+    error: null,
+    hiddenProcessCount: 0,
+    hiddenMemoryBytes: 0,
+    processes,
+    ...extra,
+  };
+}
+
+function proc(pid, bytes, owner) {
+  return { pid, usedMemoryBytes: bytes, smUtilization: 10, container: owner ? { name: "main" } : null, pod: owner };
+}
+
+test("a GPU's memory splits into its pods, no pod, hidden and the rest", () => {
+  const info = describeGpu(
+    gpu("GPU-a", 0, [proc(1, 10 * GIB, pod("ml", "b")), proc(2, 5 * GIB, pod("ml", "a")), proc(3, 2 * GIB, pod("ml", "b")), proc(4, 3 * GIB, null)], {
+      hiddenProcessCount: 1,
+      hiddenMemoryBytes: 4 * GIB,
+      memoryUsedBytes: 25 * GIB,
+    }),
+  );
+  assert.deepEqual(
+    info.pods.map((p) => [p.key, p.bytes]),
+    [
+      ["ml/a", 5 * GIB],
+      ["ml/b", 12 * GIB],
+    ],
+  );
+  assert.equal(info.noPodBytes, 3 * GIB);
+  assert.equal(info.hiddenBytes, 4 * GIB);
+  assert.equal(info.otherBytes, 25 * GIB - 20 * GIB - 4 * GIB);
+  assert.equal(info.shared, true);
+  assert.equal(info.unattributed, true);
+  assert.equal(info.unrequested, false);
+});
+
+test("one pod with another tenant's hidden process is shared; no request is unrequested", () => {
+  const info = describeGpu(gpu("GPU-a", 0, [proc(1, GIB, pod("research", "nb", null))], { hiddenProcessCount: 2 }));
+  assert.equal(info.shared, true);
+  assert.equal(info.unrequested, true);
+  assert.equal(info.unattributed, false);
+  assert.equal(describeGpu(gpu("GPU-b", 0, [proc(1, GIB, pod("a", "b"))])).shared, false);
+});
+
+function cluster() {
+  const model = new ClusterModel();
+  model.loadSnapshot([
+    { name: "n1", gpuCapacity: 2, agent: { reachable: true, error: null }, gpus: [gpu("GPU-1b", 1, []), gpu("GPU-1a", 0, [])] },
+    { name: "n2", gpuCapacity: 1, agent: { reachable: true, error: null }, gpus: [gpu("GPU-2a", 0, [])] },
+    { name: "n3", gpuCapacity: 4, agent: { reachable: false, error: "agent on node 'n3' unavailable: refused" }, gpus: null },
+  ]);
+  return model;
+}
+
+test("a snapshot orders each node's GPUs by index and keeps down nodes with their reason", () => {
+  const model = cluster();
+  assert.deepEqual(model.nodes.get("n1").gpus, ["GPU-1a", "GPU-1b"]);
+  assert.equal(model.nodes.get("n3").down, true);
+  assert.match(model.nodes.get("n3").reason, /unavailable: refused/);
+  assert.equal(model.gpus.size, 3);
+});
+
+test("a tick redraws only what changed", () => {
+  const model = cluster();
+  const same = [gpu("GPU-1a", 0, []), gpu("GPU-1b", 1, []), gpu("GPU-2a", 0, [])];
+  assert.deepEqual(model.applyTick(same, []), { changed: [], nodesChanged: [], unknown: false });
+  const hotter = [gpu("GPU-1a", 0, [], { temperatureC: 90 }), gpu("GPU-1b", 1, []), gpu("GPU-2a", 0, [])];
+  assert.deepEqual(model.applyTick(hotter, []).changed, ["GPU-1a"]);
+  assert.equal(model.gpus.get("GPU-1a").gpu.temperatureC, 90);
+});
+
+test("a node missing from a tick goes down with its error, keeps its tiles, and comes back", () => {
+  const model = cluster();
+  const error = { message: "agent on node 'n2' unavailable: deadline exceeded" };
+  const tick = model.applyTick([gpu("GPU-1a", 0, []), gpu("GPU-1b", 1, [])], [error]);
+  assert.deepEqual(tick.nodesChanged, ["n2"]);
+  assert.equal(model.nodes.get("n2").down, true);
+  assert.equal(model.nodes.get("n2").reason, error.message);
+  assert.ok(model.gpus.has("GPU-2a"));
+  // A later snapshot that still finds it down keeps its last known GPUs, greyed.
+  model.loadSnapshot([
+    { name: "n2", gpuCapacity: 1, agent: { reachable: false, error: error.message }, gpus: null },
+  ]);
+  assert.deepEqual(model.nodes.get("n2").gpus, ["GPU-2a"]);
+  const back = model.applyTick([gpu("GPU-2a", 0, [])], []);
+  assert.deepEqual(back.nodesChanged, ["n2"]);
+  assert.equal(model.nodes.get("n2").down, false);
+});
+
+test("GPUs the map does not know ask for a new snapshot", () => {
+  const model = cluster();
+  const tick = model.applyTick([gpu("GPU-1a", 0, []), gpu("GPU-1b", 1, []), gpu("GPU-2a", 0, []), gpu("GPU-3a", 0, [])], []);
+  assert.equal(tick.unknown, true);
+});
+
+test("pods list every GPU and node they touch", () => {
+  const model = new ClusterModel();
+  const worker = pod("ml", "w");
+  model.loadSnapshot([
+    { name: "n1", agent: { reachable: true }, gpus: [gpu("GPU-1a", 0, [proc(1, GIB, worker)]), gpu("GPU-1b", 1, [proc(2, GIB, worker)])] },
+    { name: "n2", agent: { reachable: true }, gpus: [gpu("GPU-2a", 0, [proc(3, GIB, worker)])] },
+  ]);
+  const item = model.pods().get("ml/w");
+  assert.deepEqual(item.gpus.sort(), ["GPU-1a", "GPU-1b", "GPU-2a"]);
+  assert.deepEqual([...item.nodes].sort(), ["n1", "n2"]);
+});

@@ -1,0 +1,37 @@
+"""The map's model (``web/map/src/model.js``) under Node's own test runner.
+
+What a tile draws from a GPU, and how subscription ticks mark a node down
+(with its agent's error) and up again, checked without a browser.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import require
+
+pytestmark = pytest.mark.node
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_map_model() -> None:
+    node = shutil.which("node")
+    require(node is not None, "Node.js (`node`) is not on PATH")
+    assert node is not None
+    result = subprocess.run(
+        [node, "--test", str(HERE / "model.test.mjs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    passed = re.search(r"^# pass (\d+)$", result.stdout, re.MULTILINE)
+    assert passed is not None and int(passed.group(1)) > 0, result.stdout
+    assert "# fail 0" in result.stdout

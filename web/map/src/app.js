@@ -1,0 +1,500 @@
+// The map's controller: loads the cluster, follows the subscription, and
+// keeps the DOM (tiles, filters, selection, details, status) in step.
+import { AuthRequired, query, subscribe, token } from "./api.js";
+import { ago, count, esc } from "./format.js";
+import { ClusterModel } from "./model.js";
+import { detailsHtml, podsHtml } from "./panel.js";
+import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
+
+const SKELETON = `
+<header class="top">
+  <h1>gpugraph <span>GPU map</span></h1>
+  <form class="filters" aria-label="Filters">
+    <label>Namespace <select id="f-ns"><option value="">all</option></select></label>
+    <label>Node <input id="f-node" type="search" placeholder="name contains" autocomplete="off"></label>
+    <label>Show <select id="f-only">
+      <option value="">all GPUs</option>
+      <option value="shared">only shared</option>
+      <option value="unattributed">only unattributed</option>
+      <option value="unrequested">only unrequested</option>
+    </select></label>
+  </form>
+  <div id="status" class="status" role="status" aria-live="polite">connecting</div>
+  <button type="button" id="sign-out" class="sign-out" hidden>Change token</button>
+  <a id="graphiql-link" href="/graphql">GraphiQL</a>
+</header>
+<div id="banner" class="banner" role="alert" hidden></div>
+<main class="layout">
+  <div id="nodes" class="nodes" aria-label="GPUs by node"></div>
+  <aside class="side">
+    <section id="details" class="details" aria-live="polite"></section>
+    <section class="pods-box">
+      <h2>Pods <span id="pod-selected"></span></h2>
+      <ul id="pods" class="pods" aria-label="Pods; select one to highlight its GPUs"></ul>
+    </section>
+    <section class="legend" aria-label="Legend">
+      <span><span class="seg-sample nopod"></span>no pod</span>
+      <span><span class="seg-sample hidden"></span>other tenants</span>
+      <span><span class="seg-sample other"></span>driver, unlisted</span>
+      <span><span class="mark m-shared">S</span>shared</span>
+      <span><span class="mark m-mig">MIG</span>MIG</span>
+      <span><span class="mark m-unreq">!</span>unrequested</span>
+      <span><span class="mark m-nopod">\u2205</span>unattributed</span>
+    </section>
+  </aside>
+</main>
+<div id="auth" class="auth" hidden>
+  <form id="auth-form" class="auth-form" aria-labelledby="auth-title">
+    <h2 id="auth-title">This server checks who you are</h2>
+    <p>Paste a Kubernetes bearer token, e.g. from <code>kubectl create token NAME</code>.
+    The map shows what that identity may see. It is kept in this tab only (sessionStorage).</p>
+    <p id="auth-error" class="auth-error" role="alert"></p>
+    <label>Bearer token <input id="auth-token" type="password" autocomplete="off" required></label>
+    <button type="submit">Show the map</button>
+  </form>
+</div>`;
+
+const HINT =
+  '<p class="hint">Hover or select a GPU for its processes. Arrow keys move between GPUs, Enter pins one, Escape clears. Click a pod to highlight its GPUs on every node.</p>';
+// A new ClusterMap query (a node joined, an agent came back) at most this often.
+const RESYNC_SPACING_MS = 10_000;
+
+export class MapApp {
+  constructor(root, config) {
+    this.config = config;
+    this.model = new ClusterModel();
+    this.selectedPod = null;
+    this.pinned = null;
+    this.hovered = null;
+    this.tiles = new Map();
+    this.shapes = new Map();
+    this.podKeys = "";
+    this.connection = "connecting";
+    this.lastTick = null;
+    this.stopLive = null;
+    this.generation = 0;
+    this.resyncAt = 0;
+    this.resyncTimer = null;
+    this.stats = { firstRenderMs: null, renderMs: null, ticks: 0, lastApplyMs: null, lastFrameMs: null, lastChanged: 0 };
+    root.innerHTML = SKELETON;
+    this.$ = (id) => root.querySelector(`#${id}`);
+    this.nodesEl = this.$("nodes");
+    if (!config.graphiqlPath) this.$("graphiql-link").hidden = true;
+    this._bind();
+    this.$("details").innerHTML = HINT;
+    setInterval(() => this._renderStatus(), 1000);
+  }
+
+  get interval() {
+    // Large clusters tick slower: one tick of 8,000 GPUs is megabytes.
+    return Math.min(10, Math.max(this.config.intervalSeconds, this.model.nodes.size / 200));
+  }
+
+  // ---------------------------------------------------------------- data
+
+  async load() {
+    let body;
+    try {
+      body = await query(this.config.graphqlPath, this.config.queries.snapshot, "ClusterMap");
+    } catch (error) {
+      if (error instanceof AuthRequired) return this._askToken(error.message);
+      this._banner(`Cannot load the cluster: ${error.message}. Retrying.`);
+      setTimeout(() => this.load(), 3000);
+      return;
+    }
+    this._banner(null);
+    const started = performance.now();
+    const previousSize = this.model.nodes.size;
+    this.model.loadSnapshot(body.data.nodes);
+    this.lastTick = Date.now();
+    this._renderAll();
+    this.stats.renderMs = performance.now() - started;
+    if (this.stats.firstRenderMs === null) {
+      requestAnimationFrame(() => {
+        this.stats.firstRenderMs = performance.now();
+        document.documentElement.dataset.rendered = "true";
+      });
+    }
+    this.$("sign-out").hidden = !token.get();
+    if (!this.stopLive || this.model.nodes.size !== previousSize) this._subscribe();
+  }
+
+  _subscribe() {
+    this._stopSubscription();
+    // Events of a socket already let go of are ignored.
+    const generation = this.generation;
+    const current = (fn) => (arg) => {
+      if (generation === this.generation) fn(arg);
+    };
+    this.stopLive = subscribe(
+      this.config.graphqlPath,
+      this.config.queries.live,
+      { interval: this.interval },
+      {
+        onResult: current((result) => this.applyTick(result)),
+        onState: current((state) => {
+          const back = state === "live" && this.connection === "closed";
+          this.connection = state;
+          this._renderStatus();
+          if (back) this._resync();
+        }),
+        onAuth: current(() => this._askToken("the server no longer accepts this token")),
+        onError: current((error) => {
+          this._banner(`The live updates stopped: ${describe(error)}. Restarting.`);
+          this._stopSubscription();
+          setTimeout(() => this._subscribe(), 5000);
+        }),
+      },
+    );
+  }
+
+  _stopSubscription() {
+    this.generation += 1;
+    if (this.stopLive) this.stopLive();
+    this.stopLive = null;
+  }
+
+  /** Apply one subscription result (a tick) to the model and the DOM. */
+  applyTick(result) {
+    const started = performance.now();
+    const gpus = result.data?.gpuUpdates ?? [];
+    const { changed, nodesChanged, unknown } = this.model.applyTick(gpus, result.errors ?? []);
+    this.lastTick = Date.now();
+    for (const name of nodesChanged) this._redrawNode(name);
+    for (const uuid of changed) this._redrawTile(uuid);
+    if (changed.length || nodesChanged.length) {
+      this._renderPods();
+      // Without a filter every tile shows already.
+      if (this._filtering() || nodesChanged.length) this._applyFilters();
+      this._renderDetails();
+    }
+    if (unknown) this._resync();
+    this.stats.ticks += 1;
+    this.stats.lastChanged = changed.length;
+    this.stats.lastApplyMs = performance.now() - started;
+    requestAnimationFrame(() => {
+      this.stats.lastFrameMs = performance.now() - started;
+      document.documentElement.dataset.ticks = String(this.stats.ticks);
+    });
+    this._renderStatus();
+  }
+
+  // A node joined or an agent came back: one query, at most every few seconds.
+  _resync() {
+    if (this.resyncTimer) return;
+    const wait = Math.max(0, this.resyncAt - Date.now());
+    this.resyncTimer = setTimeout(() => {
+      this.resyncTimer = null;
+      this.resyncAt = Date.now() + RESYNC_SPACING_MS;
+      this.load();
+    }, wait);
+  }
+
+  // ---------------------------------------------------------------- auth
+
+  _askToken(message) {
+    this._stopSubscription();
+    this.connection = "token needed";
+    this._renderStatus();
+    const hadToken = Boolean(token.get());
+    token.set("");
+    this.$("auth-error").textContent = hadToken ? `The server refused that token: ${message}` : "";
+    this.$("auth").hidden = false;
+    this.$("auth-token").value = "";
+    this.$("auth-token").focus();
+  }
+
+  // ---------------------------------------------------------------- drawing
+
+  _renderAll() {
+    const { nodes, gpus } = this.model;
+    const focused = this.nodesEl.contains(document.activeElement) ? document.activeElement.dataset.uuid : null;
+    this.nodesEl.innerHTML = [...nodes.values()].map((node) => nodeHtml(node, gpus)).join("");
+    this.tiles = new Map();
+    this.shapes = new Map();
+    for (const el of this.nodesEl.getElementsByClassName("tile")) {
+      const uuid = el.dataset.uuid;
+      if (uuid) {
+        this.tiles.set(uuid, el);
+        this.shapes.set(uuid, tileShape(gpus.get(uuid)));
+      }
+    }
+    this._renderNamespaces();
+    this.podKeys = "";
+    this._renderPods();
+    this._applyHighlight();
+    this._applyFilters();
+    // A new picture keeps the pinned tile and the keyboard's place.
+    this.tiles.get(this.pinned)?.classList.add("pinned");
+    const keep = this.tiles.get(focused);
+    if (keep) this._focus(keep);
+    const first = this.nodesEl.querySelector(".tile:not([hidden])");
+    if (first && !this.nodesEl.querySelector('.tile[tabindex="0"]')) first.tabIndex = 0;
+    this._renderDetails();
+    this._renderStatus();
+  }
+
+  _redrawTile(uuid) {
+    const el = this.tiles.get(uuid);
+    const entry = this.model.gpus.get(uuid);
+    if (!el || !entry) return;
+    const down = this.model.nodes.get(entry.node)?.down;
+    // New numbers in the same elements, unless pods or markers changed.
+    const shape = tileShape(entry);
+    if (shape === this.shapes.get(uuid)) {
+      updateTile(el, entry);
+    } else {
+      el.innerHTML = tileInner(entry);
+      this.shapes.set(uuid, shape);
+    }
+    el.setAttribute("aria-label", tileLabel(entry, down));
+    this._highlightTile(el, entry);
+  }
+
+  _redrawNode(name) {
+    const node = this.model.nodes.get(name);
+    const section = this.nodesEl.querySelector(`section[data-node="${CSS.escape(name)}"]`);
+    if (!node || !section) return;
+    section.classList.toggle("down", node.down);
+    const status = section.querySelector(".n-status");
+    status.textContent = nodeStatus(node);
+    status.title = nodeStatus(node);
+    for (const uuid of node.gpus) {
+      const el = this.tiles.get(uuid);
+      if (!el) continue;
+      el.classList.toggle("down", node.down);
+      el.setAttribute("aria-label", tileLabel(this.model.gpus.get(uuid), node.down));
+    }
+  }
+
+  _renderNamespaces() {
+    const select = this.$("f-ns");
+    const current = select.value;
+    const namespaces = [...new Set([...this.model.pods().values()].map((p) => p.namespace))].sort();
+    select.innerHTML =
+      '<option value="">all</option>' + namespaces.map((ns) => `<option>${esc(ns)}</option>`).join("");
+    select.value = namespaces.includes(current) ? current : "";
+  }
+
+  _renderPods() {
+    const pods = this.model.pods();
+    const keys = [...pods.keys()].sort().join("\n") + [...pods.values()].map((p) => p.gpus.length).join();
+    if (keys === this.podKeys) return;
+    this.podKeys = keys;
+    if (this.selectedPod && !pods.has(this.selectedPod)) this.selectedPod = null;
+    this.$("pods").innerHTML = podsHtml(pods, this.selectedPod);
+    this._filterPods();
+    this._renderSelection(pods);
+  }
+
+  _renderSelection(pods = this.model.pods()) {
+    const pod = this.selectedPod ? pods.get(this.selectedPod) : null;
+    this.$("pod-selected").textContent = pod
+      ? `\u2013 ${pod.key}: ${count(pod.gpus.length, "GPU")} on ${[...pod.nodes].sort().join(", ")}`
+      : "";
+  }
+
+  _renderDetails() {
+    const uuid = this.pinned ?? this.hovered;
+    const entry = uuid ? this.model.gpus.get(uuid) : null;
+    const details = this.$("details");
+    if (!entry) {
+      details.innerHTML = HINT;
+      return;
+    }
+    const node = this.model.nodes.get(entry.node);
+    details.innerHTML = detailsHtml(entry, node, this.config, this.selectedPod, uuid === this.pinned);
+  }
+
+  _renderStatus() {
+    const nodes = [...this.model.nodes.values()];
+    const up = nodes.filter((n) => !n.down).length;
+    const age = this.lastTick ? (Date.now() - this.lastTick) / 1000 : null;
+    const late = age !== null && age > Math.max(3 * this.interval, this.interval + 5);
+    const stale = this.connection === "closed" || (this.connection === "live" && late);
+    const state = this.connection === "live" ? (stale ? "stale" : "live") : this.connection === "closed" ? "reconnecting" : this.connection;
+    const parts = [state];
+    if (age !== null) parts.push(`updated ${ago(age)}`);
+    parts.push(`${up}/${nodes.length} nodes up`, count(this.model.gpus.size, "GPU"));
+    const status = this.$("status");
+    status.textContent = parts.join(" \u00b7 ");
+    status.dataset.state = state;
+    this.nodesEl.classList.toggle("stale", stale && this.lastTick !== null);
+  }
+
+  _banner(message) {
+    const banner = this.$("banner");
+    banner.hidden = !message;
+    banner.textContent = message ?? "";
+  }
+
+  // ---------------------------------------------------------------- highlight and filters
+
+  _highlightTile(el, entry) {
+    const key = this.selectedPod;
+    el.classList.toggle("hl", Boolean(key && entry.info.pods.some((p) => p.key === key)));
+    if (!key) return;
+    for (const seg of el.querySelectorAll(".seg.pod")) seg.classList.toggle("hl", seg.dataset.pod === key);
+  }
+
+  _applyHighlight() {
+    this.nodesEl.classList.toggle("highlighting", Boolean(this.selectedPod));
+    for (const [uuid, el] of this.tiles) {
+      const entry = this.model.gpus.get(uuid);
+      if (entry) this._highlightTile(el, entry);
+    }
+    for (const button of document.querySelectorAll(".pod-link")) {
+      button.setAttribute("aria-pressed", String(button.dataset.pod === this.selectedPod));
+    }
+    this._renderSelection();
+  }
+
+  selectPod(key) {
+    this.selectedPod = this.selectedPod === key ? null : key;
+    this._applyHighlight();
+  }
+
+  _filtering() {
+    return Boolean(this.$("f-ns").value || this.$("f-node").value.trim() || this.$("f-only").value);
+  }
+
+  _applyFilters() {
+    const ns = this.$("f-ns").value;
+    const text = this.$("f-node").value.trim().toLowerCase();
+    const only = this.$("f-only").value;
+    for (const section of this.nodesEl.children) {
+      const name = section.dataset.node;
+      let visible = 0;
+      const nodeMatches = !text || name.toLowerCase().includes(text);
+      for (const el of section.getElementsByClassName("tile")) {
+        const entry = el.dataset.uuid ? this.model.gpus.get(el.dataset.uuid) : null;
+        let show = nodeMatches;
+        if (show && entry) {
+          if (ns && !entry.info.pods.some((p) => p.namespace === ns)) show = false;
+          if (only && !entry.info[only]) show = false;
+        } else if (show && (ns || only)) {
+          show = false; // a slot of a node that never answered
+        }
+        el.hidden = !show;
+        if (show) visible += 1;
+      }
+      section.hidden = visible === 0 && !(nodeMatches && !ns && !only);
+    }
+    this._filterPods();
+  }
+
+  _filterPods() {
+    const ns = this.$("f-ns").value;
+    for (const li of this.$("pods").children) li.hidden = Boolean(ns) && li.dataset.ns !== ns;
+  }
+
+  // ---------------------------------------------------------------- input
+
+  _bind() {
+    for (const id of ["f-ns", "f-only"]) this.$(id).addEventListener("change", () => this._applyFilters());
+    this.$("f-node").addEventListener("input", () => this._applyFilters());
+    this.nodesEl.addEventListener("mouseover", (event) => {
+      const tile = event.target.closest?.(".tile");
+      const uuid = tile?.dataset.uuid ?? null;
+      if (uuid && uuid !== this.hovered) {
+        this.hovered = uuid;
+        if (!this.pinned) this._renderDetails();
+      }
+    });
+    this.nodesEl.addEventListener("click", (event) => {
+      const seg = event.target.closest?.(".seg.pod");
+      if (seg) {
+        this.selectPod(seg.dataset.pod);
+        return;
+      }
+      const tile = event.target.closest?.(".tile");
+      if (tile) this._pin(tile);
+    });
+    this.nodesEl.addEventListener("focusin", (event) => {
+      const tile = event.target.closest?.(".tile");
+      if (tile?.dataset.uuid) {
+        this.hovered = tile.dataset.uuid;
+        if (!this.pinned) this._renderDetails();
+      }
+    });
+    this.nodesEl.addEventListener("keydown", (event) => this._key(event));
+    for (const id of ["details", "pods"]) {
+      this.$(id).addEventListener("click", (event) => {
+        const button = event.target.closest?.(".pod-link");
+        if (button) this.selectPod(button.dataset.pod);
+      });
+    }
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && this.$("auth").hidden) this._clear();
+    });
+    this.$("auth-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      token.set(this.$("auth-token").value.trim());
+      this.$("auth").hidden = true;
+      this.load();
+    });
+    this.$("sign-out").addEventListener("click", () => this._askToken(""));
+  }
+
+  _pin(tile) {
+    const uuid = tile.dataset.uuid ?? null;
+    this.pinned = this.pinned === uuid ? null : uuid;
+    for (const el of this.nodesEl.querySelectorAll(".tile.pinned")) el.classList.remove("pinned");
+    if (this.pinned) tile.classList.add("pinned");
+    this._focus(tile);
+    this._renderDetails();
+  }
+
+  _clear() {
+    this.pinned = null;
+    for (const el of this.nodesEl.querySelectorAll(".tile.pinned")) el.classList.remove("pinned");
+    if (this.selectedPod) this.selectPod(this.selectedPod);
+    this._renderDetails();
+  }
+
+  _focus(tile) {
+    const current = this.nodesEl.querySelector('.tile[tabindex="0"]');
+    if (current && current !== tile) current.tabIndex = -1;
+    tile.tabIndex = 0;
+    tile.focus();
+  }
+
+  _key(event) {
+    const tile = event.target.closest?.(".tile");
+    if (!tile) return;
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      this._pin(tile);
+      return;
+    }
+    const visible = (root) => [...root.querySelectorAll(".tile")].filter((el) => !el.hidden);
+    let target = null;
+    if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      const all = visible(this.nodesEl);
+      const at = all.indexOf(tile);
+      target = all[at + (event.key === "ArrowRight" ? 1 : -1)];
+    } else if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+      const sections = [...this.nodesEl.children].filter((s) => !s.hidden && visible(s).length);
+      const here = tile.closest("section");
+      const column = visible(here).indexOf(tile);
+      const next = sections[sections.indexOf(here) + (event.key === "ArrowDown" ? 1 : -1)];
+      if (next) {
+        const tiles = visible(next);
+        target = tiles[Math.min(column, tiles.length - 1)];
+      }
+    } else if (event.key === "Home" || event.key === "End") {
+      const all = visible(this.nodesEl);
+      target = event.key === "Home" ? all[0] : all[all.length - 1];
+    } else {
+      return;
+    }
+    event.preventDefault();
+    if (target) this._focus(target);
+  }
+}
+
+function describe(error) {
+  if (Array.isArray(error)) return error.map((e) => e.message).join("; ");
+  if (error?.code) return `socket closed (${error.code}${error.reason ? `: ${error.reason}` : ""})`;
+  return String(error?.message ?? error);
+}

@@ -1,0 +1,182 @@
+// The cluster as the map knows it: nodes, their GPUs, and what each tile
+// draws, derived from the GraphQL answers. No DOM here.
+
+/** A pod's key and name on the page: "namespace/name". */
+export function podKey(pod) {
+  return `${pod.namespace}/${pod.name}`;
+}
+
+/** What a tile draws about one GPU, derived from its GraphQL object. */
+export function describeGpu(gpu) {
+  const pods = new Map();
+  let noPodBytes = 0;
+  let listed = 0;
+  for (const process of gpu.processes ?? []) {
+    const bytes = process.usedMemoryBytes ?? 0;
+    listed += bytes;
+    if (!process.pod) {
+      noPodBytes += bytes;
+      continue;
+    }
+    const key = podKey(process.pod);
+    let pod = pods.get(key);
+    if (!pod) {
+      pod = { key, ...process.pod, bytes: 0 };
+      pods.set(key, pod);
+    }
+    pod.bytes += bytes;
+  }
+  const hiddenBytes = gpu.hiddenMemoryBytes ?? 0;
+  const used = gpu.memoryUsedBytes ?? listed + hiddenBytes;
+  const list = [...pods.values()].sort((a, b) => a.key.localeCompare(b.key));
+  return {
+    pods: list,
+    noPodBytes,
+    hiddenBytes,
+    // Held by the driver, CUDA contexts, or processes NVML did not list.
+    otherBytes: Math.max(0, used - listed - hiddenBytes),
+    used,
+    total: gpu.memoryTotalBytes,
+    // Another tenant's hidden process counts as a second user.
+    shared: list.length + (gpu.hiddenProcessCount > 0 ? 1 : 0) >= 2,
+    unattributed: noPodBytes > 0,
+    unrequested: list.some((pod) => !pod.gpuRequest),
+    mig: Boolean(gpu.migEnabled),
+  };
+}
+
+// Every value a tile draws, so an unchanged GPU is not redrawn.
+function signature(gpu) {
+  const processes = (gpu.processes ?? [])
+    .map((p) => `${p.pid}:${p.usedMemoryBytes}:${p.smUtilization}:${p.pod ? podKey(p.pod) : ""}`)
+    .join(",");
+  return [
+    gpu.memoryUsedBytes,
+    gpu.memoryTotalBytes,
+    gpu.utilizationGpu,
+    gpu.temperatureC,
+    gpu.migEnabled,
+    gpu.error,
+    gpu.hiddenMemoryBytes,
+    gpu.hiddenProcessCount,
+    processes,
+  ].join("|");
+}
+
+// "agent on node 'gpu-node-3' unavailable: ..." names its node in quotes.
+function errorFor(errors, node) {
+  const quoted = `'${node}'`;
+  const error = errors.find((e) => String(e.message).includes(quoted));
+  return error ? error.message : null;
+}
+
+export class ClusterModel {
+  constructor() {
+    /** name -> { name, capacity, down, reason, gpus: [uuid] } */
+    this.nodes = new Map();
+    /** uuid -> { uuid, node, gpu, info, sig } */
+    this.gpus = new Map();
+  }
+
+  /** Replace everything with a ClusterMap query's answer. */
+  loadSnapshot(nodes) {
+    const previousNodes = this.nodes;
+    const previousGpus = this.gpus;
+    this.nodes = new Map();
+    this.gpus = new Map();
+    for (const node of nodes) {
+      const agent = node.agent ?? {};
+      const down = !agent.reachable || node.gpus == null;
+      const entry = {
+        name: node.name,
+        capacity: node.gpuCapacity ?? 0,
+        down,
+        reason: down ? agent.error || "its agent did not answer" : null,
+        gpus: [],
+      };
+      if (node.gpus) {
+        for (const gpu of [...node.gpus].sort((a, b) => a.index - b.index)) {
+          this._put(gpu, node.name);
+          entry.gpus.push(gpu.uuid);
+        }
+      } else {
+        // What it last showed stays, greyed, while its agent is down.
+        for (const uuid of previousNodes.get(node.name)?.gpus ?? []) {
+          const last = previousGpus.get(uuid);
+          if (last) {
+            this.gpus.set(uuid, last);
+            entry.gpus.push(uuid);
+          }
+        }
+      }
+      this.nodes.set(node.name, entry);
+    }
+  }
+
+  _put(gpu, node) {
+    const entry = { uuid: gpu.uuid, node, gpu, info: describeGpu(gpu), sig: signature(gpu) };
+    this.gpus.set(gpu.uuid, entry);
+    return entry;
+  }
+
+  /**
+   * Apply one gpuUpdates tick. Returns the GPUs whose drawing changed, the
+   * nodes that went down or came back, and whether GPUs appeared that the
+   * map does not know (a new node, or one whose agent is back).
+   */
+  applyTick(gpus, errors) {
+    const changed = [];
+    const nodesChanged = [];
+    let unknown = false;
+    const seen = new Set();
+    for (const gpu of gpus) {
+      seen.add(gpu.uuid);
+      const known = this.gpus.get(gpu.uuid);
+      if (!known) {
+        unknown = true;
+        continue;
+      }
+      const sig = signature(gpu);
+      if (sig !== known.sig) {
+        known.gpu = gpu;
+        known.info = describeGpu(gpu);
+        known.sig = sig;
+        changed.push(gpu.uuid);
+      }
+    }
+    for (const node of this.nodes.values()) {
+      const answered = node.gpus.some((uuid) => seen.has(uuid));
+      const reason = errorFor(errors, node.name);
+      if (node.down && answered) {
+        node.down = false;
+        node.reason = null;
+        nodesChanged.push(node.name);
+      } else if (!node.down && node.gpus.length > 0 && !answered) {
+        node.down = true;
+        node.reason = reason || "its GPUs were missing from the last update";
+        nodesChanged.push(node.name);
+      } else if (node.down && reason && reason !== node.reason) {
+        node.reason = reason;
+        nodesChanged.push(node.name);
+      }
+    }
+    return { changed, nodesChanged, unknown };
+  }
+
+  /** Every pod on a GPU: key -> { key, namespace, name, gpuRequest, gpus: [uuid], nodes: Set }. */
+  pods() {
+    const pods = new Map();
+    for (const entry of this.gpus.values()) {
+      for (const pod of entry.info.pods) {
+        let item = pods.get(pod.key);
+        if (!item) {
+          item = { key: pod.key, namespace: pod.namespace, name: pod.name, gpuRequest: pod.gpuRequest, gpus: [], nodes: new Set() };
+          pods.set(pod.key, item);
+        }
+        item.gpus.push(entry.uuid);
+        item.nodes.add(entry.node);
+      }
+    }
+    return pods;
+  }
+}

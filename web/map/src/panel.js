@@ -1,0 +1,61 @@
+// The side panel: one GPU's processes, and the list of pods to highlight.
+import { podColor } from "./colors.js";
+import { celsius, count, esc, gib, percent } from "./format.js";
+import { markers } from "./tiles.js";
+import { podKey } from "./model.js";
+
+function graphiqlLink(config, uuid) {
+  if (!config.graphiqlPath) return "";
+  const hash = new URLSearchParams({
+    query: config.queries.gpu,
+    variables: JSON.stringify({ uuid }, null, 2),
+  });
+  return `<a class="graphiql" href="${esc(`${config.graphiqlPath}#${hash}`)}" target="_blank" rel="noopener">Open this GPU's query in GraphiQL</a>`;
+}
+
+function podButton(pod, selected) {
+  const key = podKey(pod);
+  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${podColor(key)}"></span>${esc(key)}</button>`;
+}
+
+/** The details of one GPU: its numbers, markers and processes. */
+export function detailsHtml(entry, node, config, selectedPod, pinned) {
+  const { gpu, info } = entry;
+  const rows = [...(gpu.processes ?? [])]
+    .sort((a, b) => (b.usedMemoryBytes ?? 0) - (a.usedMemoryBytes ?? 0))
+    .map(
+      (p) =>
+        `<tr><td>${p.pid}</td><td>${p.pod ? podButton(p.pod, selectedPod) : '<span class="nopod-text">no pod</span>'}</td>` +
+        `<td>${esc(p.container?.name ?? "\u2013")}</td><td>${gib(p.usedMemoryBytes)}</td><td>${percent(p.smUtilization)}</td></tr>`,
+    )
+    .join("");
+  const hidden = gpu.hiddenProcessCount
+    ? `<p class="hidden-note">${gpu.hiddenProcessCount} process(es) of other tenants, ${gib(gpu.hiddenMemoryBytes)}, are not shown to you.</p>`
+    : "";
+  const marks = markers(info)
+    .map(([cls, text, meaning]) => `<li><span class="mark ${cls}">${esc(text)}</span> ${esc(meaning)}</li>`)
+    .join("");
+  return (
+    `<h2>${pinned ? "Selected" : "GPU"} ${gpu.index} on ${esc(entry.node)}</h2>` +
+    (node?.down ? `<p class="down-note">Agent down: ${esc(node.reason)}. Last known values.</p>` : "") +
+    `<p class="uuid">${esc(gpu.uuid)}</p>` +
+    `<p>${esc(gpu.name ?? "")} &middot; ${percent(gpu.utilizationGpu)} &middot; ${celsius(gpu.temperatureC)} &middot; ${gib(info.used)} of ${gib(info.total)}</p>` +
+    (gpu.error ? `<p class="down-note">GPU error: ${esc(gpu.error)}</p>` : "") +
+    (marks ? `<ul class="marks">${marks}</ul>` : "") +
+    `<table class="procs"><thead><tr><th>PID</th><th>Pod</th><th>Container</th><th>Memory</th><th>SM</th></tr></thead>` +
+    `<tbody>${rows || '<tr><td colspan="5">no processes</td></tr>'}</tbody></table>${hidden}` +
+    graphiqlLink(config, gpu.uuid)
+  );
+}
+
+/** The pods list, each a toggle that highlights the pod's GPUs. */
+export function podsHtml(pods, selectedPod) {
+  const items = [...pods.values()]
+    .sort((a, b) => a.key.localeCompare(b.key))
+    .map((pod) => {
+      const where = `${count(pod.gpus.length, "GPU")}, ${count(pod.nodes.size, "node")}`;
+      const flag = pod.gpuRequest ? "" : ' <span class="mark m-unreq" title="no GPU request">!</span>';
+      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod).replace("</button>", ` <span class="count">${where}</span>${flag}</button>`)}</li>`;
+    });
+  return items.join("");
+}
