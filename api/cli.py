@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .flags import LOG_LEVELS, listen_address
-
 if TYPE_CHECKING:
     from .settings import Settings
 
-__all__ = ["LOG_LEVELS", "add_serve_arguments", "build_parser", "main", "settings_from_args"]
+# The server's flags, defaults and settings load only for `serve`: `gpugraph top`
+# starts without them (the flags import the agent package through node_resolver).
+__all__ = ["add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
 # Fail closed: a server started without --auth checks every caller with the
 # cluster's own RBAC; an open server has to be asked for (--auth none).
@@ -28,6 +28,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every ``gpugraph serve`` flag to ``parser``."""
     # Loaded here, not at the top: the settings take the query limits' defaults
     # from the schema package, which `gpugraph agent` should not import.
+    from .flags import LOG_LEVELS, listen_address
     from .settings import Settings
 
     d = Settings()

@@ -279,8 +279,23 @@ class Demo:
         self.api.load(pods=self.cluster.pods, nodes=self.cluster.node_objects)
         self.api.start()
         write_kubeconfig(str(self.kubeconfig), self.api.url)
+        self._add_service()
         await self._start_agents()
         self._ticker = asyncio.create_task(self._tick(), name="gpugraph-demo-gpus")
+
+    def _add_service(self) -> None:
+        """The Service the Helm chart makes, so clients reach the server as in a cluster:
+        through the API server's service proxy (``gpugraph top`` with only a kubeconfig)."""
+        from ..top.connection import DEFAULT_NAMESPACE, DEFAULT_SERVICE, SERVER_LABELS, SERVICE_PORT
+
+        assert self.api is not None
+        self.api.services.add(
+            DEFAULT_NAMESPACE,
+            DEFAULT_SERVICE,
+            ports={SERVICE_PORT: 80},
+            backend=(self.loopback_host, self.listen_port),
+            labels={**SERVER_LABELS, "app.kubernetes.io/instance": DEFAULT_SERVICE},
+        )
 
     async def _start_agents(self) -> None:
         up = [n for n in self.cluster.nodes if n.agent_up]
@@ -372,11 +387,15 @@ class Demo:
         self.stopping.set()
 
     @property
-    def base_url(self) -> str:
-        # A wildcard is reached on loopback; "::" listens on IPv6 only.
+    def loopback_host(self) -> str:
+        """The host to reach the server at: a wildcard is reached on loopback."""
+        # "::" listens on IPv6 only.
         host = self.config.listen_host
-        host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-        return f"http://{join_host_port(host, self.listen_port)}"
+        return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{join_host_port(self.loopback_host, self.listen_port)}"
 
     async def wait_ready(self, serving: asyncio.Task[None]) -> str | None:
         """Wait until /readyz answers 200; the GraphiQL URL, or None if stopped first."""
@@ -416,6 +435,7 @@ class Demo:
             f"  gpu-pods   {self.base_url}/gpu-pods?worker_id={self.cluster.worker[1]}",
             f"  metrics    {self.base_url}/metrics",
             f"  kubectl    kubectl --kubeconfig {self.kubeconfig} get pods -A",
+            f"  top        gpugraph top --kubeconfig {self.kubeconfig}",
         ]
         if not assets_present():
             lines.append(

@@ -6,11 +6,18 @@ watches; ``load_kube_config`` finds the API server. The fake API server used
 by tests, the demo and the benchmarks lives in ``api.demo.cluster.apiserver``.
 """
 
-from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
-from .config import KubeConfigError, default_kubeconfig_path, load_kube_config
-from .parse import ParseError, node_record, pod_record, strip_runtime_prefix
-from .reflector import Reflector, WatchError, node_kind, pod_kind
-from .watcher import ClusterWatcher
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .cache import CacheStats, ChangeListener, ClusterCache, WatchStats
+    from .config import KubeConfigError, default_kubeconfig_path, load_kube_config
+    from .parse import ParseError, node_record, pod_record, strip_runtime_prefix
+    from .reflector import Reflector, WatchError, node_kind, pod_kind
+    from .watcher import ClusterWatcher
 
 __all__ = [
     "CacheStats",
@@ -30,3 +37,15 @@ __all__ = [
     "pod_record",
     "strip_runtime_prefix",
 ]
+
+# Loaded on first use: ``gpugraph top`` reads a kubeconfig (``config``) without
+# paying for the cache, the reflector and the graph they import.
+_EXPORTS = {
+    **dict.fromkeys(("CacheStats", "ChangeListener", "ClusterCache", "WatchStats"), ".cache"),
+    **dict.fromkeys(("KubeConfigError", "default_kubeconfig_path", "load_kube_config"), ".config"),
+    **dict.fromkeys(("ParseError", "node_record", "pod_record", "strip_runtime_prefix"), ".parse"),
+    **dict.fromkeys(("Reflector", "WatchError", "node_kind", "pod_kind"), ".reflector"),
+    "ClusterWatcher": ".watcher",
+}
+
+__getattr__ = lazy_exports(globals(), _EXPORTS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from .connection import DEFAULT_NAMESPACE, DEFAULT_SERVICE
+from .connection import DEFAULT_NAMESPACE
 
 __all__ = ["add_top_arguments", "run_top"]
 
@@ -79,9 +79,9 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
     )
     connection.add_argument(
         "--service",
-        default=DEFAULT_SERVICE,
+        default=None,
         metavar="NAME",
-        help=f"name of the gpugraph Service (default {DEFAULT_SERVICE})",
+        help="name of the gpugraph Service (default: the one with the chart's labels)",
     )
     parser.set_defaults(parser=parser)
 

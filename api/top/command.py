@@ -14,6 +14,7 @@ from typing import Any
 from . import model
 from .connection import resolve
 from .errors import TopError
+from .keys import quit_key
 from .queries import SNAPSHOT, WATCH
 from .transport import HttpTransport, Transport
 
@@ -35,12 +36,16 @@ def filters_of(args: argparse.Namespace) -> model.Filters:
     )
 
 
-def fetch(transport: Transport, filters: model.Filters) -> model.Snapshot:
-    """One snapshot of the cluster, with the filters applied."""
-    body = transport.execute(
-        SNAPSHOT,
-        {"node": filters.node, "namespace": filters.namespace, "selector": filters.selector},
-    )
+def fetch(transport: Transport, filters: model.Filters, view: str) -> model.Snapshot:
+    """One snapshot of the cluster for ``view``, with the filters applied."""
+    variables = {
+        "node": filters.node,
+        "namespace": filters.namespace,
+        "selector": filters.selector,
+        # The pod list: what pods requested (top pods), and which match -l.
+        "withPods": view == "pods" or filters.selector is not None,
+    }
+    body = transport.execute(SNAPSHOT, variables)
     return model.apply(model.snapshot_from_query(body), filters)
 
 
@@ -61,14 +66,15 @@ def _console() -> Any:
     # rich turns colour off when stdout is no terminal, and honours NO_COLOR. Piped
     # output is for grep and scripts: no 80-column squeeze that would cut cells.
     width = None if sys.stdout.isatty() else PIPE_WIDTH
-    return Console(highlight=False, soft_wrap=False, width=width)
+    # Names are data, never markup or emoji codes: "[triton]" stays as it is.
+    return Console(highlight=False, markup=False, emoji=False, soft_wrap=False, width=width)
 
 
 def _footer(count: int, clock: Callable[[], float]) -> Any:
     from rich.text import Text
 
     stamp = time.strftime("%H:%M:%S", time.localtime(clock()))
-    return Text(f"update {count} at {stamp}; Ctrl-C to quit", style="dim")
+    return Text(f"update {count} at {stamp}; q or Ctrl-C to quit", style="dim")
 
 
 async def watch(
@@ -84,29 +90,40 @@ async def watch(
     from rich.console import Group
     from rich.live import Live
 
+    from .render import down_lines
     from .render import view as render
 
     console = _console()
     # The tick carries no pod list; the first query fills in what pods requested.
-    first = fetch(transport, filters)
+    # A thread, since a transport may run its own event loop for a query.
+    first = await asyncio.to_thread(fetch, transport, filters, view)
     pods = first.pods
     count = 1
-    with Live(
-        Group(render(view, first, filters.sort_by, wide=wide), _footer(count, clock)),
-        console=console,
-        auto_refresh=False,
-        redirect_stdout=False,
-    ) as live:
+
+    def frame(snapshot: model.Snapshot) -> Any:
+        # Rows for the screen only: less the header, the "more" line, the footer and
+        # the down nodes' lines (long reasons wrap).
+        down = len(console.render_lines(Group(*down_lines(snapshot.down)))) if snapshot.down else 0
+        height = console.size.height - 3 - down
+        table = render(view, snapshot, filters.sort_by, wide=wide, height=height)
+        return Group(table, _footer(count, clock))
+
+    with (
+        Live(
+            frame(first),
+            console=console,
+            auto_refresh=False,
+            redirect_stdout=False,
+        ) as live,
+        quit_key(asyncio.current_task()),
+    ):
         variables = {"node": filters.node, "interval": interval}
         async for body in transport.subscribe(WATCH, variables):
             tick = model.snapshot_from_tick(body)
             tick.pods = pods
             snapshot = model.apply(tick, filters)
             count += 1
-            live.update(
-                Group(render(view, snapshot, filters.sort_by, wide=wide), _footer(count, clock)),
-                refresh=True,
-            )
+            live.update(frame(snapshot), refresh=True)
 
 
 def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
@@ -124,10 +141,11 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             transport = HttpTransport(endpoint)
         wide = args.output == "wide"
         if args.watch:
-            with contextlib.suppress(KeyboardInterrupt):
+            # Ctrl-C, or q (which cancels the watch): the terminal is left as it was.
+            with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
                 asyncio.run(watch(transport, args.view, filters, args.interval, wide=wide))
             return 0
-        snapshot = fetch(transport, filters)
+        snapshot = fetch(transport, filters, args.view)
         if args.output in ("json", "yaml"):
             sys.stdout.write(_dump(args.view, snapshot, filters, args.output))
             return 0
@@ -138,3 +156,5 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
     except TopError as exc:
         print(f"gpugraph top: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130

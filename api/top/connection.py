@@ -1,32 +1,64 @@
 """Where the gpugraph server is: --server / GPUGRAPH_SERVER, else through kubeconfig.
 
-Through kubeconfig the CLI goes where ``kubectl`` goes: the API server, whose
-service proxy forwards ``/api/v1/namespaces/NS/services/NAME:http/proxy/graphql``
-to the chart's Service (named after the release, port ``http``).
+Through kubeconfig the CLI goes where ``kubectl`` goes: the API server, with
+the kubeconfig's credentials, whose service proxy forwards
+``/api/v1/namespaces/NS/services/NAME:http/proxy/graphql`` to the chart's
+Service (labelled ``app.kubernetes.io/component=server``, port ``http``).
+
+The API server removes the caller's ``Authorization`` header before it
+proxies (it consumed it to authenticate the caller), so on that path the
+gpugraph token cannot travel as a header: every operation goes over the
+graphql-transport-ws WebSocket, which the proxy passes through, with the
+token in ``connection_init``'s payload.
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from .errors import TopError
+from .errors import KUBECONFIG_HINT, TopError, status_error
 
 DEFAULT_NAMESPACE = "gpugraph"
 DEFAULT_SERVICE = "gpugraph"
 SERVICE_PORT = "http"
+# The labels the Helm chart puts on the server's Service (and pods).
+SERVER_LABELS = {"app.kubernetes.io/name": "gpugraph", "app.kubernetes.io/component": "server"}
+DISCOVERY_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """The GraphQL URL, the headers every request carries, and TLS settings."""
+    """The GraphQL URL, how to reach it, and the token gpugraph checks."""
 
     url: str
+    # Headers of every request: gpugraph's bearer token, or the API server's credential.
     headers: dict[str, str] = field(default_factory=dict)
     # A CA bundle path, or whether to verify the server's certificate.
     verify: str | bool = True
     client_cert: tuple[str, str] | None = None
+    # Sent in connection_init, where a proxy cannot strip it.
+    token: str | None = None
+    # Through the API server's service proxy: queries go over the WebSocket too.
+    proxied: bool = False
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS as the kubeconfig (or the system) says: CA bundle, verification, client cert."""
+        if not self.url.startswith("https://"):
+            # Plain HTTP uses no TLS: skip loading the system's CAs (~20 ms of start-up).
+            # Verification stays on, so this context fails closed if ever used.
+            return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        cafile = self.verify if isinstance(self.verify, str) else None
+        context = ssl.create_default_context(cafile=cafile)
+        if self.verify is False:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.client_cert:
+            context.load_cert_chain(*self.client_cert)
+        return context
 
 
 def graphql_url(server: str) -> str:
@@ -37,12 +69,13 @@ def graphql_url(server: str) -> str:
     return server if server.endswith("/graphql") else f"{server}/graphql"
 
 
-def proxy_path(namespace: str, service: str) -> str:
-    """The API server's service-proxy path to the chart's GraphQL endpoint."""
-    return f"/api/v1/namespaces/{namespace}/services/{service}:{SERVICE_PORT}/proxy/graphql"
+def proxy_path(namespace: str, service: str, port: str = SERVICE_PORT) -> str:
+    """The API server's service-proxy path to the Service's GraphQL endpoint."""
+    return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/graphql"
 
 
-def _bearer(token: str | None) -> dict[str, str]:
+def bearer(token: str | None) -> dict[str, str]:
+    """The ``Authorization`` header of ``token``, or none."""
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
@@ -52,7 +85,7 @@ def resolve(
     token: str | None,
     kubeconfig: str | None,
     namespace: str,
-    service: str,
+    service: str | None,
     environ: Mapping[str, str] | None = None,
 ) -> Endpoint:
     """The Endpoint from flags, then environment, then kubeconfig."""
@@ -60,13 +93,14 @@ def resolve(
     server = server or env.get("GPUGRAPH_SERVER") or None
     token = token or env.get("GPUGRAPH_TOKEN") or None
     if server:
-        return Endpoint(graphql_url(server), _bearer(token))
-    return _through_kubeconfig(kubeconfig, token, namespace, service)
+        return Endpoint(graphql_url(server), bearer(token), token=token)
+    return through_kubeconfig(kubeconfig, token, namespace, service)
 
 
-def _through_kubeconfig(
-    kubeconfig: str | None, token: str | None, namespace: str, service: str
+def through_kubeconfig(
+    kubeconfig: str | None, token: str | None, namespace: str, service: str | None
 ) -> Endpoint:
+    """The Endpoint of the gpugraph Service through the kubeconfig's API server."""
     # The Kubernetes client is slow to import; only this path needs it.
     from ..kube.config import KubeConfigError, load_kube_config
 
@@ -74,13 +108,67 @@ def _through_kubeconfig(
         config = load_kube_config(kubeconfig)
     except KubeConfigError as exc:
         raise TopError(f"{exc}; or pass --server URL") from None
-    headers: dict[str, str] = {}
-    authorization = config.get_api_key_with_prefix("authorization")
-    if authorization:
-        headers["Authorization"] = authorization
-    if token:
-        headers.update(_bearer(token))
+    # Exec plugins and OIDC refresh the token through this hook, as for kubectl.
+    if config.refresh_api_key_hook is not None:
+        config.refresh_api_key_hook(config)
+    settings: Mapping[str, Any] = config.auth_settings()
+    headers = {
+        str(setting["key"]): str(setting["value"])
+        for setting in settings.values()
+        if setting.get("in") == "header" and setting.get("value")
+    }
+    authorization = headers.get("authorization")
+    # The kubeconfig user's own token, unless another one is given.
+    scheme, _, user_token = (authorization or "").partition(" ")
+    if token is None and scheme.lower() == "bearer" and user_token:
+        token = user_token
     verify: str | bool = config.ssl_ca_cert or bool(config.verify_ssl)
     cert = (config.cert_file, config.key_file) if config.cert_file and config.key_file else None
     host = str(config.host).rstrip("/")
-    return Endpoint(host + proxy_path(namespace, service), headers, verify, cert)
+    api = Endpoint(host, headers, verify, cert, token, proxied=True)
+    name, port = (service, SERVICE_PORT) if service else find_service(api, namespace)
+    return replace(api, url=host + proxy_path(namespace, name, port))
+
+
+def find_service(api: Endpoint, namespace: str) -> tuple[str, str]:
+    """The chart's Service in ``namespace`` and its port name, found by the chart's labels.
+
+    A caller who may not list Services there gets the chart's default name.
+    """
+    import httpx
+
+    selector = ",".join(f"{k}={v}" for k, v in SERVER_LABELS.items())
+    url = f"{api.url}/api/v1/namespaces/{namespace}/services"
+    try:
+        response = httpx.get(
+            url,
+            params={"labelSelector": selector},
+            headers=api.headers,
+            verify=api.ssl_context(),
+            timeout=DISCOVERY_TIMEOUT,
+        )
+    except httpx.HTTPError as exc:
+        raise TopError(f"cannot reach the Kubernetes API server at {api.url}: {exc}") from None
+    if response.status_code == 403:
+        return DEFAULT_SERVICE, SERVICE_PORT
+    if response.status_code != 200:
+        # A 401 here is the API server's: the kubeconfig's credential is at fault.
+        raise status_error(response.status_code, url, response.text, hint=KUBECONFIG_HINT)
+    try:
+        items: list[dict[str, Any]] = response.json()["items"] or []
+    except (ValueError, KeyError, TypeError):
+        raise TopError(f"{url} did not answer with a ServiceList") from None
+    if not items:
+        raise TopError(
+            f"no gpugraph Service ({selector}) in namespace {namespace} of {api.url}: "
+            "pass --gpugraph-namespace, --service or --server"
+        )
+    if len(items) > 1:
+        names = ", ".join(sorted(str(i["metadata"]["name"]) for i in items))
+        raise TopError(
+            f"several gpugraph Services in namespace {namespace} ({names}): pass --service"
+        )
+    ports = [p for p in (items[0].get("spec") or {}).get("ports") or () if isinstance(p, dict)]
+    named = [str(p.get("name") or p.get("port")) for p in ports]
+    port = SERVICE_PORT if SERVICE_PORT in named or not named else named[0]
+    return str(items[0]["metadata"]["name"]), port

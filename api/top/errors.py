@@ -1,7 +1,59 @@
-"""The one error ``gpugraph top`` reports: a single line, no traceback, exit code 1."""
+"""The one error ``gpugraph top`` reports (one line, no traceback, exit code 1).
+
+Also how an HTTP status or a closed WebSocket becomes that line.
+"""
 
 from __future__ import annotations
+
+import json
+
+# graphql-transport-ws's refusal of connection_init, and "try again later".
+CLOSE_FORBIDDEN = 4403
+CLOSE_TRY_AGAIN = 1013
+TOKEN_HINT = "pass --token or set GPUGRAPH_TOKEN"
+KUBECONFIG_HINT = "check the kubeconfig's user"
 
 
 class TopError(Exception):
     """Something the user must fix or wait for; the message is the whole report."""
+
+
+def _detail(text: str) -> str:
+    """The reason in an error body: a Kubernetes Status's or gpugraph's message, else its text."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("error") or body.get("reason")
+        if isinstance(message, str):
+            return message
+    lines = text.strip().splitlines()
+    return lines[0][:200] if lines else ""
+
+
+def status_error(status: int, url: str, body: str = "", *, hint: str = TOKEN_HINT) -> TopError:
+    """The one-line error for an HTTP status the CLI cannot use; ``hint`` follows a 401."""
+    detail = _detail(body)
+    suffix = f": {detail}" if detail else ""
+    if status == 401:
+        return TopError(f"401 unauthorized by {url}{suffix}; {hint}")
+    if status == 403:
+        return TopError(f"403 forbidden by {url}{suffix}")
+    if status == 503:
+        return TopError(f"server not ready: {url} answered 503{suffix}")
+    return TopError(f"{url} answered HTTP {status}{suffix}")
+
+
+def close_error(code: int | None, reason: str, url: str) -> TopError:
+    """The one-line error for a WebSocket the server closed before answering."""
+    said = f" ({code} {reason})".rstrip() if code else ""
+    if code == CLOSE_FORBIDDEN:
+        # graphql-transport-ws's refusal of connection_init: no token, or one that failed.
+        return TopError(
+            f"401 unauthorized by {url}: the server refused the connection without a valid "
+            f"token{said}; {TOKEN_HINT}"
+        )
+    if code == CLOSE_TRY_AGAIN:
+        return TopError(f"server not ready: {url} closed the connection{said}; try again")
+    return TopError(f"{url} closed the connection{said}")

@@ -217,7 +217,10 @@ def snapshot_from_query(body: Mapping[str, Any]) -> Snapshot:
     ]
     known = {d.node for d in down}
     down.extend(d for d in down_named if d.node not in known)
-    pods = [p for p in (_pod(p) for p in data.get("pods") or ()) if p is not None]
+    # Not asked for (the view does not need it): None, not "no pods".
+    pods = None
+    if "pods" in data:
+        pods = [p for p in (_pod(p) for p in data["pods"] or ()) if p is not None]
     return Snapshot(gpus=gpu_rows(data.get("gpus") or ()), down=down, pods=pods)
 
 

@@ -16,13 +16,15 @@ fragment TopGpu on Gpu {
 """
 
 # One round trip: the GPUs, every node's agent status (a down agent is a node, not
-# a blank) and the pods the filters select, with what they requested.
+# a blank) and, when the view needs them (top pods, -l), the pods the filters
+# select with what they requested: on a large cluster that list is most of the answer.
 SNAPSHOT = (
     """
-query Top($node: String, $namespace: String, $selector: String) {
+query Top($node: String, $namespace: String, $selector: String, $withPods: Boolean!) {
   gpus(nodeName: $node) { ...TopGpu }
   nodes { name agent { reachable error } }
-  pods(nodeName: $node, namespace: $namespace, labelSelector: $selector) {
+  pods(nodeName: $node, namespace: $namespace, labelSelector: $selector)
+    @include(if: $withPods) {
     uid namespace name nodeName gpuRequest
   }
 }

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import httpx
 
-from .connection import Endpoint
-from .errors import TopError
+from .connection import Endpoint, bearer
+from .errors import TopError, close_error, status_error
 
 TIMEOUT = 30.0
 SUBPROTOCOL = "graphql-transport-ws"
@@ -28,32 +29,32 @@ class Transport(Protocol):
         ...
 
 
-def status_error(status: int, url: str, detail: str = "") -> TopError:
-    """The one-line error for an HTTP status the CLI cannot use."""
-    detail = detail.strip().splitlines()[0][:200] if detail.strip() else ""
-    suffix = f": {detail}" if detail else ""
-    if status == 401:
-        return TopError(f"401 unauthorized by {url}: pass --token or set GPUGRAPH_TOKEN{suffix}")
-    if status == 403:
-        return TopError(f"403 forbidden by {url}: the token may not read gpugraph{suffix}")
-    if status == 503:
-        return TopError(f"server not ready ({url} answered 503){suffix}")
-    return TopError(f"{url} answered HTTP {status}{suffix}")
-
-
 class HttpTransport:
-    """The real transport: POST /graphql, and a WebSocket for subscriptions."""
+    """The real transport: POST /graphql, and a WebSocket for subscriptions.
+
+    Through the API server's proxy, queries take the WebSocket too, the only
+    way the gpugraph token reaches the server there.
+    """
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
     def execute(self, query: str, variables: Mapping[str, Any]) -> dict[str, Any]:
-        """POST the query; TopError for anything but a GraphQL answer."""
+        """The query's answer; TopError for anything but a GraphQL answer."""
+        if self.endpoint.proxied:
+            return asyncio.run(self._first(query, variables))
+        return self._post(query, variables)
+
+    async def _first(self, query: str, variables: Mapping[str, Any]) -> dict[str, Any]:
+        async with contextlib.aclosing(self.subscribe(query, variables)) as results:
+            async for body in results:
+                return body
+        raise TopError(f"{self.endpoint.url} completed the query without an answer")
+
+    def _post(self, query: str, variables: Mapping[str, Any]) -> dict[str, Any]:
         url = self.endpoint.url
         try:
-            with httpx.Client(
-                verify=self.endpoint.verify, cert=self.endpoint.client_cert, timeout=TIMEOUT
-            ) as client:
+            with httpx.Client(verify=self.endpoint.ssl_context(), timeout=TIMEOUT) as client:
                 response = client.post(
                     url,
                     json={"query": query, "variables": dict(variables)},
@@ -69,24 +70,12 @@ class HttpTransport:
             raise TopError(f"{url} did not answer with JSON: is it a gpugraph server?") from None
         return body
 
-    def _ssl(self) -> ssl.SSLContext | None:
-        if not self.endpoint.url.startswith("https://"):
-            return None
-        verify = self.endpoint.verify
-        context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
-        if verify is False:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if self.endpoint.client_cert:
-            context.load_cert_chain(*self.endpoint.client_cert)
-        return context
-
     async def subscribe(
         self, query: str, variables: Mapping[str, Any]
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Follow a subscription over graphql-transport-ws until the server completes it."""
         from websockets.asyncio.client import connect
-        from websockets.exceptions import InvalidStatus, WebSocketException
+        from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
         from websockets.typing import Subprotocol
 
         url = "ws" + self.endpoint.url.removeprefix("http")
@@ -95,10 +84,11 @@ class HttpTransport:
                 url,
                 subprotocols=[Subprotocol(SUBPROTOCOL)],
                 additional_headers=self.endpoint.headers,
-                ssl=self._ssl(),
+                ssl=self.endpoint.ssl_context() if url.startswith("wss://") else None,
                 open_timeout=TIMEOUT,
             ) as socket:
-                await socket.send(json.dumps({"type": "connection_init", "payload": {}}))
+                payload = bearer(self.endpoint.token)
+                await socket.send(json.dumps({"type": "connection_init", "payload": payload}))
                 ack = json.loads(await socket.recv())
                 if ack.get("type") != "connection_ack":
                     raise TopError(f"{url} refused the subscription: {ack}")
@@ -125,6 +115,11 @@ class HttpTransport:
                     elif kind == "complete":
                         return
         except InvalidStatus as exc:
-            raise status_error(exc.response.status_code, url) from None
+            body = (exc.response.body or b"").decode("utf-8", "replace")
+            raise status_error(exc.response.status_code, url, body) from None
+        except ConnectionClosed as exc:
+            close = exc.rcvd
+            code, reason = (close.code, close.reason) if close else (None, "")
+            raise close_error(code, reason, url) from None
         except (OSError, WebSocketException, TimeoutError) as exc:
             raise TopError(f"cannot reach the gpugraph server at {url}: {exc}") from None

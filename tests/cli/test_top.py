@@ -99,3 +99,55 @@ def test_a_bad_server_is_one_line_and_exit_1(server: str) -> None:
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpugraph top: error:"), result.stderr
+
+
+# The documented -o json/yaml contract (README, "The JSON and YAML shapes"): within
+# gpugraph.top/v1 fields are only added, so these sets may grow but never lose a key.
+CONTRACT = {
+    "gpus": (
+        "GpuList",
+        {"gpus", "downNodes"},
+        {
+            "node", "index", "uuid", "model", "utilizationPercent", "memoryUsedBytes",
+            "memoryTotalBytes", "temperatureC", "error", "pods", "processes",
+        },
+    ),
+    "pods": (
+        "PodList",
+        {"pods", "downNodes"},
+        {
+            "namespace", "name", "node", "gpusRequested", "gpusUsed", "memoryBytes",
+            "smPercent", "unrequested",
+        },
+    ),
+    "nodes": (
+        "NodeList",
+        {"nodes"},
+        {
+            "name", "status", "reason", "gpus", "utilizationPercent", "memoryUsedBytes",
+            "memoryTotalBytes", "maxTemperatureC", "pods", "processes",
+        },
+    ),
+}  # fmt: skip
+PROCESS_KEYS = {"pid", "name", "pod", "container", "memoryBytes", "smPercent", "unrequested"}
+
+
+@pytest.mark.parametrize("view", sorted(CONTRACT))
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_json_and_yaml_keep_the_documented_shape(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str], view: str, output: str
+) -> None:
+    import yaml
+
+    text = top(capsys, demo, view, "-o", output)
+    document = json.loads(text) if output == "json" else yaml.safe_load(text)
+    kind, lists, entry = CONTRACT[view]
+    assert document["apiVersion"] == "gpugraph.top/v1" and document["kind"] == kind
+    assert set(document) == {"apiVersion", "kind", *lists}
+    items = document[next(iter(lists - {"downNodes"}))]
+    assert items and all(set(item) == entry for item in items)
+    if view == "gpus":
+        processes = [p for gpu in items for p in gpu["processes"]]
+        assert processes and all(set(p) == PROCESS_KEYS for p in processes)
+    for down in document.get("downNodes", []):
+        assert set(down) == {"node", "reason"}

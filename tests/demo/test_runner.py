@@ -395,7 +395,7 @@ def test_readme_opens_with_exactly_the_two_commands() -> None:
     assert commands == ["make demo", "make test"]
 
 
-@pytest.mark.parametrize("command", ["agent", "serve", "demo"])
+@pytest.mark.parametrize("command", ["agent", "serve", "top", "demo"])
 def test_readme_documents_every_flag(command: str) -> None:
     from api.cli import build_parser
 

@@ -183,7 +183,7 @@ def test_watch_without_version_replays_current_state() -> None:
 
 def test_unknown_paths_and_writes_are_refused_with_status() -> None:
     with stub_api() as server, httpx.Client(base_url=server.url) as client:
-        response = client.get("/api/v1/services")
+        response = client.get("/api/v1/configmaps")
         assert response.status_code == 404 and response.json()["kind"] == "Status"
         assert client.post("/api/v1/pods", json={}).status_code == 405
         assert (

@@ -6,9 +6,10 @@ resourceVersions, the event history), ``lists`` (paginated lists),
 ``watch`` (event streams), ``selectors`` (label and field selectors),
 ``status`` (error Status objects), ``discovery`` (``/api``, ``/apis``, what
 kubectl asks first), ``tables`` (``meta.k8s.io/v1`` Tables, kubectl's human
-output), ``namespaces`` (derived from the pods), ``kubeconfig`` (how clients
-find it) and ``server`` (``StubApiServer``: lifecycle, request dispatch, test
-controls).
+output), ``namespaces`` (derived from the pods), ``services`` (Services and
+the service proxy, with ``service_proxy`` forwarding HTTP and WebSockets),
+``kubeconfig`` (how clients find it) and ``server`` (``StubApiServer``:
+lifecycle, request dispatch, test controls).
 """
 
 from .kubeconfig import kubeconfig_for, write_kubeconfig

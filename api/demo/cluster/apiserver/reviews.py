@@ -68,7 +68,10 @@ DEMO_USERS = (
         "uid-admin",
         ("system:masters", "system:authenticated"),
         (
-            Rule(frozenset({"*"}), frozenset({"pods", "nodes", "pods/exec"})),
+            Rule(
+                frozenset({"*"}),
+                frozenset({"pods", "nodes", "pods/exec", "services", "services/proxy"}),
+            ),
             Rule(frozenset({"get"}), urls=frozenset({"/metrics"})),
         ),
     ),
@@ -76,7 +79,15 @@ DEMO_USERS = (
         "research-user",
         "uid-research",
         ("research", "system:authenticated"),
-        (Rule(READ, frozenset({"pods"}), frozenset({"research"})),),
+        (
+            Rule(READ, frozenset({"pods"}), frozenset({"research"})),
+            # What `gpugraph top` needs to reach the server through the API server.
+            Rule(
+                frozenset({"get", "list", "create"}),
+                frozenset({"services", "services/proxy"}),
+                frozenset({"gpugraph"}),
+            ),
+        ),
         extra={"scopes.example.com/team": ("research",)},
     ),
 )
@@ -109,6 +120,12 @@ class TokenReviews:
             self._tokens[token] = username
             return token
 
+    def user_for(self, token: str) -> StubUser | None:
+        """The user ``token`` belongs to, if it is valid."""
+        with self._lock:
+            name = self._tokens.get(token)
+        return self.users.get(name) if name else None
+
     def revoke(self, username: str) -> None:
         """Every token of ``username`` stops passing TokenReview."""
         with self._lock:
@@ -131,9 +148,7 @@ class TokenReviews:
         return 201, self._access_review(body, spec)
 
     def _token_review(self, body: Mapping[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:
-            name = self._tokens.get(str(spec.get("token", "")))
-        user = self.users.get(name) if name else None
+        user = self.user_for(str(spec.get("token", "")))
         result: dict[str, Any]
         if user is None:
             result = {"authenticated": False, "error": "invalid bearer token"}

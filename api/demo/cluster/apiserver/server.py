@@ -22,7 +22,8 @@ format for pods and nodes, so the official client talks to it unchanged:
   lists and watch events, so the real kubectl works against it (``discovery``,
   ``tables``);
 - ``POST`` TokenReview and SubjectAccessReview over a static table of
-  users with random tokens (``reviews``).
+  users with random tokens (``reviews``);
+- Services and the service proxy, HTTP and WebSocket (``services``).
 
 Test controls change objects (each change is a watch event), expire or drop
 the open watches, hold list requests, and count requests.
@@ -48,6 +49,7 @@ from .lists import Lister
 from .namespaces import NAMESPACES, namespace_body, namespace_list_body
 from .reviews import TokenReviews
 from .routes import route
+from .services import ServiceTable
 from .status import not_found, status
 from .store import NODES, OBJECT_KIND, PODS, ObjectStore
 from .transport import Exchange, HttpServer
@@ -76,6 +78,7 @@ class StubApiServer:
         self._cond = self._store.cond
         self._lister = Lister(self._store)
         self.reviews = TokenReviews()
+        self.services = ServiceTable(self.reviews)
         self.requests: Counter[tuple[str, str]] = Counter()
         self.request_log: deque[tuple[str, dict[str, str]]] = deque(maxlen=1000)
         self._httpd = HttpServer((host, port), self)
@@ -101,6 +104,7 @@ class StubApiServer:
         """Stop serving and end every open watch."""
         self._store.stop()
         self._lister.release()
+        self.services.close()
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(5)
@@ -261,6 +265,8 @@ class StubApiServer:
         document = version_document() if path == "/version" else discovery_document(path)
         if document is not None:
             return exchange.send_json(200, document)
+        if self.services.handles(path):
+            return self.services.get(exchange, path, params)
         target = route(path)
         if target is None:
             message = "the server could not find the requested resource"
@@ -329,7 +335,9 @@ class StubApiServer:
         return lambda raw: tables.object_table(kind, raw, include, self.clock())
 
     def post(self, exchange: Exchange, path: str, body: bytes) -> None:
-        """Answer one POST: a review, else 405 (the objects themselves are read-only)."""
+        """Answer one POST: a review or a service-proxied request, else 405 (read-only)."""
+        if self.services.handles(path):
+            return self.services.post(exchange, path, body)
         try:
             request = orjson.loads(body or b"{}")
         except orjson.JSONDecodeError as exc:

@@ -1,0 +1,101 @@
+"""``gpugraph top --watch`` under a real pseudo-terminal (pexpect): live redraws, clean exit."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pexpect
+import pytest
+
+from tests.cli.conftest import kubeconfig_of
+from tests.demo.test_runner import ROOT, RunningDemo, gpugraph_command
+
+FRAMES = 4
+NODE_ROW = re.compile(r"gpu-node-0 +4 +(\d+%) +(\S+Gi/\S+Gi)")
+ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# rich's Live moves the cursor up and erases lines to draw the next frame over the last.
+CURSOR_UP = "\x1b[1A"
+ERASE_LINE = "\x1b[2K"
+HIDE_CURSOR = "\x1b[?25l"
+SHOW_CURSOR = "\x1b[?25h"
+
+
+def spawn_watch(*args: str, view: str = "nodes", rows: int = 40) -> pexpect.spawn:
+    command, *first = gpugraph_command()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRAPH_")}
+    env.pop("NO_COLOR", None)
+    return pexpect.spawn(
+        command,
+        [*first, "top", view, "--watch", "--interval", "0.5", *args],
+        cwd=str(ROOT),
+        env={**env, "TERM": "xterm-256color"},
+        dimensions=(rows, 160),
+        encoding="utf-8",
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize("via", ["server", "kubeconfig"])
+def test_watch_redraws_in_place_with_new_values_and_quits_cleanly(
+    demo: RunningDemo, via: str
+) -> None:
+    target = demo.url if via == "server" else str(kubeconfig_of(demo))
+    child = spawn_watch(f"--{via}", target)
+    try:
+        frames: list[str] = []
+        for count in range(2, FRAMES + 2):
+            child.expect(rf"update {count} at \d\d:\d\d:\d\d")
+            frames.append(str(child.before))
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        tail = str(child.before)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus, tail)
+    rows = [NODE_ROW.search(ESCAPE.sub("", frame)) for frame in frames]
+    assert all(rows), frames
+    # Coloured on a terminal; each subscription tick brought new numbers, drawn over
+    # the previous frame.
+    assert "\x1b[1m" in frames[0]
+    assert len({row.groups() for row in rows if row}) > 1, frames
+    assert all(CURSOR_UP in frame and ERASE_LINE in frame for frame in frames[1:]), frames
+    # Live hid the cursor; on Ctrl-C it shows it again, and nothing else is printed.
+    assert HIDE_CURSOR in frames[0]
+    assert SHOW_CURSOR in tail
+    assert "Traceback" not in tail and "gpugraph top: error" not in tail, tail
+
+
+def test_q_quits_the_watch_and_gives_the_terminal_back(demo: RunningDemo) -> None:
+    child = spawn_watch("--server", demo.url)
+    try:
+        child.expect(r"update 2 at")
+        # The live view reads keys one by one, unechoed.
+        assert not child.getecho()
+        child.send("q")
+        child.expect(pexpect.EOF)
+        tail = str(child.before)
+        echo_after = child.getecho()
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, tail)
+    assert SHOW_CURSOR in tail and "Traceback" not in tail
+    assert echo_after, "the terminal was left without echo"
+
+
+def test_a_short_terminal_gets_the_rows_that_fit_and_a_count_of_the_rest(
+    demo: RunningDemo,
+) -> None:
+    # The demo's GPU view is over 30 rows; 15 lines hold the header, 10 rows,
+    # the count, the down node and the footer.
+    child = spawn_watch("--server", demo.url, view="gpus", rows=15)
+    try:
+        child.expect(r"update 2 at")
+        frame = ESCAPE.sub("", str(child.before))
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    hidden = re.search(r"\.\.\. (\d+) more rows: narrow with --node or -n", frame)
+    assert hidden and int(hidden[1]) > 10, frame
+    assert child.exitstatus == 0
