@@ -113,7 +113,7 @@ class _Families:
             "gpugraph_gpu_unattributed_memory_bytes",
             "GPU memory of processes in no cached pod, by reason: host_process (in no "
             "container), unknown_container (a container the cache does not know), "
-            "unresolved (the PID could not be read).",
+            "unresolved (the PID could not be read). None for a GPU whose process list failed.",
             ("node", "gpu", "gpu_uuid", "reason"),
         )
         self.unrequested = g(

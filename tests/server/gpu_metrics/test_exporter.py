@@ -157,6 +157,29 @@ def test_memory_in_no_pod_is_counted_by_reason(world: World) -> None:
     assert len(where(s, name)) == 4 * 3
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [
+        {"field_errors": {"processes.graphics": "UNKNOWN"}},
+        {"field_errors": {"mig_devices[0].processes.compute": "NO_PERMISSION"}},
+        {"error": "GPU_IS_LOST"},
+    ],
+)
+def test_memory_in_no_pod_is_no_series_where_the_process_list_failed(
+    world: World, failure: dict[str, Any]
+) -> None:
+    host = process(40, 7 * GiB, name="python3")
+    broken = gpu_sample("gpu-b", 1, [host], **failure)
+    sm_only = gpu_sample("gpu-b", 0, [host], field_errors={"processes.sm_utilization": "UNKNOWN"})
+    world.snapshots.put(snapshot("gpu-b", [sm_only, broken]))
+    s = world.scrape()
+    name = "gpugraph_gpu_unattributed_memory_bytes"
+    # A list that could not be read is not "nothing lost": no series, not 0.
+    assert not where(s, name, node="gpu-b", gpu="1")
+    # Missing SM samples leave the list whole.
+    assert value(s, name, node="gpu-b", gpu="0", reason="host_process") == 7 * GiB
+
+
 def test_gpus_beyond_the_request_are_unrequested(world: World) -> None:
     s = world.scrape()
     name = "gpugraph_pod_gpus_unrequested"
