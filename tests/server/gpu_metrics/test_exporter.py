@@ -194,6 +194,7 @@ def test_a_dead_agent_is_agent_up_0_and_no_series_for_its_node(world: World) -> 
     s = world.scrape()
     assert value(s, "gpugraph_agent_up", node="gpu-b") == 0
     assert value(s, "gpugraph_agent_up", node="gpu-a") == 1
+    assert value(s, "gpugraph_agent_snapshot_age_seconds", node="gpu-a") == 0.25
     # agent_up is the node's only series.
     assert [name for name, labels in s if ("node", "gpu-b") in labels] == ["gpugraph_agent_up"]
     assert not where(s, "gpugraph_gpu_memory_used_bytes", node="gpu-b")
@@ -264,6 +265,32 @@ def test_mig_devices_are_a_label(world: World) -> None:
     s = world.scrape()
     assert value(s, "gpugraph_container_gpu_memory_used_bytes", mig_device="MIG-1234") == 5 * GiB
     assert value(s, "gpugraph_gpu_info", node="gpu-b", mig_enabled="true") == 1
+
+
+def test_each_mig_device_a_pod_uses_counts_against_its_request(world: World) -> None:
+    """Under the device plugin's single MIG strategy each MIG device is one nvidia.com/gpu."""
+    pod = world.greedy  # requested one
+    on_mig = []
+    for pid, device in ((30, "MIG-a"), (31, "MIG-b")):
+        p = process(pid, GiB, container_id=pod.containers[0].container_id, pod_uid=pod.uid)
+        p.mig_device_uuid = device
+        on_mig.append(p)
+    world.snapshots.put(snapshot("gpu-b", [gpu_sample("gpu-b", 0, on_mig, mig_enabled=True)]))
+    s = world.scrape()
+    assert value(s, "gpugraph_pod_gpus_unrequested", pod="greedy") == 1
+
+
+def test_a_containers_sm_utilization_is_a_ratio_of_at_most_1(world: World) -> None:
+    pod = world.greedy
+    busy = []
+    for pid, sm in ((20, 80), (21, 60)):
+        p = process(pid, GiB, container_id=pod.containers[0].container_id, pod_uid=pod.uid)
+        p.sm_utilization = sm
+        busy.append(p)
+    world.snapshots.put(snapshot("gpu-b", [gpu_sample("gpu-b", 0, busy)]))
+    s = world.scrape()
+    # The driver's per-process samples can add up past 100 % within one period.
+    assert value(s, "gpugraph_container_gpu_sm_utilization_ratio", pod="greedy") == 1.0
 
 
 def test_dcgm_names_only_on_request(world: World) -> None:
