@@ -238,6 +238,16 @@ def test_every_dashboard_panel_returns_data(prometheus: Prometheus) -> None:
     picked = {"namespace": "research", "node": "gpu-node-1"}
     for _title, promql in panel_queries(dashboard, picked):
         prometheus.query(promql)
+    # Each variable narrows every panel whose series carry its label: set to a
+    # value that matches nothing, it leaves them empty (or a count's 0).
+    carried_by = {"node": ("gpugraph_",), "namespace": ("gpugraph_container_", "gpugraph_pod_")}
+    for name, metrics in carried_by.items():
+        for title, promql in panel_queries(dashboard, {**everything, name: f"no-such-{name}"}):
+            if any(metric in promql for metric in metrics):
+                found = prometheus.query(promql)
+                assert found == [] or [(s["metric"], s["value"][1]) for s in found] == [
+                    ({}, "0")
+                ], f"{title} ignores ${name}: {promql}"
 
 
 def readme_promql() -> list[str]:
