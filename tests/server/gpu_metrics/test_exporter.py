@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.agents import AgentPool
 from api.gpu_metrics import GpuMetricsExporter
+from api.metrics import Metrics
 from graph_schema.records import NodeRecord
 from node_resolver.models import NodeSnapshot
 from tests.support.graph import (
@@ -370,3 +373,14 @@ def test_scrapes_within_the_ttl_share_one_agent_call_per_node(world: World) -> N
 
     asyncio.run(scrape_three_times())
     assert sorted(calls) == ["gpu-a", "gpu-b"]
+
+
+def test_the_readmes_per_replica_regex_keeps_the_servers_own_series_only(world: World) -> None:
+    """README: a PodMonitor keeping these names sees each replica's health, no GPU series."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    (regex,) = re.findall(r'action: keep, regex: "([^"]+)"', readme)
+    own = {name for name, _ in parse(Metrics().render())}
+    gpu = {name for name, _ in world.scrape(dcgm_names=True)}
+    assert own and gpu
+    assert [name for name in own if not re.fullmatch(regex, name)] == []
+    assert [name for name in gpu if re.fullmatch(regex, name)] == []
