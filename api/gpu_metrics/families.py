@@ -130,6 +130,7 @@ class _Families:
             )
 
     def all(self) -> Iterator[Metric]:
+        """Every family, in the order the exposition lists them."""
         yield from (
             self.agent_up,
             self.snapshot_age,
@@ -150,6 +151,7 @@ class _Families:
             yield from self.dcgm
 
     def add_node(self, cluster: Cluster, result: NodeResult) -> None:
+        """The node's series: agent_up always, the rest only from a snapshot."""
         node = result.node
         self.agent_up.add_metric([node], 1.0 if result.snapshot is not None else 0.0)
         if result.snapshot is None:
