@@ -183,6 +183,21 @@ def test_memory_in_no_pod_is_no_series_where_the_process_list_failed(
     assert value(s, name, node="gpu-b", gpu="0", reason="host_process") == 7 * GiB
 
 
+def test_a_borrowed_container_id_does_not_move_memory_to_its_pod(world: World) -> None:
+    """The pod UID of the cgroup path wins over its container ID, as in GraphQL."""
+    borrowed = world.chat0.containers[0].container_id
+    in_chat1 = process(60, 5 * GiB, container_id=borrowed, pod_uid=world.chat1.uid)
+    in_gone = process(61, 6 * GiB, container_id=borrowed, pod_uid="uid-of-a-deleted-pod")
+    world.snapshots.put(snapshot("gpu-a", [gpu_sample("gpu-a", 0, [in_chat1, in_gone])]))
+    s = world.scrape()
+    name = "gpugraph_container_gpu_memory_used_bytes"
+    assert not where(s, name, pod="chat-0")
+    # chat-1 does not own the container ID: the pod is known, its container is not.
+    assert value(s, name, pod="chat-1", container="") == 5 * GiB
+    unattributed = "gpugraph_gpu_unattributed_memory_bytes"
+    assert value(s, unattributed, node="gpu-a", gpu="0", reason="unknown_container") == 6 * GiB
+
+
 def test_gpus_beyond_the_request_are_unrequested(world: World) -> None:
     s = world.scrape()
     name = "gpugraph_pod_gpus_unrequested"
