@@ -70,10 +70,12 @@ class LoopStalls:
 
 
 def series_of(body: bytes) -> int:
+    """How many samples an exposition holds."""
     return sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
 
 
 def agents_down(body: bytes) -> int:
+    """How many nodes an exposition reports with ``gpugraph_agent_up 0``."""
     return sum(
         1
         for line in body.splitlines()
@@ -179,6 +181,7 @@ async def scrape_cost(nodes: int, pods: int, down: int, repeat: int) -> dict[str
 
 
 def report(rows: list[dict[str, Any]], pods: int) -> None:
+    """Print the benchmark's tables as Markdown."""
     print(
         f"\n# gpugraph metrics benchmark — {time.strftime('%Y-%m-%d')}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, {pods:,} pods\n"

@@ -20,6 +20,7 @@ __all__ = [
     "ContainerUsage",
     "NodeAttribution",
     "attribute_node",
+    "process_list_complete",
     "unattributed_reason",
 ]
 
@@ -64,7 +65,8 @@ class NodeAttribution:
     """One node's snapshot, attributed."""
 
     containers: dict[ContainerKey, ContainerUsage] = field(default_factory=dict)
-    # (gpu index, gpu uuid) -> reason -> bytes, every reason present for every GPU.
+    # (gpu index, gpu uuid) -> reason -> bytes, every reason present for every GPU
+    # whose process list is complete; a GPU whose list is not has no entry.
     unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
     # pod uid -> (pod, the GPUs or MIG devices its processes use)
     pod_devices: dict[str, tuple[PodRecord, set[str]]] = field(default_factory=dict)
@@ -78,6 +80,21 @@ def unattributed_reason(process: GpuProcess) -> str:
     return "host_process" if process.name is not None else "unresolved"
 
 
+def process_list_complete(gpu: GpuSample) -> bool:
+    """Whether the GPU's process list holds every process: no error took the GPU or a list down.
+
+    The agent marks a process list it could not read (the GPU's, or a MIG
+    device's, e.g. without the mig-monitor capability) in ``field_errors``
+    under a key naming ``processes``; the SM utilization samples are not the list.
+    """
+    if gpu.error:
+        return False
+    return not any(
+        "processes" in key.split(".") and not key.endswith(".sm_utilization")
+        for key in gpu.field_errors
+    )
+
+
 def _container_name(pod: PodRecord, container_id: str | None) -> str:
     if container_id:
         for container in pod.containers:
@@ -88,7 +105,10 @@ def _container_name(pod: PodRecord, container_id: str | None) -> str:
 
 def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) -> None:
     lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
-    result.unattributed[(gpu.index, gpu.uuid)] = lost
+    # Memory in no pod is only known where every process was listed: a list
+    # that failed would make it read 0 (and silence the leftover-process alert).
+    if process_list_complete(gpu):
+        result.unattributed[(gpu.index, gpu.uuid)] = lost
     for process in gpu.processes:
         ref = process.container
         container_id = (ref.container_id or None) if ref else None

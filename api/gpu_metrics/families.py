@@ -113,7 +113,7 @@ class _Families:
             "gpugraph_gpu_unattributed_memory_bytes",
             "GPU memory of processes in no cached pod, by reason: host_process (in no "
             "container), unknown_container (a container the cache does not know), "
-            "unresolved (the PID could not be read).",
+            "unresolved (the PID could not be read). None for a GPU whose process list failed.",
             ("node", "gpu", "gpu_uuid", "reason"),
         )
         self.unrequested = g(
@@ -130,6 +130,7 @@ class _Families:
             )
 
     def all(self) -> Iterator[Metric]:
+        """Every family, in the order the exposition lists them."""
         yield from (
             self.agent_up,
             self.snapshot_age,
@@ -150,6 +151,7 @@ class _Families:
             yield from self.dcgm
 
     def add_node(self, cluster: Cluster, result: NodeResult) -> None:
+        """The node's series: agent_up always, the rest only from a snapshot."""
         node = result.node
         self.agent_up.add_metric([node], 1.0 if result.snapshot is not None else 0.0)
         if result.snapshot is None:

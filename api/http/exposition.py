@@ -1,8 +1,9 @@
 """``/metrics`` responses: the text exposition, gzipped when the scraper accepts it.
 
 At 1,000 nodes the GPU series are tens of megabytes of highly repetitive text;
-Prometheus asks for gzip, which shrinks them about tenfold. Compressing runs in
-a worker thread, like the rendering, so it does not hold the event loop.
+Prometheus asks for gzip, which shrinks them about sixfold (bench/README.md).
+Compressing runs in a worker thread, like the rendering, so it does not hold
+the event loop.
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ endpoints: its relabelings must make them one target.
 from __future__ import annotations
 
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,21 @@ NODES = 4
 JOB = "gpugraph"
 # The same two replicas without the chart's relabelings: what a per-pod scrape would do.
 PER_POD_JOB = "per-pod"
+# kube-state-metrics' series for the demo pods the README's join examples name
+# (no kube-state-metrics runs here; these are its names and labels).
+KUBE_STATE_METRICS = "".join(
+    f"{line}\n"
+    for line in (
+        "# TYPE kube_pod_info gauge",
+        'kube_pod_info{namespace="research",pod="notebook-alice",uid="u1",'
+        'created_by_kind="StatefulSet",created_by_name="notebook-alice"} 1',
+        "# TYPE kube_pod_labels gauge",
+        'kube_pod_labels{namespace="research",pod="notebook-alice",uid="u1",'
+        'label_team="research"} 1',
+        'kube_pod_labels{namespace="inference",pod="chat-api-0",uid="u2",label_team="inference"} 1',
+        'kube_pod_labels{namespace="inference",pod="chat-api-1",uid="u3",label_team="inference"} 1',
+    )
+)
 
 
 def _snake(key: str) -> str:
@@ -110,16 +127,49 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
         yield running
 
 
+class _KubeStateMetrics(BaseHTTPRequestHandler):
+    """Answers every GET with KUBE_STATE_METRICS, as kube-state-metrics' /metrics would."""
+
+    def do_GET(self) -> None:
+        body = KUBE_STATE_METRICS.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # one line per scrape would bury a failing test's output
+
+
 @pytest.fixture(scope="module")
-def prometheus(demo: RunningDemo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def kube_state_metrics() -> Iterator[str]:
+    """``host:port`` of an HTTP server answering KUBE_STATE_METRICS."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _KubeStateMetrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    demo: RunningDemo, kube_state_metrics: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
     address = demo.url.removeprefix("http://")
-    with running_prometheus(
-        tmp_path_factory.mktemp("prometheus"), free_port(), scrape_configs(address)
-    ) as prom:
+    jobs = [
+        *scrape_configs(address),
+        {"job_name": "kube-state-metrics", "static_configs": [{"targets": [kube_state_metrics]}]},
+    ]
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), free_port(), jobs) as prom:
         eventually(
             lambda: (
                 len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == NODES
                 and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * NODES
+                and prom.query("kube_pod_info")
             ),
             60,
             interval=0.5,
@@ -238,6 +288,14 @@ def test_every_dashboard_panel_returns_data(prometheus: Prometheus) -> None:
     picked = {"namespace": "research", "node": "gpu-node-1"}
     for _title, promql in panel_queries(dashboard, picked):
         prometheus.query(promql)
+    # Each variable narrows every panel whose series carry its label: set to a
+    # value that matches nothing, it leaves them empty (or a count's 0).
+    carried_by = {"node": ("gpugraph_",), "namespace": ("gpugraph_container_", "gpugraph_pod_")}
+    for name, metrics in carried_by.items():
+        for title, promql in panel_queries(dashboard, {**everything, name: f"no-such-{name}"}):
+            if any(metric in promql for metric in metrics):
+                narrowed = [(s["metric"], s["value"][1]) for s in prometheus.query(promql)]
+                assert narrowed in ([], [({}, "0")]), f"{title} ignores ${name}: {promql}"
 
 
 def readme_promql() -> list[str]:
@@ -255,12 +313,26 @@ def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
     queries = readme_promql()
     assert len(queries) >= 4
     results = [prometheus.query(q) for q in queries]
-    shared, orphaned = results[0], results[1]
+    shared, orphaned, owners, by_team, down = results[:5]
     # The demo's shared GPU: the two inference pods (once per job).
     assert {s["metric"]["pod"] for s in shared} == {"chat-api-0", "chat-api-1"}
     assert {(s["metric"]["node"], s["metric"]["reason"]) for s in orphaned} == {
         ("gpu-node-0", "host_process")
     }
+    # The joins with kube-state-metrics' series.
+    assert {(s["metric"]["pod"], s["metric"]["created_by_kind"]) for s in owners} == {
+        ("notebook-alice", "StatefulSet")
+    }
+    pods = vector(
+        prometheus,
+        f'sum by (namespace, pod) (gpugraph_container_gpu_memory_used_bytes{{job="{JOB}"}})',
+    )
+    # Both jobs scrape the same server, so each sum counts the memory twice.
+    assert {s["metric"]["label_team"]: float(s["value"][1]) for s in by_team} == {
+        "inference": 2 * (pods[("inference", "chat-api-0")] + pods[("inference", "chat-api-1")]),
+        "research": 2 * pods[("research", "notebook-alice")],
+    }
+    assert {s["metric"]["node"] for s in down} == {"gpu-node-3"}
 
 
 def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
@@ -306,15 +378,18 @@ def test_under_auth_prometheus_needs_a_token_allowed_get_metrics(
             def health() -> dict[str, tuple[str, str]]:
                 return {t["labels"]["job"]: (t["health"], t["lastError"]) for t in prom.targets()}
 
+            def settled() -> bool:
+                # One look at the targets: two looks could see one target, then
+                # a second not scraped yet.
+                states = health()
+                admin, research = states.get("admin"), states.get("research")
+                return admin == ("up", "") and research is not None and "403" in research[1]
+
+            # A first scrape may still time out (the interval is 1 s) before it
+            # settles; one that lets research in never does.
             eventually(
-                lambda: all(h != "unknown" for h, _ in health().values()) and len(health()) == 2,
-                60,
-                interval=0.5,
-                what="both targets scraped",
+                settled, 60, interval=0.5, what="admin's target up, research's refused (403)"
             )
-            states = health()
-            assert states["admin"] == ("up", "")
-            assert states["research"][0] == "down" and "403" in states["research"][1]
             eventually(
                 lambda: prom.query('gpugraph_agent_up{job="admin"}'), 30, what="admin's series"
             )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.agents import AgentPool
 from api.gpu_metrics import GpuMetricsExporter
+from api.metrics import Metrics
 from graph_schema.records import NodeRecord
 from node_resolver.models import NodeSnapshot
 from tests.support.graph import (
@@ -157,6 +160,44 @@ def test_memory_in_no_pod_is_counted_by_reason(world: World) -> None:
     assert len(where(s, name)) == 4 * 3
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [
+        {"field_errors": {"processes.graphics": "UNKNOWN"}},
+        {"field_errors": {"mig_devices[0].processes.compute": "NO_PERMISSION"}},
+        {"error": "GPU_IS_LOST"},
+    ],
+)
+def test_memory_in_no_pod_is_no_series_where_the_process_list_failed(
+    world: World, failure: dict[str, Any]
+) -> None:
+    host = process(40, 7 * GiB, name="python3")
+    broken = gpu_sample("gpu-b", 1, [host], **failure)
+    sm_only = gpu_sample("gpu-b", 0, [host], field_errors={"processes.sm_utilization": "UNKNOWN"})
+    world.snapshots.put(snapshot("gpu-b", [sm_only, broken]))
+    s = world.scrape()
+    name = "gpugraph_gpu_unattributed_memory_bytes"
+    # A list that could not be read is not "nothing lost": no series, not 0.
+    assert not where(s, name, node="gpu-b", gpu="1")
+    # Missing SM samples leave the list whole.
+    assert value(s, name, node="gpu-b", gpu="0", reason="host_process") == 7 * GiB
+
+
+def test_a_borrowed_container_id_does_not_move_memory_to_its_pod(world: World) -> None:
+    """The pod UID of the cgroup path wins over its container ID, as in GraphQL."""
+    borrowed = world.chat0.containers[0].container_id
+    in_chat1 = process(60, 5 * GiB, container_id=borrowed, pod_uid=world.chat1.uid)
+    in_gone = process(61, 6 * GiB, container_id=borrowed, pod_uid="uid-of-a-deleted-pod")
+    world.snapshots.put(snapshot("gpu-a", [gpu_sample("gpu-a", 0, [in_chat1, in_gone])]))
+    s = world.scrape()
+    name = "gpugraph_container_gpu_memory_used_bytes"
+    assert not where(s, name, pod="chat-0")
+    # chat-1 does not own the container ID: the pod is known, its container is not.
+    assert value(s, name, pod="chat-1", container="") == 5 * GiB
+    unattributed = "gpugraph_gpu_unattributed_memory_bytes"
+    assert value(s, unattributed, node="gpu-a", gpu="0", reason="unknown_container") == 6 * GiB
+
+
 def test_gpus_beyond_the_request_are_unrequested(world: World) -> None:
     s = world.scrape()
     name = "gpugraph_pod_gpus_unrequested"
@@ -171,6 +212,7 @@ def test_a_dead_agent_is_agent_up_0_and_no_series_for_its_node(world: World) -> 
     s = world.scrape()
     assert value(s, "gpugraph_agent_up", node="gpu-b") == 0
     assert value(s, "gpugraph_agent_up", node="gpu-a") == 1
+    assert value(s, "gpugraph_agent_snapshot_age_seconds", node="gpu-a") == 0.25
     # agent_up is the node's only series.
     assert [name for name, labels in s if ("node", "gpu-b") in labels] == ["gpugraph_agent_up"]
     assert not where(s, "gpugraph_gpu_memory_used_bytes", node="gpu-b")
@@ -241,6 +283,32 @@ def test_mig_devices_are_a_label(world: World) -> None:
     s = world.scrape()
     assert value(s, "gpugraph_container_gpu_memory_used_bytes", mig_device="MIG-1234") == 5 * GiB
     assert value(s, "gpugraph_gpu_info", node="gpu-b", mig_enabled="true") == 1
+
+
+def test_each_mig_device_a_pod_uses_counts_against_its_request(world: World) -> None:
+    """Under the device plugin's single MIG strategy each MIG device is one nvidia.com/gpu."""
+    pod = world.greedy  # requested one
+    on_mig = []
+    for pid, device in ((30, "MIG-a"), (31, "MIG-b")):
+        p = process(pid, GiB, container_id=pod.containers[0].container_id, pod_uid=pod.uid)
+        p.mig_device_uuid = device
+        on_mig.append(p)
+    world.snapshots.put(snapshot("gpu-b", [gpu_sample("gpu-b", 0, on_mig, mig_enabled=True)]))
+    s = world.scrape()
+    assert value(s, "gpugraph_pod_gpus_unrequested", pod="greedy") == 1
+
+
+def test_a_containers_sm_utilization_is_a_ratio_of_at_most_1(world: World) -> None:
+    pod = world.greedy
+    busy = []
+    for pid, sm in ((20, 80), (21, 60)):
+        p = process(pid, GiB, container_id=pod.containers[0].container_id, pod_uid=pod.uid)
+        p.sm_utilization = sm
+        busy.append(p)
+    world.snapshots.put(snapshot("gpu-b", [gpu_sample("gpu-b", 0, busy)]))
+    s = world.scrape()
+    # The driver's per-process samples can add up past 100 % within one period.
+    assert value(s, "gpugraph_container_gpu_sm_utilization_ratio", pod="greedy") == 1.0
 
 
 def test_dcgm_names_only_on_request(world: World) -> None:
@@ -320,3 +388,14 @@ def test_scrapes_within_the_ttl_share_one_agent_call_per_node(world: World) -> N
 
     asyncio.run(scrape_three_times())
     assert sorted(calls) == ["gpu-a", "gpu-b"]
+
+
+def test_the_readmes_per_replica_regex_keeps_the_servers_own_series_only(world: World) -> None:
+    """README: a PodMonitor keeping these names sees each replica's health, no GPU series."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    (regex,) = re.findall(r'action: keep, regex: "([^"]+)"', readme)
+    own = {name for name, _ in parse(Metrics().render())}
+    gpu = {name for name, _ in world.scrape(dcgm_names=True)}
+    assert own and gpu
+    assert [name for name in own if not re.fullmatch(regex, name)] == []
+    assert [name for name in gpu if re.fullmatch(regex, name)] == []
