@@ -8,6 +8,7 @@ answers, and the fake GPUs are rewritten under it to see the page follow.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 import api.http.cluster_map as cluster_map
+from api.demo.runner import Demo
 from api.http.cluster_map import ASSET_FILES, MAP_PATH, STATIC_URL
 from api.http.map_queries import GPU_QUERY
 from api.http.offline_assets import BUILD_COMMAND, all_present
@@ -388,4 +390,37 @@ def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: 
         page.wait_for_selector('#status[data-state="reconnecting"]', timeout=TIMEOUT_MS)
         assert page.locator(".nodes.stale").count() == 1
         screenshot(page, tmp_path, "map-stale.png")
+    assert browser.blocked == []
+
+
+def test_a_token_revoked_mid_subscription_brings_the_prompt_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_chromium()
+    _require_assets()
+    # Reviews kept for a second: the subscription re-checks its caller within a few ticks.
+    settings = Demo.settings
+    monkeypatch.setattr(
+        Demo, "settings", lambda demo: dataclasses.replace(settings(demo), auth_cache_ttl=1.0)
+    )
+    with (
+        live_demo(nodes=NODES, gpus_per_node=2, interval=0.5, auth=True) as demo,
+        chromium(tmp_path / "profile") as browser,
+    ):
+        reviews = demo.demo.api.reviews  # type: ignore[union-attr]
+        page = browser.page
+        page.goto(f"{demo.url}{MAP_PATH}", timeout=TIMEOUT_MS)
+        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
+        page.fill("#auth-token", reviews.token_of("research-user"))
+        page.click("#auth-form button[type=submit]")
+        _wait_ticks(page, 2)
+        assert page.locator("#auth").is_hidden()
+
+        reviews.revoke("research-user")
+        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
+        assert "no longer accepts" in page.inner_text("#auth-error")
+        assert page.evaluate("() => sessionStorage.getItem('gpugraph.map.token')") is None
+        # The ending result is not read as the user's one node going down.
+        assert page.locator("section.node").count() == 1
+        assert page.locator("section.node.down").count() == 0
     assert browser.blocked == []

@@ -52,10 +52,11 @@ function isUnauthenticated(errors) {
 
 /**
  * Subscribe to ``document``; calls ``onResult`` with every tick's result,
- * ``onState`` with "connecting" | "live" | "closed", and ``onAuth`` when the
- * server refuses the token. Reconnects with a capped backoff. Returns a stop().
+ * ``onState`` with "connecting" | "live" | "closed", ``onAuth`` when the
+ * server refuses the token, and ``onEnd`` when the server ends the
+ * subscription. Reconnects with a capped backoff. Returns a stop().
  */
-export function subscribe(path, document, variables, { onResult, onState, onAuth, onError }) {
+export function subscribe(path, document, variables, { onResult, onState, onAuth, onError, onEnd }) {
   const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
   const client = createClient({
     url: `${scheme}//${window.location.host}${path}`,
@@ -74,12 +75,14 @@ export function subscribe(path, document, variables, { onResult, onState, onAuth
   const stop = client.subscribe(
     { query: document, variables, operationName: "ClusterMapLive" },
     {
-      next: onResult,
+      // A token revoked mid-subscription ends it with a last result whose
+      // errors say UNAUTHENTICATED, not with a closed socket.
+      next: (result) => (isUnauthenticated(result.errors) ? onAuth() : onResult(result)),
       error: (error) => {
         if (AUTH_CLOSE_CODES.has(error?.code) || isUnauthenticated(error)) onAuth();
         else onError(error);
       },
-      complete: () => onState("closed"),
+      complete: onEnd,
     },
   );
   return () => {

@@ -139,13 +139,19 @@ export class MapApp {
           if (back) this._resync();
         }),
         onAuth: current(() => this._askToken("the server no longer accepts this token")),
-        onError: current((error) => {
-          this._banner(`The live updates stopped: ${describe(error)}. Restarting.`);
-          this._stopSubscription();
-          setTimeout(() => this._subscribe(), 5000);
-        }),
+        onError: current((error) => this._restart(`The live updates stopped: ${describe(error)}`)),
+        // The server ended it (e.g. it could not re-check the token): start over.
+        onEnd: current(() => this._restart("The server ended the live updates")),
       },
     );
+  }
+
+  _restart(message) {
+    this._banner(`${message}. Restarting.`);
+    this._stopSubscription();
+    this.connection = "closed";
+    this._renderStatus();
+    setTimeout(() => this._subscribe(), 5000);
   }
 
   _stopSubscription() {
@@ -156,8 +162,15 @@ export class MapApp {
 
   /** Apply one subscription result (a tick) to the model and the DOM. */
   applyTick(result) {
+    // A tick without data (the whole operation failed) says nothing about the
+    // nodes: reading it as "no GPU answered" would grey out every node.
+    if (!result.data?.gpuUpdates) {
+      this._banner(`The last update failed: ${describe(result.errors ?? [])}`);
+      return;
+    }
+    this._banner(null);
     const started = performance.now();
-    const gpus = result.data?.gpuUpdates ?? [];
+    const gpus = result.data.gpuUpdates;
     const { changed, nodesChanged, unknown } = this.model.applyTick(gpus, result.errors ?? []);
     this.lastTick = Date.now();
     for (const name of nodesChanged) this._redrawNode(name);
