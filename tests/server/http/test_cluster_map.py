@@ -424,3 +424,51 @@ def test_a_token_revoked_mid_subscription_brings_the_prompt_back(
         assert page.locator("section.node").count() == 1
         assert page.locator("section.node.down").count() == 0
     assert browser.blocked == []
+
+
+# Markup in every string the API hands the page. Kubernetes names cannot hold
+# it, but NVML's product names and agents' error messages can, and the page
+# must not depend on the server's validation to stay inert.
+HOSTILE = "<img src=x class=injected>\"'&"
+
+
+def test_names_and_messages_from_the_api_are_text_never_markup(
+    demo: LiveDemo, tmp_path: Path
+) -> None:
+    cluster = demo.demo.cluster
+    _, shared_uuid = cluster.shared_gpu
+    with chromium(tmp_path / "profile") as browser:
+        page = _open_map(browser, demo.url)
+        _wait_ticks(page, 1)
+        demo.freeze_gpus()
+        # A tick through the page's own path, with markup in every string field.
+        page.evaluate(
+            """([uuid, evil, down]) => {
+                const map = window.gpugraphMap;
+                const gpus = [...map.model.gpus.values()].map((e) => e.gpu);
+                const gpu = gpus.find((g) => g.uuid === uuid);
+                gpu.name = evil;
+                gpu.error = evil;
+                gpu.processes = gpu.processes.map((p) => ({
+                    ...p,
+                    container: { name: evil },
+                    pod: { namespace: evil, name: evil, gpuRequest: 0 },
+                }));
+                const error = { message: `agent on node '${down}' unavailable: ${evil}` };
+                map.applyTick({ data: { gpuUpdates: gpus }, errors: [error] });
+            }""",
+            [shared_uuid, HOSTILE, cluster.down_node],
+        )
+        tile = _tile(page, shared_uuid)
+        tile.click()
+        details = page.inner_text("#details")
+        assert HOSTILE in details  # GPU name, error, pod and container, as text
+        assert f"{HOSTILE}/{HOSTILE}" in page.inner_text("#pods")
+        assert HOSTILE in page.inner_text(f'section[data-node="{cluster.down_node}"] .n-status')
+        assert HOSTILE in (tile.get_attribute("aria-label") or "")
+        assert tile.locator(".seg.pod").first.get_attribute("data-pod") == f"{HOSTILE}/{HOSTILE}"
+        # The pod is still a pod: selecting it highlights its GPU.
+        page.locator("#pods .pod-link", has_text=f"{HOSTILE}/{HOSTILE}").click()
+        assert "hl" in (tile.get_attribute("class") or "")
+        assert page.locator("img, .injected").count() == 0
+    assert browser.blocked == []
