@@ -281,6 +281,19 @@ def test_a_change_of_the_fake_gpus_shows_without_a_reload(demo: LiveDemo, tmp_pa
         assert pods == ["inference/chat-api-0"]
         assert tile.locator(".m-shared").count() == 0
         assert "MIG enabled" in (tile.get_attribute("aria-label") or "")
+
+        def lost(gpu: dict[str, Any]) -> None:
+            split(gpu)
+            if gpu["uuid"] == shared_uuid:
+                gpu["error"] = "GPU is lost"
+
+        # A failing GPU says so on its tile; its node's other GPUs are unaffected.
+        demo.set_gpus(shared_node, lost)
+        tile.locator(".m-err").wait_for(timeout=TIMEOUT_MS)
+        assert tile.locator(".m-err").get_attribute("title") == "GPU error: GPU is lost"
+        node = page.locator(f'section[data-node="{shared_node}"]')
+        assert node.locator(".tile.down").count() == 0
+        assert node.locator(".m-err").count() == 1
         # The same document, one socket, no request but the first load's.
         assert page.evaluate("() => window.sameDocument") is True
         assert len([u for u in browser.requested if "/graphql" in u]) == 1
