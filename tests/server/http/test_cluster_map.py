@@ -298,6 +298,10 @@ def test_a_change_of_the_fake_gpus_shows_without_a_reload(demo: LiveDemo, tmp_pa
         assert page.evaluate("() => window.sameDocument") is True
         assert len([u for u in browser.requested if "/graphql" in u]) == 1
         screenshot(page, tmp_path, "map-live.png")
+        # Back to the demo's own GPUs, for the tests that share this demo.
+        demo.set_gpus(shared_node, lambda gpu: None)
+        tile.locator(".m-shared").wait_for(timeout=TIMEOUT_MS)
+        assert tile.locator(".m-err").count() == 0
     _only_local(browser, demo.url)
 
 
@@ -453,20 +457,23 @@ def test_names_and_messages_from_the_api_are_text_never_markup(
     with chromium(tmp_path / "profile") as browser:
         page = _open_map(browser, demo.url)
         _wait_ticks(page, 1)
-        demo.freeze_gpus()
-        # A tick through the page's own path, with markup in every string field.
+        # A tick through the page's own path, with markup in every string field;
+        # the server's ticks are stopped so that none redraws it before the checks.
         page.evaluate(
             """([uuid, evil, down]) => {
                 const map = window.gpugraphMap;
+                map.stopLive();
                 const gpus = [...map.model.gpus.values()].map((e) => e.gpu);
                 const gpu = gpus.find((g) => g.uuid === uuid);
                 gpu.name = evil;
                 gpu.error = evil;
-                gpu.processes = gpu.processes.map((p) => ({
-                    ...p,
+                gpu.processes = [{
+                    pid: 4242,
+                    usedMemoryBytes: 2 ** 30,
+                    smUtilization: 5,
                     container: { name: evil },
                     pod: { namespace: evil, name: evil, gpuRequest: 0 },
-                }));
+                }];
                 const error = { message: `agent on node '${down}' unavailable: ${evil}` };
                 map.applyTick({ data: { gpuUpdates: gpus }, errors: [error] });
             }""",
