@@ -17,30 +17,21 @@ from typing import Any
 import httpx
 import pytest
 
-import api.http.cluster_map as cluster_map
 from api.demo.runner import Demo
-from api.http.cluster_map import ASSET_FILES, MAP_PATH, STATIC_URL
+from api.http.cluster_map import MAP_PATH, STATIC_URL
 from api.http.map_queries import GPU_QUERY
-from api.http.offline_assets import BUILD_COMMAND, all_present
-from tests.support import require
 from tests.support.browser import TIMEOUT_MS, Browser, chromium, require_chromium, screenshot
 from tests.support.demo import LiveDemo, live_demo
+from tests.support.map_assets import require_map_assets
 
 pytestmark = pytest.mark.browser
 
 NODES, GPUS = 3, 4
 
 
-def _require_assets() -> None:
-    require(
-        all_present(cluster_map.DEFAULT_STATIC_DIR, ASSET_FILES),
-        f"the cluster map's assets are not built; run `{BUILD_COMMAND}`",
-    )
-
-
 @pytest.fixture(scope="module")
 def demo() -> Iterator[LiveDemo]:
-    _require_assets()
+    require_map_assets()
     with live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5) as running:
         yield running
 
@@ -232,7 +223,10 @@ def test_filters_and_keyboard(demo: LiveDemo, tmp_path: Path) -> None:
 
         # Keyboard: Tab reaches the first tile; arrows move; Enter pins its details.
         first = page.locator(".tile[data-uuid]").first
-        first.focus()
+        page.focus("#graphiql-link")  # the header's last control
+        page.keyboard.press("Tab")
+        focused = page.evaluate("() => document.activeElement.dataset.uuid")
+        assert focused == first.get_attribute("data-uuid")
         page.keyboard.press("ArrowRight")
         second = page.evaluate("() => document.activeElement.dataset.uuid")
         assert second == page.locator(".tile[data-uuid]").nth(1).get_attribute("data-uuid")
@@ -307,7 +301,7 @@ def test_a_change_of_the_fake_gpus_shows_without_a_reload(demo: LiveDemo, tmp_pa
 
 def test_an_agent_that_stops_greys_its_node_without_a_reload(tmp_path: Path) -> None:
     require_chromium()
-    _require_assets()
+    require_map_assets()
     with (
         live_demo(nodes=NODES, gpus_per_node=2, interval=0.5) as demo,
         chromium(tmp_path / "profile") as browser,
@@ -364,7 +358,7 @@ def test_graphiql_link_opens_the_gpus_query(demo: LiveDemo, tmp_path: Path) -> N
 
 def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: Path) -> None:
     require_chromium()
-    _require_assets()
+    require_map_assets()
     with (
         live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5, auth=True) as demo,
         chromium(tmp_path / "profile") as browser,
@@ -414,7 +408,7 @@ def test_a_token_revoked_mid_subscription_brings_the_prompt_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     require_chromium()
-    _require_assets()
+    require_map_assets()
     # Reviews kept for a second: the subscription re-checks its caller within a few ticks.
     settings = Demo.settings
     monkeypatch.setattr(
