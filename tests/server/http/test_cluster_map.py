@@ -218,6 +218,10 @@ def test_filters_and_keyboard(demo: LiveDemo, tmp_path: Path) -> None:
         page.select_option("#f-ns", "")
         page.fill("#f-node", "gpu-node-1")
         assert visible() == {u for u, n in truth.items() if n == "gpu-node-1"}
+        # Enter in the field filters in place: no form submission, no navigation.
+        page.press("#f-node", "Enter", no_wait_after=True)
+        assert visible() == {u for u, n in truth.items() if n == "gpu-node-1"}
+        assert page.evaluate("() => performance.getEntriesByType('navigation').length") == 1
         page.fill("#f-node", "")
         assert visible() == set(truth)
 

@@ -9,7 +9,7 @@ import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } fro
 const SKELETON = `
 <header class="top">
   <h1>gpugraph <span>GPU map</span></h1>
-  <form class="filters" aria-label="Filters">
+  <form id="filters" class="filters" aria-label="Filters">
     <label>Namespace <select id="f-ns"><option value="">all</option></select></label>
     <label>Node <input id="f-node" type="search" placeholder="name contains" autocomplete="off"></label>
     <label>Show <select id="f-only">
@@ -25,7 +25,7 @@ const SKELETON = `
 </header>
 <div id="banner" class="banner" role="alert" hidden></div>
 <main class="layout">
-  <div id="nodes" class="nodes" aria-label="GPUs by node"></div>
+  <div id="nodes" class="nodes" role="region" aria-label="GPUs by node"></div>
   <aside class="side">
     <section id="details" class="details" aria-live="polite"></section>
     <section class="pods-box">
@@ -408,6 +408,8 @@ export class MapApp {
   _bind() {
     for (const id of ["f-ns", "f-only"]) this.$(id).addEventListener("change", () => this._applyFilters());
     this.$("f-node").addEventListener("input", () => this._applyFilters());
+    // Enter in the node field would submit the form: a navigation the CSP refuses.
+    this.$("filters").addEventListener("submit", (event) => event.preventDefault());
     this.nodesEl.addEventListener("mouseover", (event) => {
       const tile = event.target.closest?.(".tile");
       const uuid = tile?.dataset.uuid ?? null;

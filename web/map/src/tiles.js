@@ -110,7 +110,7 @@ export function updateTile(el, entry) {
 }
 
 /** A whole tile, its element included. */
-export function tileHtml(entry, down) {
+function tileHtml(entry, down) {
   return (
     `<div class="tile${down ? " down" : ""}" role="button" tabindex="-1" data-uuid="${esc(entry.uuid)}" ` +
     `aria-label="${esc(tileLabel(entry, down))}" title="${esc(entry.uuid)}">${tileInner(entry)}</div>`
