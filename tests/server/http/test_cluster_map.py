@@ -441,6 +441,45 @@ def test_a_token_revoked_mid_subscription_brings_the_prompt_back(
     assert browser.blocked == []
 
 
+def test_while_tokens_cannot_be_checked_the_map_keeps_its_token_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_chromium()
+    require_map_assets()
+    settings = Demo.settings
+    monkeypatch.setattr(
+        Demo, "settings", lambda demo: dataclasses.replace(settings(demo), auth_cache_ttl=1.0)
+    )
+    with (
+        live_demo(nodes=NODES, gpus_per_node=2, interval=0.5, auth=True) as demo,
+        chromium(tmp_path / "profile") as browser,
+    ):
+        api = demo.demo.api
+        assert api is not None
+        token = api.reviews.token_of("research-user")
+        page = browser.page
+        page.goto(f"{demo.url}{MAP_PATH}", timeout=TIMEOUT_MS)
+        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
+        page.fill("#auth-token", token)
+        page.click("#auth-form button[type=submit]")
+        _wait_ticks(page, 2)
+
+        # The API server answers reviews with 503: the subscription ends, and its
+        # new socket is refused (4403) as for a bad token; but the token was not
+        # refused, so the page must not ask for another.
+        api.reviews.unavailable = True
+        page.locator("#banner", has_text="cannot check credentials").wait_for(timeout=TIMEOUT_MS)
+        assert page.locator("#auth").is_hidden()
+        assert page.evaluate("() => sessionStorage.getItem('gpugraph.map.token')") == token
+        screenshot(page, tmp_path, "map-no-reviews.png")
+        # Back: the same token, live again, with no prompt in between.
+        api.reviews.unavailable = False
+        page.wait_for_selector("#banner[hidden]", state="attached", timeout=TIMEOUT_MS)
+        page.wait_for_selector('#status[data-state="live"]', timeout=TIMEOUT_MS)
+        assert page.locator("#auth").is_hidden()
+    assert browser.blocked == []
+
+
 # Markup in every string the API hands the page. Kubernetes names cannot hold
 # it, but NVML's product names and agents' error messages can, and the page
 # must not depend on the server's validation to stay inert.

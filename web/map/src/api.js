@@ -27,7 +27,7 @@ function authHeaders() {
   return value ? { Authorization: `Bearer ${value}` } : {};
 }
 
-/** POST one query; its JSON result, AuthRequired on 401, Error on anything else. */
+/** POST one query; its JSON result with data, AuthRequired on 401, Error on anything else. */
 export async function query(path, document, operationName) {
   const response = await fetch(path, {
     method: "POST",
@@ -39,8 +39,10 @@ export async function query(path, document, operationName) {
     throw new AuthRequired(body.error || "the server wants a bearer token");
   }
   const body = await response.json().catch(() => null);
-  if (body === null || (!body.data && body.errors)) {
-    const message = body?.errors?.map((e) => e.message).join("; ") || response.statusText;
+  // Without data: a GraphQL error, or the server's own JSON error (a 503
+  // while the Kubernetes API server cannot check tokens).
+  if (!body?.data) {
+    const message = body?.errors?.map((e) => e.message).join("; ") || body?.error || response.statusText;
     throw new Error(`${response.status}: ${message}`);
   }
   return body;

@@ -58,6 +58,8 @@ const SKELETON = `
 
 const HINT =
   '<p class="hint">Hover or select a GPU for its processes. Arrow keys move between GPUs, Enter pins one, Escape clears. Click a pod to highlight its GPUs on every node.</p>';
+// The cheapest query there is: does the server accept the token?
+const TOKEN_CHECK = "query TokenCheck { __typename }";
 // A new ClusterMap query (a node joined, an agent came back) at most this often.
 const RESYNC_SPACING_MS = 10_000;
 
@@ -140,12 +142,30 @@ export class MapApp {
           this._renderStatus();
           if (back) this._resync();
         }),
-        onAuth: current(() => this._askToken("the server no longer accepts this token")),
+        onAuth: current(() => this._socketRefused()),
         onError: current((error) => this._restart(`The live updates stopped: ${describe(error)}`)),
         // The server ended it (e.g. it could not re-check the token): start over.
         onEnd: current(() => this._restart("The server ended the live updates")),
       },
     );
+  }
+
+  // The socket says only "refused" (4403), both for a bad token and while the
+  // Kubernetes API server cannot check one; a query tells the two apart, so a
+  // passing outage keeps the token instead of asking for another.
+  async _socketRefused() {
+    this._stopSubscription();
+    try {
+      await query(this.config.graphqlPath, TOKEN_CHECK, "TokenCheck");
+    } catch (error) {
+      if (error instanceof AuthRequired) {
+        this._askToken(`the server no longer accepts this token (${error.message})`);
+        return;
+      }
+      this._restart(`The live updates were refused: ${error.message}`);
+      return;
+    }
+    this._restart("The live updates were refused, though the token passes");
   }
 
   _restart(message) {
