@@ -8,6 +8,7 @@ answers, and the fake GPUs are rewritten under it to see the page follow.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.demo.cluster import StubApiServer
 from api.demo.runner import Demo
 from api.http.cluster_map import MAP_PATH, STATIC_URL
 from api.http.map_queries import GPU_QUERY
@@ -408,42 +410,15 @@ def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: 
     assert browser.blocked == []
 
 
-def test_a_token_revoked_mid_subscription_brings_the_prompt_back(
+@contextlib.contextmanager
+def _signed_in_with_short_reviews(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require_chromium()
-    require_map_assets()
-    # Reviews kept for a second: the subscription re-checks its caller within a few ticks.
-    settings = Demo.settings
-    monkeypatch.setattr(
-        Demo, "settings", lambda demo: dataclasses.replace(settings(demo), auth_cache_ttl=1.0)
-    )
-    with (
-        live_demo(nodes=NODES, gpus_per_node=2, interval=0.5, auth=True) as demo,
-        chromium(tmp_path / "profile") as browser,
-    ):
-        reviews = demo.demo.api.reviews  # type: ignore[union-attr]
-        page = browser.page
-        page.goto(f"{demo.url}{MAP_PATH}", timeout=TIMEOUT_MS)
-        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
-        page.fill("#auth-token", reviews.token_of("research-user"))
-        page.click("#auth-form button[type=submit]")
-        _wait_ticks(page, 2)
-        assert page.locator("#auth").is_hidden()
+) -> Iterator[tuple[StubApiServer, Any, str]]:
+    """The map of an auth demo whose reviews are kept for a second, signed in as research-user.
 
-        reviews.revoke("research-user")
-        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
-        assert "no longer accepts" in page.inner_text("#auth-error")
-        assert page.evaluate("() => sessionStorage.getItem('gpugraph.map.token')") is None
-        # The ending result is not read as the user's one node going down.
-        assert page.locator("section.node").count() == 1
-        assert page.locator("section.node.down").count() == 0
-    assert browser.blocked == []
-
-
-def test_while_tokens_cannot_be_checked_the_map_keeps_its_token_and_says_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    The subscription re-checks its caller once the reviews expire, so what
+    happens to the token shows within a few ticks.
+    """
     require_chromium()
     require_map_assets()
     settings = Demo.settings
@@ -463,7 +438,28 @@ def test_while_tokens_cannot_be_checked_the_map_keeps_its_token_and_says_why(
         page.fill("#auth-token", token)
         page.click("#auth-form button[type=submit]")
         _wait_ticks(page, 2)
+        assert page.locator("#auth").is_hidden()
+        yield api, page, token
+    assert browser.blocked == []
 
+
+def test_a_token_revoked_mid_subscription_brings_the_prompt_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _signed_in_with_short_reviews(tmp_path, monkeypatch) as (api, page, _):
+        api.reviews.revoke("research-user")
+        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
+        assert "no longer accepts" in page.inner_text("#auth-error")
+        assert page.evaluate("() => sessionStorage.getItem('gpugraph.map.token')") is None
+        # The ending result is not read as the user's one node going down.
+        assert page.locator("section.node").count() == 1
+        assert page.locator("section.node.down").count() == 0
+
+
+def test_while_tokens_cannot_be_checked_the_map_keeps_its_token_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _signed_in_with_short_reviews(tmp_path, monkeypatch) as (api, page, token):
         # The API server answers reviews with 503: the subscription ends, and its
         # new socket is refused (4403) as for a bad token; but the token was not
         # refused, so the page must not ask for another.
@@ -477,7 +473,6 @@ def test_while_tokens_cannot_be_checked_the_map_keeps_its_token_and_says_why(
         page.wait_for_selector("#banner[hidden]", state="attached", timeout=TIMEOUT_MS)
         page.wait_for_selector('#status[data-state="live"]', timeout=TIMEOUT_MS)
         assert page.locator("#auth").is_hidden()
-    assert browser.blocked == []
 
 
 # Markup in every string the API hands the page. Kubernetes names cannot hold
