@@ -13,9 +13,10 @@ function graphiqlLink(config, uuid) {
   return `<a class="graphiql" href="${esc(`${config.graphiqlPath}#${hash}`)}" target="_blank" rel="noopener">Open this GPU's query in GraphiQL</a>`;
 }
 
-function podButton(pod, selected) {
+// ``after`` is HTML, written by the caller.
+function podButton(pod, selected, after = "") {
   const key = podKey(pod);
-  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${podColor(key)}"></span><span>${esc(pod.namespace)}/<wbr>${esc(pod.name)}</span></button>`;
+  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${podColor(key)}"></span><span>${esc(pod.namespace)}/<wbr>${esc(pod.name)}</span>${after}</button>`;
 }
 
 /** The details of one GPU: its numbers, markers and processes. */
@@ -55,7 +56,7 @@ export function podsHtml(pods, selectedPod) {
     .map((pod) => {
       const where = count(pod.gpus.length, "GPU") + (pod.nodes.size > 1 ? ` on ${pod.nodes.size} nodes` : "");
       const flag = pod.gpuRequest ? "" : ' <span class="mark m-unreq" title="no GPU request">!</span>';
-      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod).replace("</button>", ` <span class="count">${where}</span>${flag}</button>`)}</li>`;
+      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
     });
   return items.join("");
 }
