@@ -516,6 +516,9 @@ def test_names_and_messages_from_the_api_are_text_never_markup(
         details = page.inner_text("#details")
         assert HOSTILE in details  # GPU name, error, pod and container, as text
         assert f"{HOSTILE}/{HOSTILE}" in page.inner_text("#pods")
+        # Its namespace, new with this tick, is offered by the filter at once.
+        options = page.eval_on_selector_all("#f-ns option", "els => els.map(e => e.value)")
+        assert HOSTILE in options
         assert HOSTILE in page.inner_text(f'section[data-node="{cluster.down_node}"] .n-status')
         assert HOSTILE in (tile.get_attribute("aria-label") or "")
         assert tile.locator(".seg.pod").first.get_attribute("data-pod") == f"{HOSTILE}/{HOSTILE}"

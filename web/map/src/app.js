@@ -254,7 +254,6 @@ export class MapApp {
         this.shapes.set(uuid, tileShape(gpus.get(uuid)));
       }
     }
-    this._renderNamespaces();
     this.podKeys = "";
     this._renderPods();
     this._applyHighlight();
@@ -302,10 +301,10 @@ export class MapApp {
     }
   }
 
-  _renderNamespaces() {
+  _renderNamespaces(pods) {
     const select = this.$("f-ns");
     const current = select.value;
-    const namespaces = [...new Set([...this.model.pods().values()].map((p) => p.namespace))].sort();
+    const namespaces = [...new Set([...pods.values()].map((p) => p.namespace))].sort();
     select.innerHTML =
       '<option value="">all</option>' + namespaces.map((ns) => `<option>${esc(ns)}</option>`).join("");
     select.value = namespaces.includes(current) ? current : "";
@@ -316,6 +315,8 @@ export class MapApp {
     const keys = [...pods.keys()].sort().join("\n") + [...pods.values()].map((p) => p.gpus.length).join();
     if (keys === this.podKeys) return;
     this.podKeys = keys;
+    // A tick can bring a pod of a namespace the filter does not offer yet.
+    this._renderNamespaces(pods);
     if (this.selectedPod && !pods.has(this.selectedPod)) this.selectedPod = null;
     this.$("pods").innerHTML = podsHtml(pods, this.selectedPod);
     this._filterPods();
