@@ -39,9 +39,9 @@ import httpx  # noqa: E402
 from cluster_bench import serve_process, start_cluster  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
-from api.http.cluster_map import ASSET_FILES, DEFAULT_STATIC_DIR, MAP_PATH  # noqa: E402
+from api.http.cluster_map import MAP_PATH, assets_present  # noqa: E402
 from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
-from api.http.offline_assets import BUILD_COMMAND, all_present  # noqa: E402
+from api.http.offline_assets import BUILD_COMMAND  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 TIMEOUT_MS = 300_000
@@ -169,7 +169,7 @@ def missing() -> str | None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "the playwright Python package is not installed"
-    if not all_present(DEFAULT_STATIC_DIR, ASSET_FILES):
+    if not assets_present():
         return f"the map's assets are not built (`{BUILD_COMMAND}`)"
     return None
 

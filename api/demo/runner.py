@@ -414,7 +414,7 @@ class Demo:
 
     def banner(self, graphiql_url: str) -> str:
         """What the demo prints once it is up."""
-        from ..http.graphiql import assets_present
+        from ..http import cluster_map, graphiql
 
         c = self.config
         cluster = self.cluster
@@ -437,7 +437,7 @@ class Demo:
             f"  kubectl    kubectl --kubeconfig {self.kubeconfig} get pods -A",
             f"  top        gpugraph top --kubeconfig {self.kubeconfig}",
         ]
-        if not assets_present():
+        if not (graphiql.assets_present() and cluster_map.assets_present()):
             lines.append(
                 "  (GraphiQL's and the map's assets are not built: run `make web`; "
                 "the pages explain)"

@@ -35,6 +35,7 @@ __all__ = [
     "MAP_PATH",
     "OPEN_PAGES",
     "STATIC_URL",
+    "assets_present",
     "map_config",
     "map_routes",
 ]
@@ -68,6 +69,11 @@ _PAGE = """\
 """
 
 
+def assets_present(static_dir: Path | None = None) -> bool:
+    """True when the map's script and stylesheet are in ``static_dir``."""
+    return all_present(DEFAULT_STATIC_DIR if static_dir is None else static_dir, ASSET_FILES)
+
+
 def map_config(*, graphql_path: str = "/graphql", graphiql: bool = True) -> dict[str, object]:
     """What the page's script is told: where the API is, and the documents to send."""
     return {
@@ -92,7 +98,7 @@ def map_response(
         "Content-Security-Policy": content_security_policy(nonce),
         "Cache-Control": "no-store",
     }
-    if not all_present(static_dir, ASSET_FILES):
+    if not assets_present(static_dir):
         body = missing_assets_html(
             what="Cluster map",
             title=title,

@@ -8,6 +8,8 @@ answers, and the fake GPUs are rewritten under it to see the page follow.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,29 +18,22 @@ from typing import Any
 import httpx
 import pytest
 
-import api.http.cluster_map as cluster_map
-from api.http.cluster_map import ASSET_FILES, MAP_PATH, STATIC_URL
+from api.demo.cluster import StubApiServer
+from api.demo.runner import Demo
+from api.http.cluster_map import MAP_PATH, STATIC_URL
 from api.http.map_queries import GPU_QUERY
-from api.http.offline_assets import BUILD_COMMAND, all_present
-from tests.support import require
 from tests.support.browser import TIMEOUT_MS, Browser, chromium, require_chromium, screenshot
 from tests.support.demo import LiveDemo, live_demo
+from tests.support.map_assets import require_map_assets
 
 pytestmark = pytest.mark.browser
 
 NODES, GPUS = 3, 4
 
 
-def _require_assets() -> None:
-    require(
-        all_present(cluster_map.DEFAULT_STATIC_DIR, ASSET_FILES),
-        f"the cluster map's assets are not built; run `{BUILD_COMMAND}`",
-    )
-
-
 @pytest.fixture(scope="module")
 def demo() -> Iterator[LiveDemo]:
-    _require_assets()
+    require_map_assets()
     with live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5) as running:
         yield running
 
@@ -225,12 +220,19 @@ def test_filters_and_keyboard(demo: LiveDemo, tmp_path: Path) -> None:
         page.select_option("#f-ns", "")
         page.fill("#f-node", "gpu-node-1")
         assert visible() == {u for u, n in truth.items() if n == "gpu-node-1"}
+        # Enter in the field filters in place: no form submission, no navigation.
+        page.press("#f-node", "Enter", no_wait_after=True)
+        assert visible() == {u for u, n in truth.items() if n == "gpu-node-1"}
+        assert page.evaluate("() => performance.getEntriesByType('navigation').length") == 1
         page.fill("#f-node", "")
         assert visible() == set(truth)
 
         # Keyboard: Tab reaches the first tile; arrows move; Enter pins its details.
         first = page.locator(".tile[data-uuid]").first
-        first.focus()
+        page.focus("#graphiql-link")  # the header's last control
+        page.keyboard.press("Tab")
+        focused = page.evaluate("() => document.activeElement.dataset.uuid")
+        assert focused == first.get_attribute("data-uuid")
         page.keyboard.press("ArrowRight")
         second = page.evaluate("() => document.activeElement.dataset.uuid")
         assert second == page.locator(".tile[data-uuid]").nth(1).get_attribute("data-uuid")
@@ -279,16 +281,33 @@ def test_a_change_of_the_fake_gpus_shows_without_a_reload(demo: LiveDemo, tmp_pa
         assert pods == ["inference/chat-api-0"]
         assert tile.locator(".m-shared").count() == 0
         assert "MIG enabled" in (tile.get_attribute("aria-label") or "")
+
+        def lost(gpu: dict[str, Any]) -> None:
+            split(gpu)
+            if gpu["uuid"] == shared_uuid:
+                gpu["error"] = "GPU is lost"
+
+        # A failing GPU says so on its tile; its node's other GPUs are unaffected.
+        demo.set_gpus(shared_node, lost)
+        tile.locator(".m-err").wait_for(timeout=TIMEOUT_MS)
+        assert tile.locator(".m-err").get_attribute("title") == "GPU error: GPU is lost"
+        node = page.locator(f'section[data-node="{shared_node}"]')
+        assert node.locator(".tile.down").count() == 0
+        assert node.locator(".m-err").count() == 1
         # The same document, one socket, no request but the first load's.
         assert page.evaluate("() => window.sameDocument") is True
         assert len([u for u in browser.requested if "/graphql" in u]) == 1
         screenshot(page, tmp_path, "map-live.png")
+        # Back to the demo's own GPUs, for the tests that share this demo.
+        demo.set_gpus(shared_node, lambda gpu: None)
+        tile.locator(".m-shared").wait_for(timeout=TIMEOUT_MS)
+        assert tile.locator(".m-err").count() == 0
     _only_local(browser, demo.url)
 
 
 def test_an_agent_that_stops_greys_its_node_without_a_reload(tmp_path: Path) -> None:
     require_chromium()
-    _require_assets()
+    require_map_assets()
     with (
         live_demo(nodes=NODES, gpus_per_node=2, interval=0.5) as demo,
         chromium(tmp_path / "profile") as browser,
@@ -345,7 +364,7 @@ def test_graphiql_link_opens_the_gpus_query(demo: LiveDemo, tmp_path: Path) -> N
 
 def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: Path) -> None:
     require_chromium()
-    _require_assets()
+    require_map_assets()
     with (
         live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5, auth=True) as demo,
         chromium(tmp_path / "profile") as browser,
@@ -388,4 +407,123 @@ def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: 
         page.wait_for_selector('#status[data-state="reconnecting"]', timeout=TIMEOUT_MS)
         assert page.locator(".nodes.stale").count() == 1
         screenshot(page, tmp_path, "map-stale.png")
+    assert browser.blocked == []
+
+
+@contextlib.contextmanager
+def _signed_in_with_short_reviews(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[StubApiServer, Any, str]]:
+    """The map of an auth demo whose reviews are kept for a second, signed in as research-user.
+
+    The subscription re-checks its caller once the reviews expire, so what
+    happens to the token shows within a few ticks.
+    """
+    require_chromium()
+    require_map_assets()
+    settings = Demo.settings
+    monkeypatch.setattr(
+        Demo, "settings", lambda demo: dataclasses.replace(settings(demo), auth_cache_ttl=1.0)
+    )
+    with (
+        live_demo(nodes=NODES, gpus_per_node=2, interval=0.5, auth=True) as demo,
+        chromium(tmp_path / "profile") as browser,
+    ):
+        api = demo.demo.api
+        assert api is not None
+        token = api.reviews.token_of("research-user")
+        page = browser.page
+        page.goto(f"{demo.url}{MAP_PATH}", timeout=TIMEOUT_MS)
+        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
+        page.fill("#auth-token", token)
+        page.click("#auth-form button[type=submit]")
+        _wait_ticks(page, 2)
+        assert page.locator("#auth").is_hidden()
+        yield api, page, token
+    assert browser.blocked == []
+
+
+def test_a_token_revoked_mid_subscription_brings_the_prompt_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _signed_in_with_short_reviews(tmp_path, monkeypatch) as (api, page, _):
+        api.reviews.revoke("research-user")
+        page.locator("#auth").wait_for(state="visible", timeout=TIMEOUT_MS)
+        assert "no longer accepts" in page.inner_text("#auth-error")
+        assert page.evaluate("() => sessionStorage.getItem('gpugraph.map.token')") is None
+        # The ending result is not read as the user's one node going down.
+        assert page.locator("section.node").count() == 1
+        assert page.locator("section.node.down").count() == 0
+
+
+def test_while_tokens_cannot_be_checked_the_map_keeps_its_token_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _signed_in_with_short_reviews(tmp_path, monkeypatch) as (api, page, token):
+        # The API server answers reviews with 503: the subscription ends, and its
+        # new socket is refused (4403) as for a bad token; but the token was not
+        # refused, so the page must not ask for another.
+        api.reviews.unavailable = True
+        page.locator("#banner", has_text="cannot check credentials").wait_for(timeout=TIMEOUT_MS)
+        assert page.locator("#auth").is_hidden()
+        assert page.evaluate("() => sessionStorage.getItem('gpugraph.map.token')") == token
+        screenshot(page, tmp_path, "map-no-reviews.png")
+        # Back: the same token, live again, with no prompt in between.
+        api.reviews.unavailable = False
+        page.wait_for_selector("#banner[hidden]", state="attached", timeout=TIMEOUT_MS)
+        page.wait_for_selector('#status[data-state="live"]', timeout=TIMEOUT_MS)
+        assert page.locator("#auth").is_hidden()
+
+
+# Markup in every string the API hands the page. Kubernetes names cannot hold
+# it, but NVML's product names and agents' error messages can, and the page
+# must not depend on the server's validation to stay inert.
+HOSTILE = "<img src=x class=injected>\"'&"
+
+
+def test_names_and_messages_from_the_api_are_text_never_markup(
+    demo: LiveDemo, tmp_path: Path
+) -> None:
+    cluster = demo.demo.cluster
+    _, shared_uuid = cluster.shared_gpu
+    with chromium(tmp_path / "profile") as browser:
+        page = _open_map(browser, demo.url)
+        _wait_ticks(page, 1)
+        # A tick through the page's own path, with markup in every string field;
+        # the server's ticks are stopped so that none redraws it before the checks.
+        page.evaluate(
+            """([uuid, evil, down]) => {
+                const map = window.gpugraphMap;
+                map.stopLive();
+                const gpus = [...map.model.gpus.values()].map((e) => e.gpu);
+                const gpu = gpus.find((g) => g.uuid === uuid);
+                gpu.name = evil;
+                gpu.error = evil;
+                gpu.processes = [{
+                    pid: 4242,
+                    usedMemoryBytes: 2 ** 30,
+                    smUtilization: 5,
+                    container: { name: evil },
+                    pod: { namespace: evil, name: evil, gpuRequest: 0 },
+                }];
+                const error = { message: `agent on node '${down}' unavailable: ${evil}` };
+                map.applyTick({ data: { gpuUpdates: gpus }, errors: [error] });
+            }""",
+            [shared_uuid, HOSTILE, cluster.down_node],
+        )
+        tile = _tile(page, shared_uuid)
+        tile.click()
+        details = page.inner_text("#details")
+        assert HOSTILE in details  # GPU name, error, pod and container, as text
+        assert f"{HOSTILE}/{HOSTILE}" in page.inner_text("#pods")
+        # Its namespace, new with this tick, is offered by the filter at once.
+        options = page.eval_on_selector_all("#f-ns option", "els => els.map(e => e.value)")
+        assert HOSTILE in options
+        assert HOSTILE in page.inner_text(f'section[data-node="{cluster.down_node}"] .n-status')
+        assert HOSTILE in (tile.get_attribute("aria-label") or "")
+        assert tile.locator(".seg.pod").first.get_attribute("data-pod") == f"{HOSTILE}/{HOSTILE}"
+        # The pod is still a pod: selecting it highlights its GPU.
+        page.locator("#pods .pod-link", has_text=f"{HOSTILE}/{HOSTILE}").click()
+        assert "hl" in (tile.get_attribute("class") or "")
+        assert page.locator("img, .injected").count() == 0
     assert browser.blocked == []

@@ -13,10 +13,10 @@ import pytest
 import api.http.cluster_map as cluster_map
 from api.http.cluster_map import ASSET_FILES, MAP_PATH, STATIC_URL
 from api.http.map_queries import GPU_QUERY, LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
-from api.http.offline_assets import BUILD_COMMAND, all_present
+from api.http.offline_assets import BUILD_COMMAND
 from api.settings import Settings
-from tests.support import require
 from tests.support.bare_server import bare_server
+from tests.support.map_assets import require_map_assets
 
 
 def _config(page: str) -> dict[str, object]:
@@ -28,15 +28,8 @@ def _config(page: str) -> dict[str, object]:
     return config
 
 
-def _require_assets() -> None:
-    require(
-        all_present(cluster_map.DEFAULT_STATIC_DIR, ASSET_FILES),
-        f"the cluster map's assets are not built; run `{BUILD_COMMAND}`",
-    )
-
-
 async def test_root_redirects_to_the_map_and_every_asset_comes_from_this_host() -> None:
-    _require_assets()
+    require_map_assets()
     async with (
         bare_server(Settings()) as server,
         httpx.AsyncClient(base_url=server.url) as client,
@@ -65,7 +58,7 @@ async def test_root_redirects_to_the_map_and_every_asset_comes_from_this_host() 
 
 
 async def test_without_graphiql_the_map_links_nowhere() -> None:
-    _require_assets()
+    require_map_assets()
     async with (
         bare_server(Settings(graphiql=False)) as server,
         httpx.AsyncClient(base_url=server.url) as client,

@@ -27,7 +27,7 @@ function authHeaders() {
   return value ? { Authorization: `Bearer ${value}` } : {};
 }
 
-/** POST one query; its JSON result, AuthRequired on 401, Error on anything else. */
+/** POST one query; its JSON result with data, AuthRequired on 401, Error on anything else. */
 export async function query(path, document, operationName) {
   const response = await fetch(path, {
     method: "POST",
@@ -39,8 +39,10 @@ export async function query(path, document, operationName) {
     throw new AuthRequired(body.error || "the server wants a bearer token");
   }
   const body = await response.json().catch(() => null);
-  if (body === null || (!body.data && body.errors)) {
-    const message = body?.errors?.map((e) => e.message).join("; ") || response.statusText;
+  // Without data: a GraphQL error, or the server's own JSON error (a 503
+  // while the Kubernetes API server cannot check tokens).
+  if (!body?.data) {
+    const message = body?.errors?.map((e) => e.message).join("; ") || body?.error || response.statusText;
     throw new Error(`${response.status}: ${message}`);
   }
   return body;
@@ -52,10 +54,11 @@ function isUnauthenticated(errors) {
 
 /**
  * Subscribe to ``document``; calls ``onResult`` with every tick's result,
- * ``onState`` with "connecting" | "live" | "closed", and ``onAuth`` when the
- * server refuses the token. Reconnects with a capped backoff. Returns a stop().
+ * ``onState`` with "connecting" | "live" | "closed", ``onAuth`` when the
+ * server refuses the token, and ``onEnd`` when the server ends the
+ * subscription. Reconnects with a capped backoff. Returns a stop().
  */
-export function subscribe(path, document, variables, { onResult, onState, onAuth, onError }) {
+export function subscribe(path, document, variables, { onResult, onState, onAuth, onError, onEnd }) {
   const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
   const client = createClient({
     url: `${scheme}//${window.location.host}${path}`,
@@ -74,12 +77,14 @@ export function subscribe(path, document, variables, { onResult, onState, onAuth
   const stop = client.subscribe(
     { query: document, variables, operationName: "ClusterMapLive" },
     {
-      next: onResult,
+      // A token revoked mid-subscription ends it with a last result whose
+      // errors say UNAUTHENTICATED, not with a closed socket.
+      next: (result) => (isUnauthenticated(result.errors) ? onAuth() : onResult(result)),
       error: (error) => {
         if (AUTH_CLOSE_CODES.has(error?.code) || isUnauthenticated(error)) onAuth();
         else onError(error);
       },
-      complete: () => onState("closed"),
+      complete: onEnd,
     },
   );
   return () => {

@@ -9,7 +9,7 @@ import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } fro
 const SKELETON = `
 <header class="top">
   <h1>gpugraph <span>GPU map</span></h1>
-  <form class="filters" aria-label="Filters">
+  <form id="filters" class="filters" aria-label="Filters">
     <label>Namespace <select id="f-ns"><option value="">all</option></select></label>
     <label>Node <input id="f-node" type="search" placeholder="name contains" autocomplete="off"></label>
     <label>Show <select id="f-only">
@@ -25,7 +25,7 @@ const SKELETON = `
 </header>
 <div id="banner" class="banner" role="alert" hidden></div>
 <main class="layout">
-  <div id="nodes" class="nodes" aria-label="GPUs by node"></div>
+  <div id="nodes" class="nodes" role="region" aria-label="GPUs by node"></div>
   <aside class="side">
     <section id="details" class="details" aria-live="polite"></section>
     <section class="pods-box">
@@ -40,6 +40,8 @@ const SKELETON = `
       <span><span class="mark m-mig">MIG</span>MIG</span>
       <span><span class="mark m-unreq">!</span>unrequested</span>
       <span><span class="mark m-nopod">\u2205</span>unattributed</span>
+      <span><span class="mark m-err">ERR</span>GPU error</span>
+      <span><span class="util-sample"></span>utilization</span>
     </section>
   </aside>
 </main>
@@ -56,6 +58,8 @@ const SKELETON = `
 
 const HINT =
   '<p class="hint">Hover or select a GPU for its processes. Arrow keys move between GPUs, Enter pins one, Escape clears. Click a pod to highlight its GPUs on every node.</p>';
+// The cheapest query there is: does the server accept the token?
+const TOKEN_CHECK = "query TokenCheck { __typename }";
 // A new ClusterMap query (a node joined, an agent came back) at most this often.
 const RESYNC_SPACING_MS = 10_000;
 
@@ -138,14 +142,38 @@ export class MapApp {
           this._renderStatus();
           if (back) this._resync();
         }),
-        onAuth: current(() => this._askToken("the server no longer accepts this token")),
-        onError: current((error) => {
-          this._banner(`The live updates stopped: ${describe(error)}. Restarting.`);
-          this._stopSubscription();
-          setTimeout(() => this._subscribe(), 5000);
-        }),
+        onAuth: current(() => this._socketRefused()),
+        onError: current((error) => this._restart(`The live updates stopped: ${describe(error)}`)),
+        // The server ended it (e.g. it could not re-check the token): start over.
+        onEnd: current(() => this._restart("The server ended the live updates")),
       },
     );
+  }
+
+  // The socket says only "refused" (4403), both for a bad token and while the
+  // Kubernetes API server cannot check one; a query tells the two apart, so a
+  // passing outage keeps the token instead of asking for another.
+  async _socketRefused() {
+    this._stopSubscription();
+    try {
+      await query(this.config.graphqlPath, TOKEN_CHECK, "TokenCheck");
+    } catch (error) {
+      if (error instanceof AuthRequired) {
+        this._askToken(`the server no longer accepts this token (${error.message})`);
+        return;
+      }
+      this._restart(`The live updates were refused: ${error.message}`);
+      return;
+    }
+    this._restart("The live updates were refused, though the token passes");
+  }
+
+  _restart(message) {
+    this._banner(`${message}. Restarting.`);
+    this._stopSubscription();
+    this.connection = "closed";
+    this._renderStatus();
+    setTimeout(() => this._subscribe(), 5000);
   }
 
   _stopSubscription() {
@@ -156,8 +184,15 @@ export class MapApp {
 
   /** Apply one subscription result (a tick) to the model and the DOM. */
   applyTick(result) {
+    // A tick without data (the whole operation failed) says nothing about the
+    // nodes: reading it as "no GPU answered" would grey out every node.
+    if (!result.data?.gpuUpdates) {
+      this._banner(`The last update failed: ${describe(result.errors ?? [])}`);
+      return;
+    }
+    this._banner(null);
     const started = performance.now();
-    const gpus = result.data?.gpuUpdates ?? [];
+    const gpus = result.data.gpuUpdates;
     const { changed, nodesChanged, unknown } = this.model.applyTick(gpus, result.errors ?? []);
     this.lastTick = Date.now();
     for (const name of nodesChanged) this._redrawNode(name);
@@ -219,7 +254,6 @@ export class MapApp {
         this.shapes.set(uuid, tileShape(gpus.get(uuid)));
       }
     }
-    this._renderNamespaces();
     this.podKeys = "";
     this._renderPods();
     this._applyHighlight();
@@ -267,10 +301,10 @@ export class MapApp {
     }
   }
 
-  _renderNamespaces() {
+  _renderNamespaces(pods) {
     const select = this.$("f-ns");
     const current = select.value;
-    const namespaces = [...new Set([...this.model.pods().values()].map((p) => p.namespace))].sort();
+    const namespaces = [...new Set([...pods.values()].map((p) => p.namespace))].sort();
     select.innerHTML =
       '<option value="">all</option>' + namespaces.map((ns) => `<option>${esc(ns)}</option>`).join("");
     select.value = namespaces.includes(current) ? current : "";
@@ -281,6 +315,8 @@ export class MapApp {
     const keys = [...pods.keys()].sort().join("\n") + [...pods.values()].map((p) => p.gpus.length).join();
     if (keys === this.podKeys) return;
     this.podKeys = keys;
+    // A tick can bring a pod of a namespace the filter does not offer yet.
+    this._renderNamespaces(pods);
     if (this.selectedPod && !pods.has(this.selectedPod)) this.selectedPod = null;
     this.$("pods").innerHTML = podsHtml(pods, this.selectedPod);
     this._filterPods();
@@ -393,6 +429,8 @@ export class MapApp {
   _bind() {
     for (const id of ["f-ns", "f-only"]) this.$(id).addEventListener("change", () => this._applyFilters());
     this.$("f-node").addEventListener("input", () => this._applyFilters());
+    // Enter in the node field would submit the form: a navigation the CSP refuses.
+    this.$("filters").addEventListener("submit", (event) => event.preventDefault());
     this.nodesEl.addEventListener("mouseover", (event) => {
       const tile = event.target.closest?.(".tile");
       const uuid = tile?.dataset.uuid ?? null;

@@ -1,7 +1,7 @@
 // The side panel: one GPU's processes, and the list of pods to highlight.
 import { podColor } from "./colors.js";
 import { celsius, count, esc, gib, percent } from "./format.js";
-import { markers } from "./tiles.js";
+import { markers, memoryText } from "./tiles.js";
 import { podKey } from "./model.js";
 
 function graphiqlLink(config, uuid) {
@@ -13,9 +13,10 @@ function graphiqlLink(config, uuid) {
   return `<a class="graphiql" href="${esc(`${config.graphiqlPath}#${hash}`)}" target="_blank" rel="noopener">Open this GPU's query in GraphiQL</a>`;
 }
 
-function podButton(pod, selected) {
+// ``after`` is HTML, written by the caller.
+function podButton(pod, selected, after = "") {
   const key = podKey(pod);
-  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${podColor(key)}"></span>${esc(key)}</button>`;
+  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${podColor(key)}"></span><span>${esc(pod.namespace)}/<wbr>${esc(pod.name)}</span>${after}</button>`;
 }
 
 /** The details of one GPU: its numbers, markers and processes. */
@@ -36,10 +37,10 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
     .map(([cls, text, meaning]) => `<li><span class="mark ${cls}">${esc(text)}</span> ${esc(meaning)}</li>`)
     .join("");
   return (
-    `<h2>${pinned ? "Selected" : "GPU"} ${gpu.index} on ${esc(entry.node)}</h2>` +
+    `<h2>${pinned ? "Selected: " : ""}GPU ${gpu.index} on ${esc(entry.node)}</h2>` +
     (node?.down ? `<p class="down-note">Agent down: ${esc(node.reason)}. Last known values.</p>` : "") +
     `<p class="uuid">${esc(gpu.uuid)}</p>` +
-    `<p>${esc(gpu.name ?? "")} &middot; ${percent(gpu.utilizationGpu)} &middot; ${celsius(gpu.temperatureC)} &middot; ${gib(info.used)} of ${gib(info.total)}</p>` +
+    `<p>${esc(gpu.name ?? "")} &middot; ${percent(gpu.utilizationGpu)} &middot; ${celsius(gpu.temperatureC)} &middot; ${memoryText(info)}</p>` +
     (gpu.error ? `<p class="down-note">GPU error: ${esc(gpu.error)}</p>` : "") +
     (marks ? `<ul class="marks">${marks}</ul>` : "") +
     `<table class="procs"><thead><tr><th>PID</th><th>Pod</th><th>Container</th><th>Memory</th><th>SM</th></tr></thead>` +
@@ -53,9 +54,9 @@ export function podsHtml(pods, selectedPod) {
   const items = [...pods.values()]
     .sort((a, b) => a.key.localeCompare(b.key))
     .map((pod) => {
-      const where = `${count(pod.gpus.length, "GPU")}, ${count(pod.nodes.size, "node")}`;
+      const where = count(pod.gpus.length, "GPU") + (pod.nodes.size > 1 ? ` on ${pod.nodes.size} nodes` : "");
       const flag = pod.gpuRequest ? "" : ' <span class="mark m-unreq" title="no GPU request">!</span>';
-      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod).replace("</button>", ` <span class="count">${where}</span>${flag}</button>`)}</li>`;
+      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
     });
   return items.join("");
 }

@@ -39,7 +39,7 @@ export function tileLabel(entry, down) {
   if (down) parts.push("agent down, last known values");
   if (gpu.error) parts.push(`error ${gpu.error}`);
   parts.push(`${percent(gpu.utilizationGpu)} utilization`, celsius(gpu.temperatureC));
-  parts.push(`${gib(info.used)} of ${gib(info.total)} used`);
+  parts.push(`${memoryText(info)} used`);
   if (info.pods.length) parts.push(`pods ${info.pods.map((p) => p.key).join(", ")}`);
   for (const [, , meaning] of markers(info)) parts.push(meaning);
   return parts.join("; ");
@@ -66,7 +66,9 @@ export function tileInner(entry) {
       return `<span class="seg ${part.cls}"${pod} style="width:${width(part.bytes, total)}%${colour}" title="${esc(segmentTitle(part))}"></span>`;
     })
     .join("");
-  const marks = markers(info)
+  // A failing GPU says so on its tile, not only in its details.
+  const failing = gpu.error ? [["m-err", "ERR", `GPU error: ${gpu.error}`]] : [];
+  const marks = [...failing, ...markers(info)]
     .map(([cls, text, meaning]) => `<span class="mark ${cls}" title="${esc(meaning)}">${esc(text)}</span>`)
     .join("");
   return (
@@ -74,19 +76,31 @@ export function tileInner(entry) {
     `<span class="t-util" title="utilization">${percent(gpu.utilizationGpu)}</span>` +
     `<span class="t-temp" title="temperature">${celsius(gpu.temperatureC)}</span>` +
     `<span class="t-marks">${marks}</span></div>` +
-    `<div class="t-bar" title="${esc(`${gib(info.used)} of ${gib(info.total)}`)}">${segments}</div>` +
-    `<div class="t-util-bar"><span style="width:${gpu.utilizationGpu ?? 0}%"></span></div>`
+    `<div class="t-bar" title="${esc(memoryText(info))}">${segments}</div>` +
+    `<div class="t-util-bar" title="utilization"><span style="width:${gpu.utilizationGpu ?? 0}%"></span></div>` +
+    `<div class="t-mem">${tileMemory(info)}</div>`
   );
+}
+
+// Short enough for the narrowest tile: "96.2/140.4 GiB".
+function tileMemory(info) {
+  return `${gib(info.used).replace(" GiB", "")}/${gib(info.total)}`;
+}
+
+/** A GPU's memory in use, as tooltips and the details write it. */
+export function memoryText(info) {
+  return `${gib(info.used)} of ${gib(info.total)}`;
 }
 
 /** Update a tile drawn by tileInner, of the same shape, to ``entry``'s numbers. */
 export function updateTile(el, entry) {
   const { gpu, info } = entry;
   const total = info.total || info.used || 1;
-  const [top, bar, util] = el.children;
+  const [top, bar, util, memory] = el.children;
   top.children[1].textContent = percent(gpu.utilizationGpu);
   top.children[2].textContent = celsius(gpu.temperatureC);
-  bar.title = `${gib(info.used)} of ${gib(info.total)}`;
+  bar.title = memoryText(info);
+  memory.textContent = tileMemory(info);
   segmentsOf(info).forEach((part, i) => {
     const span = bar.children[i];
     span.style.width = `${width(part.bytes, total)}%`;
@@ -96,7 +110,7 @@ export function updateTile(el, entry) {
 }
 
 /** A whole tile, its element included. */
-export function tileHtml(entry, down) {
+function tileHtml(entry, down) {
   return (
     `<div class="tile${down ? " down" : ""}" role="button" tabindex="-1" data-uuid="${esc(entry.uuid)}" ` +
     `aria-label="${esc(tileLabel(entry, down))}" title="${esc(entry.uuid)}">${tileInner(entry)}</div>`
