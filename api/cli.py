@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import sys
@@ -217,35 +218,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from parsed ``serve`` arguments; SettingsError on values that cannot work."""
     from .settings import Settings
 
-    host, port = args.listen
-    return Settings(
-        listen_host=host,
-        listen_port=port,
-        kubeconfig=args.kubeconfig,
-        agent_discovery=args.agent_discovery,
-        agent_port=args.agent_port,
-        agent_namespace=args.agent_namespace,
-        agent_selector=args.agent_selector,
-        agent_timeout=args.agent_timeout,
-        agent_token_file=args.agent_token_file,
-        snapshot_ttl=args.snapshot_ttl,
-        max_depth=args.max_depth,
-        max_aliases=args.max_aliases,
-        max_tokens=args.max_tokens,
-        max_result_items=args.max_result_items,
-        max_variable_items=args.max_variable_items,
-        max_body_bytes=args.max_body_bytes,
-        request_timeout=args.request_timeout,
-        max_subscriptions=args.max_subscriptions,
-        cors_origins=tuple(args.cors_origins),
-        graphiql=args.graphiql,
-        introspection=args.introspection,
-        log_level=args.log_level,
-        auth_mode=args.auth_mode,
-        auth_audiences=tuple(args.auth_audiences),
-        auth_cache_ttl=args.auth_cache_ttl,
-        metrics_dcgm_names=args.metrics_dcgm_names,
-    )
+    # Each serve flag's dest is the Settings field it sets; only --listen sets
+    # two. Repeatable flags gather a list, which Settings keeps as a tuple.
+    given = vars(args)
+    values: dict[str, Any] = {
+        f.name: tuple(given[f.name]) if isinstance(given[f.name], list) else given[f.name]
+        for f in dataclasses.fields(Settings)
+        if f.name in given
+    }
+    values["listen_host"], values["listen_port"] = args.listen
+    return Settings(**values)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
