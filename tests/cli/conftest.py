@@ -1,3 +1,3 @@
 """The CLI tests run against the same embedded demo cluster as tests/demo."""
 
-from tests.demo.test_runner import demo as demo
+from tests.support.demo_process import demo as demo

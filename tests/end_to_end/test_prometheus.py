@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,9 @@ import helm_python as helm
 import httpx
 import pytest
 
-from tests.demo.test_runner import RunningDemo, free_port, start_demo
 from tests.deploy.test_chart import CHART, one
 from tests.deploy.test_chart_monitoring import render
+from tests.support.demo_process import RunningDemo, free_port, ready_demo
 from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
 from tests.support.polling import eventually
 from tests.support.prometheus import (
@@ -33,7 +32,6 @@ from tests.support.prometheus import (
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-STARTUP_TIMEOUT = 90.0
 NODES = 4
 JOB = "gpugraph"
 # The same two replicas without the chart's relabelings: what a per-pod scrape would do.
@@ -82,29 +80,10 @@ def scrape_configs(address: str) -> list[dict[str, Any]]:
     ]
 
 
-@contextmanager
-def started_demo(workdir: Path, *args: str) -> Iterator[RunningDemo]:
-    """``gpugraph demo *args`` once it has printed its banner; killed on exit."""
-    running = start_demo(workdir, *args)
-    try:
-        eventually(
-            lambda: "Press Ctrl-C to stop." in running.text() or running.process.poll() is not None,
-            STARTUP_TIMEOUT,
-            interval=0.1,
-            what="the demo's banner",
-        )
-        assert running.process.poll() is None, running.text()
-        yield running
-    finally:
-        if running.process.poll() is None:
-            running.process.kill()
-            running.process.wait(10)
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
     require_prometheus()
-    with started_demo(
+    with ready_demo(
         tmp_path_factory.mktemp("demo"), "--nodes", str(NODES), "--interval", "3600"
     ) as running:
         yield running
@@ -292,7 +271,7 @@ def test_under_auth_prometheus_needs_a_token_allowed_get_metrics(
 ) -> None:
     """``gpugraph demo --auth``: admin may get /metrics, the research user may not."""
     require_prometheus()
-    with started_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth") as running:
+    with ready_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth") as running:
         tokens = dict(re.findall(r"^  (admin|research) +(\S+)$", running.text(), flags=re.M))
         assert set(tokens) == {"admin", "research"}, running.text()
         address = running.url.removeprefix("http://")
