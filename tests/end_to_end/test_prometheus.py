@@ -19,8 +19,7 @@ import helm_python as helm
 import httpx
 import pytest
 
-from tests.deploy.test_chart import CHART, one
-from tests.deploy.test_chart_monitoring import render
+from tests.support.chart import CHART, one, render
 from tests.support.demo_process import RunningDemo, free_port, ready_demo
 from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
 from tests.support.polling import eventually
@@ -49,7 +48,7 @@ def scrape_configs(address: str) -> list[dict[str, Any]]:
     endpoint discovery would label them.
     """
     with helm.Chart.load(CHART) as chart:
-        docs = render(chart, {"server": {"auth": {"mode": "none"}}})
+        docs = render(chart, {"server": {"auth": {"mode": "none"}}}, operator=True)
     monitor = one(docs, "ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
     service_address = next(
@@ -244,7 +243,7 @@ def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
 
 def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
     with helm.Chart.load(CHART) as chart:
-        rule = one(render(chart), "PrometheusRule")
+        rule = one(render(chart, operator=True), "PrometheusRule")
     alerts = rule["spec"]["groups"][0]["rules"]
     # Whom each alert names (both jobs scrape the same server, so a case shows once per job).
     names = {
