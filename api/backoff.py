@@ -17,7 +17,9 @@ __all__ = ["Backoff"]
 
 @dataclass(slots=True)
 class _State:
-    failures: int = 0
+    # The last delay before jitter; doubled, not recomputed as initial * 2**n,
+    # so a key that fails for hours stays at the maximum instead of overflowing.
+    delay: float = 0.0
     retry_at: float = 0.0
     last_error: str = ""
 
@@ -41,10 +43,10 @@ class Backoff:
     def failed(self, key: str, error: str) -> float:
         """Record a failure of ``key``; return how long it is now skipped for."""
         state = self._states.setdefault(key, _State())
-        delay = min(self.maximum, self.initial * 2.0**state.failures)
+        state.delay = min(self.maximum, state.delay * 2.0 if state.delay else self.initial)
+        delay = state.delay
         if self.jitter:
             delay *= random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
-        state.failures += 1
         state.retry_at = self.clock() + delay
         state.last_error = error
         return delay

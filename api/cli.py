@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import sys
@@ -32,6 +33,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     from .settings import Settings
 
     d = Settings()
+
+    def defaulted(group: Any, flag: str, help_text: str, **kwargs: Any) -> None:
+        """``flag``, defaulting to the Settings field of its name, named at the end of its help."""
+        default = getattr(d, flag.removeprefix("--").replace("-", "_"))
+        shown = format(default, "g") if isinstance(default, float) else default
+        group.add_argument(flag, default=default, help=f"{help_text} (default {shown})", **kwargs)
+
     parser.add_argument(
         "--listen",
         type=listen_address,
@@ -47,38 +55,23 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
     )
     agents = parser.add_argument_group("agents")
-    agents.add_argument(
+    defaulted(
+        agents,
         "--agent-discovery",
+        "find each node's agent at the node's InternalIP, or as the agent pod's IP",
         choices=("node-ip", "pod-ip"),
-        default=d.agent_discovery,
-        help="find each node's agent at the node's InternalIP, or as the agent pod's IP "
-        f"(default {d.agent_discovery})",
     )
-    agents.add_argument(
-        "--agent-port",
-        type=int,
-        default=d.agent_port,
-        metavar="N",
-        help=f"the agents' gRPC port (default {d.agent_port})",
+    defaulted(agents, "--agent-port", "the agents' gRPC port", type=int, metavar="N")
+    defaulted(agents, "--agent-namespace", "namespace of the agent pods, for pod-ip", metavar="NS")
+    defaulted(
+        agents, "--agent-selector", "label selector of the agent pods, for pod-ip", metavar="LABELS"
     )
-    agents.add_argument(
-        "--agent-namespace",
-        default=d.agent_namespace,
-        metavar="NS",
-        help=f"namespace of the agent pods, for pod-ip (default {d.agent_namespace})",
-    )
-    agents.add_argument(
-        "--agent-selector",
-        default=d.agent_selector,
-        metavar="LABELS",
-        help=f"label selector of the agent pods, for pod-ip (default {d.agent_selector})",
-    )
-    agents.add_argument(
+    defaulted(
+        agents,
         "--agent-timeout",
+        "deadline of every agent call in seconds",
         type=float,
-        default=d.agent_timeout,
         metavar="S",
-        help=f"deadline of every agent call in seconds (default {d.agent_timeout:g})",
     )
     agents.add_argument(
         "--agent-token-file",
@@ -87,72 +80,49 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="send the token in this file with every agent call",
     )
-    agents.add_argument(
+    defaulted(
+        agents,
         "--snapshot-ttl",
+        "queries within this many seconds share one call per node",
         type=float,
-        default=d.snapshot_ttl,
         metavar="S",
-        help="queries within this many seconds share one call per node "
-        f"(default {d.snapshot_ttl:g})",
     )
     limits = parser.add_argument_group("limits")
-    limits.add_argument(
-        "--max-depth",
-        metavar="N",
-        type=int,
-        default=d.max_depth,
-        help=f"deepest query nesting allowed (default {d.max_depth})",
-    )
-    limits.add_argument(
-        "--max-aliases",
-        metavar="N",
-        type=int,
-        default=d.max_aliases,
-        help=f"most aliases per query (default {d.max_aliases})",
-    )
-    limits.add_argument(
-        "--max-tokens",
-        metavar="N",
-        type=int,
-        default=d.max_tokens,
-        help=f"most tokens per query document (default {d.max_tokens})",
-    )
-    limits.add_argument(
+    defaulted(limits, "--max-depth", "deepest query nesting allowed", type=int, metavar="N")
+    defaulted(limits, "--max-aliases", "most aliases per query", type=int, metavar="N")
+    defaulted(limits, "--max-tokens", "most tokens per query document", type=int, metavar="N")
+    defaulted(
+        limits,
         "--max-result-items",
-        metavar="N",
+        "most result objects one query may return; checked against a worst-case "
+        "estimate before execution and counted during it",
         type=int,
-        default=d.max_result_items,
-        help="most result objects one query may return; checked against a worst-case "
-        f"estimate before execution and counted during it (default {d.max_result_items})",
+        metavar="N",
     )
-    limits.add_argument(
+    defaulted(
+        limits,
         "--max-variable-items",
-        metavar="N",
+        "most list items one operation's variables may hold, entity representations "
+        "included; counted before they are coerced",
         type=int,
-        default=d.max_variable_items,
-        help="most list items one operation's variables may hold, entity representations "
-        f"included; counted before they are coerced (default {d.max_variable_items})",
+        metavar="N",
     )
-    limits.add_argument(
+    defaulted(
+        limits,
         "--max-body-bytes",
-        metavar="N",
+        "largest request body, and WebSocket message",
         type=int,
-        default=d.max_body_bytes,
-        help=f"largest request body, and WebSocket message (default {d.max_body_bytes})",
+        metavar="N",
     )
-    limits.add_argument(
-        "--request-timeout",
-        type=float,
-        default=d.request_timeout,
-        metavar="S",
-        help=f"time limit of one GraphQL request (default {d.request_timeout:g})",
+    defaulted(
+        limits, "--request-timeout", "time limit of one GraphQL request", type=float, metavar="S"
     )
-    limits.add_argument(
+    defaulted(
+        limits,
         "--max-subscriptions",
-        metavar="N",
+        "concurrent subscriptions per server",
         type=int,
-        default=d.max_subscriptions,
-        help=f"concurrent subscriptions per server (default {d.max_subscriptions})",
+        metavar="N",
     )
     http = parser.add_argument_group("http")
     http.add_argument(
@@ -194,13 +164,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         dest="auth_audiences",
         help="the audience tokens must be issued for (TokenReview audiences); repeatable",
     )
-    auth.add_argument(
+    defaulted(
+        auth,
         "--auth-cache-ttl",
+        "trust a passed review this long, a failed one a sixth of it; subscriptions "
+        "re-check their caller as reviews expire",
         type=float,
-        default=d.auth_cache_ttl,
         metavar="S",
-        help="trust a passed review this long, a failed one a sixth of it; subscriptions "
-        f"re-check their caller as reviews expire (default {d.auth_cache_ttl:g})",
     )
     metrics = parser.add_argument_group("metrics")
     metrics.add_argument(
@@ -218,35 +188,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from parsed ``serve`` arguments; SettingsError on values that cannot work."""
     from .settings import Settings
 
-    host, port = args.listen
-    return Settings(
-        listen_host=host,
-        listen_port=port,
-        kubeconfig=args.kubeconfig,
-        agent_discovery=args.agent_discovery,
-        agent_port=args.agent_port,
-        agent_namespace=args.agent_namespace,
-        agent_selector=args.agent_selector,
-        agent_timeout=args.agent_timeout,
-        agent_token_file=args.agent_token_file,
-        snapshot_ttl=args.snapshot_ttl,
-        max_depth=args.max_depth,
-        max_aliases=args.max_aliases,
-        max_tokens=args.max_tokens,
-        max_result_items=args.max_result_items,
-        max_variable_items=args.max_variable_items,
-        max_body_bytes=args.max_body_bytes,
-        request_timeout=args.request_timeout,
-        max_subscriptions=args.max_subscriptions,
-        cors_origins=tuple(args.cors_origins),
-        graphiql=args.graphiql,
-        introspection=args.introspection,
-        log_level=args.log_level,
-        auth_mode=args.auth_mode,
-        auth_audiences=tuple(args.auth_audiences),
-        auth_cache_ttl=args.auth_cache_ttl,
-        metrics_dcgm_names=args.metrics_dcgm_names,
-    )
+    # Each serve flag's dest is the Settings field it sets; only --listen sets
+    # two. Repeatable flags gather a list, which Settings keeps as a tuple.
+    given = vars(args)
+    values: dict[str, Any] = {
+        f.name: tuple(given[f.name]) if isinstance(given[f.name], list) else given[f.name]
+        for f in dataclasses.fields(Settings)
+        if f.name in given
+    }
+    values["listen_host"], values["listen_port"] = args.listen
+    return Settings(**values)
 
 
 def _run_serve(args: argparse.Namespace) -> int:

@@ -87,15 +87,21 @@ class SharedCalls(Generic[K, V]):
             if before_call is not None:
                 before_call()
             self._observe("called", observe)
-            task = asyncio.get_running_loop().create_task(self._call(key, call, keep), name=name)
+            # Started now, not when the task first runs: an answer is never kept
+            # from later than the moment it was asked for.
+            started = self.clock()
+            task = asyncio.get_running_loop().create_task(
+                self._call(key, call, keep, started), name=name
+            )
             self._inflight[key] = task
             task.add_done_callback(lambda t: self._done(key, t))
         # Shielded: a caller that goes away (client gone, time limit hit) must
         # not cancel the call the other callers share.
         return await asyncio.shield(task)
 
-    async def _call(self, key: K, call: Callable[[], Awaitable[V]], keep: KeepPolicy[V]) -> V:
-        started = self.clock()
+    async def _call(
+        self, key: K, call: Callable[[], Awaitable[V]], keep: KeepPolicy[V], started: float
+    ) -> V:
         value = await call()
         # Kept before the call counts as over, so no caller in between misses it.
         chosen = keep(value, started, self.clock())

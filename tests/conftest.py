@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from api.execution.view import quiet_cut_off_executions
 from tests.support.server import GraphTestCluster, standard_cluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Filters added while pytest collects or runs a test last only that long;
+    # the server's own filters are added here once, as serving adds them at import.
+    quiet_cut_off_executions()
 
 
 @pytest.fixture

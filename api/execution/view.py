@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -46,7 +47,29 @@ HTTP_OPERATION_TYPES: dict[str, frozenset[OperationType]] = {
     "POST": frozenset({OperationType.QUERY, OperationType.MUTATION}),
 }
 
-__all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError"]
+__all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "quiet_cut_off_executions"]
+
+
+def quiet_cut_off_executions() -> None:
+    """Keep the leftovers of executions cut off by the time limit out of the log.
+
+    The time limit cancels an execution mid-flight. graphql-core creates each
+    field's coroutine before the task that will await it starts; a task
+    cancelled before its first step leaves that coroutine never awaited. It
+    holds no resource and the cycle collector frees it, but Python reports a
+    RuntimeWarning wherever that collection happens: noise for every timed-out
+    query. Only graphql-core's executor coroutines and strawberry's resolver
+    wrapper are ignored; any other unawaited coroutine is still reported.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"coroutine '(Executor\.|GraphQLCoreConverter\.from_resolver\.)[\w.<>]*' "
+        r"was never awaited",
+        category=RuntimeWarning,
+    )
+
+
+quiet_cut_off_executions()
 
 
 class RequestTimeoutError(GraphUserError):

@@ -17,8 +17,15 @@ import pytest
 
 from api.demo.cluster.fake_proc import kubelet_cgroup
 from node_resolver.models import ProcessType
-from tests.agent.test_service import CONTAINER, POD, call
-from tests.support.agents import FakeProc, agent_command, start_agent_process, write_proc_tree
+from tests.support.agents import (
+    CONTAINER_ID,
+    POD_UID,
+    FakeProc,
+    agent_command,
+    sample_of,
+    start_agent_process,
+    write_proc_tree,
+)
 from tests.support.libnvml import (
     DRIVER_NOT_LOADED,
     GPU_IS_LOST,
@@ -380,7 +387,9 @@ def test_the_agent_serves_what_the_library_reports(tmp_path: Path, variant: Vari
     proc = write_proc_tree(
         tmp_path / "proc",
         {
-            4242: FakeProc(comm="trainer", cgroup=kubelet_cgroup(POD, CONTAINER, driver="systemd")),
+            4242: FakeProc(
+                comm="trainer", cgroup=kubelet_cgroup(POD_UID, CONTAINER_ID, driver="systemd")
+            ),
             100: FakeProc(comm="Xorg"),
         },
     )
@@ -397,7 +406,7 @@ def test_the_agent_serves_what_the_library_reports(tmp_path: Path, variant: Vari
         pid_resolver="cgroup",
         env=library_env(library, config),
     ) as agent:
-        sample = call(agent.address)
+        sample = sample_of(agent.address)
         assert sample.driver_version == "535.54.03"
         first, second = sample.gpus
         assert {p.pid: (p.name, p.type, p.used_memory_bytes) for p in first.processes} == {
@@ -405,7 +414,7 @@ def test_the_agent_serves_what_the_library_reports(tmp_path: Path, variant: Vari
             100: ("Xorg", ProcessType.BOTH, GIB),
         }
         trainer = next(p for p in first.processes if p.pid == 4242)
-        assert trainer.container is not None and trainer.container.pod_uid == POD
+        assert trainer.container is not None and trainer.container.pod_uid == POD_UID
         assert (second.index, second.error) == (1, "GPU_IS_LOST")
         assert agent.stop() == 0
     assert "Traceback" not in agent.logs()

@@ -25,6 +25,8 @@ from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.models import ContainerRef, NodeSample
 from tests.support.agents import (
+    CONTAINER_ID,
+    POD_UID,
     AgentThread,
     CountingSource,
     FakeProc,
@@ -34,14 +36,13 @@ from tests.support.agents import (
     gpu_json,
     nvml_json,
     resolved,
+    sample_of,
     start_agent_process,
     start_agent_thread,
     write_proc_tree,
 )
 from tests.support.polling import eventually
 
-CONTAINER = "b" * 64
-POD = "9d1b7c44-aaaa-bbbb-cccc-000011112222"
 TOKEN = "s3cret-token"
 SERVICE = "gpugraph.agent.v1.NodeAgent"
 
@@ -59,7 +60,7 @@ def source(nvml_file: Path) -> CountingSource:
     return CountingSource(FakeGpuSource(nvml_file))
 
 
-RESOLVER = {4242: resolved(4242, "trainer", container_id=CONTAINER, pod_uid=POD)}
+RESOLVER = {4242: resolved(4242, "trainer", container_id=CONTAINER_ID, pod_uid=POD_UID)}
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ async def test_get_snapshot_over_grpc(agent: AgentThread) -> None:
         1 << 30,
         50,
     )
-    assert process.container == ContainerRef(CONTAINER, "containerd", POD)
+    assert process.container == ContainerRef(CONTAINER_ID, "containerd", POD_UID)
     assert gpu1.error == "GPU_IS_LOST" and gpu1.memory_total_bytes is None
     # Same snapshot, older by the time between the calls.
     assert second.sampled_at == first.sampled_at
@@ -243,21 +244,13 @@ def test_reflection_lists_the_service(agent: AgentThread) -> None:
 # -- the command line, as a subprocess --------------------------------------------
 
 
-def call(address: str, token: str | None = None) -> NodeSample:
-    async def once() -> NodeSample:
-        async with AgentClient(address, token=token) as client:
-            return (await client.get_snapshot(timeout=10)).sample
-
-    return asyncio.run(once())
-
-
 def test_cli_resolves_pids_from_proc_root_drops_missing_and_stops_on_sigterm(
     tmp_path: Path,
 ) -> None:
     proc = write_proc_tree(
         tmp_path / "proc",
         {
-            4242: FakeProc("trainer", kubelet_cgroup(POD, CONTAINER)),
+            4242: FakeProc("trainer", kubelet_cgroup(POD_UID, CONTAINER_ID)),
             100: FakeProc("Xorg"),
         },
     )
@@ -268,16 +261,16 @@ def test_cli_resolves_pids_from_proc_root_drops_missing_and_stops_on_sigterm(
         nvml, log_path=tmp_path / "agent.log", proc_root=proc, pid_resolver="cgroup"
     )
     with agent:
-        (gpu,) = call(agent.address).gpus
+        (gpu,) = sample_of(agent.address).gpus
         found = {p.pid: (p.name, p.container) for p in gpu.processes}
         assert found == {
-            4242: ("trainer", ContainerRef(CONTAINER, "", POD)),
+            4242: ("trainer", ContainerRef(CONTAINER_ID, "", POD_UID)),
             100: ("Xorg", None),
         }
         # The agent re-reads the fake file while it runs.
         write_fake_nvml(nvml, nvml_json([gpu_json(0, [{"pid": 100}], utilizationGpu=3)]))
-        eventually(lambda: call(agent.address).gpus[0].utilization_gpu == 3)
-        assert [p.pid for p in call(agent.address).gpus[0].processes] == [100]
+        eventually(lambda: sample_of(agent.address).gpus[0].utilization_gpu == 3)
+        assert [p.pid for p in sample_of(agent.address).gpus[0].processes] == [100]
         assert agent.stop() == 0
     logs = agent.logs()
     assert f"agent listening on {agent.address}" in logs
@@ -299,9 +292,9 @@ def test_cli_token_file(tmp_path: Path, nvml_file: Path) -> None:
     ) as agent:
         assert agent.address.startswith("127.0.0.2:")
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            call(agent.address)
+            sample_of(agent.address)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert call(agent.address, token=TOKEN).gpus
+        assert sample_of(agent.address, token=TOKEN).gpus
         assert health_check(agent.address) == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -361,7 +354,7 @@ def test_cli_reads_node_name_and_fake_file_from_the_environment(
         eventually(lambda: "agent listening on" in log_path.read_text())
         address = log_path.read_text().split("agent listening on ")[1].split()[0]
         eventually(lambda: health_check(address) == health_pb2.HealthCheckResponse.SERVING)
-        sample = call(address)
+        sample = sample_of(address)
         assert sample.gpus[0].uuid == nvml_json([gpu_json(0)])["gpus"][0]["uuid"]
     finally:
         process.send_signal(signal.SIGTERM)

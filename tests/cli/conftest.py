@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo.test_runner import NODES, RunningDemo, ready_demo
-from tests.demo.test_runner import demo as demo
+from tests.support.demo_process import NODES, RunningDemo, ready_demo
+from tests.support.demo_process import demo as demo
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from api.cli import main
-from tests.demo.test_runner import ROOT, RunningDemo, gpugraph_command
+from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 
 PODS = "{ pods { namespace name nodeName gpuRequest gpus { uuid } } }"
 

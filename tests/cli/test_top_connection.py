@@ -21,7 +21,7 @@ from api.demo.cluster import StubApiServer, write_kubeconfig
 from api.demo.cluster.apiserver.reviews import READ, Rule, StubUser
 from api.top.connection import DEFAULT_NAMESPACE, DEFAULT_SERVICE, SERVER_LABELS, SERVICE_PORT
 from tests.cli.conftest import AuthDemo, kubeconfig_of
-from tests.demo.test_runner import ROOT, RunningDemo, gpugraph_command
+from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 from tests.support.server import GraphTestCluster, serving
 
 EVERY_NAMESPACE = {"inference", "ml-training", "research"}

@@ -9,7 +9,7 @@ import pexpect
 import pytest
 
 from tests.cli.conftest import kubeconfig_of
-from tests.demo.test_runner import ROOT, RunningDemo, gpugraph_command
+from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 
 FRAMES = 4
 NODE_ROW = re.compile(r"gpu-node-0 +4 +(\d+%) +(\S+Gi/\S+Gi)")

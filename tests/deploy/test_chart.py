@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import base64
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
-import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "gpugraph"
-RELEASE = "gg"
-NAMESPACE = "gpu-system"
-# Oldest version the chart declares (grpc probes are GA from 1.27) and the newest schemas known.
-KUBE_VERSIONS = ("1.27", kubernetes_validate.latest_version())
+from tests.support.chart import (
+    CHART,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    RELEASE,
+    container,
+    flag,
+    one,
+    pod_spec,
+    render,
+)
+from tests.support.chart import chart as chart
 
 NON_DEFAULT: dict[str, Any] = {
     "image": {"repository": "registry.local/gpugraph", "tag": "1.2.3", "pullPolicy": "Always"},
@@ -80,50 +85,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm.Chart]:
-    with helm.Chart.load(CHART) as loaded:
-        yield loaded
-
-
-def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Render the chart as an install and return every manifest as a dict."""
-    out = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    docs: list[dict[str, Any]] = []
-    for path, text in out.items():
-        if not path.endswith(".yaml"):
-            continue
-        docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    return docs
-
-
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
-    return found[0]
-
-
-def pod_spec(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    spec: dict[str, Any] = one(docs, kind)["spec"]["template"]["spec"]
-    return spec
-
-
 def pod_labels(docs: list[dict[str, Any]], kind: str) -> dict[str, str]:
     labels: dict[str, str] = one(docs, kind)["spec"]["template"]["metadata"]["labels"]
     return labels
-
-
-def container(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    containers = pod_spec(docs, kind)["containers"]
-    assert len(containers) == 1
-    c: dict[str, Any] = containers[0]
-    return c
-
-
-def flag(args: list[str], name: str) -> str:
-    """The value following ``name`` in an argument list."""
-    assert args.count(name) == 1, f"{name} should appear exactly once in {args}"
-    return args[args.index(name) + 1]
 
 
 def selects(match_labels: dict[str, str], labels: dict[str, str]) -> bool:

@@ -8,62 +8,24 @@ server's discovery; here Helm's engine is given that API version, as
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
-import pytest
 import yaml
-from helm_python import _native
 
-from tests.deploy.test_chart import (
-    CHART,
+from tests.support.chart import (
     KUBE_VERSIONS,
     NAMESPACE,
-    RELEASE,
     container,
     flag,
     one,
+    render,
 )
+from tests.support.chart import chart as chart
 from tests.support.grafana import dashboard_problems, load_dashboard
 from tests.support.prometheus import promtool, require_prometheus
-
-MONITORING = "monitoring.coreos.com/v1"
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm.Chart]:
-    with helm.Chart.load(CHART) as loaded:
-        yield loaded
-
-
-def render(
-    chart: helm.Chart, values: dict[str, Any] | None = None, *, operator: bool = True
-) -> list[dict[str, Any]]:
-    """Render as an install, on a cluster with (or without) the Prometheus Operator's API."""
-    options: dict[str, Any] = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True}
-    if operator:
-        # helm-python's Chart.render does not expose libhelm_c's api_versions
-        # option (`helm template --api-versions`) yet; the engine underneath takes it.
-        options["api_versions"] = [MONITORING]
-    out = json.loads(
-        _native.call_string(
-            "helm_render",
-            chart._raw(),
-            json.dumps(values) if values else None,
-            json.dumps(options),
-        )
-    )
-    return [
-        doc
-        for path, text in out.items()
-        if path.endswith(".yaml")
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
 
 
 def kinds(docs: list[dict[str, Any]]) -> list[str]:
@@ -77,19 +39,20 @@ def named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 
 def test_operator_objects_only_where_its_api_is_served(chart: helm.Chart) -> None:
-    without = kinds(render(chart, operator=False))
+    without = kinds(render(chart))
     assert "ServiceMonitor" not in without and "PrometheusRule" not in without
-    with_operator = render(chart)
+    with_operator = render(chart, operator=True)
     assert {"ServiceMonitor", "PrometheusRule"} <= set(kinds(with_operator))
     switched_off = render(
         chart,
         {"metrics": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}}},
+        operator=True,
     )
     assert kinds(switched_off) == without
 
 
 def test_core_objects_validate_against_kubernetes_schemas(chart: helm.Chart) -> None:
-    for doc in render(chart):
+    for doc in render(chart, operator=True):
         if doc["apiVersion"].startswith("monitoring.coreos.com/"):
             continue  # a CRD: checked below for the fields the operator reads
         for version in KUBE_VERSIONS:
@@ -97,7 +60,7 @@ def test_core_objects_validate_against_kubernetes_schemas(chart: helm.Chart) -> 
 
 
 def test_service_monitor_scrapes_the_service_once_for_every_replica(chart: helm.Chart) -> None:
-    docs = render(chart)
+    docs = render(chart, operator=True)
     monitor = one(docs, "ServiceMonitor")
     service = one(docs, "Service")
     assert one(docs, "Deployment")["spec"]["replicas"] == 2
@@ -121,7 +84,7 @@ def test_service_monitor_scrapes_the_service_once_for_every_replica(chart: helm.
 
 
 def test_prometheus_gets_a_token_allowed_exactly_get_metrics(chart: helm.Chart) -> None:
-    docs = render(chart)
+    docs = render(chart, operator=True)
     credentials = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["authorization"]
     assert credentials["type"] == "Bearer"
     secret = named(docs, "Secret", credentials["credentials"]["name"])
@@ -141,12 +104,16 @@ def test_prometheus_gets_a_token_allowed_exactly_get_metrics(chart: helm.Chart) 
 
 
 def test_a_token_of_ones_own_or_no_auth_needs_no_reader(chart: helm.Chart) -> None:
-    base = kinds(render(chart, operator=False))
-    docs = render(chart, {"metrics": {"serviceMonitor": {"tokenSecret": {"name": "prom-token"}}}})
+    base = kinds(render(chart))
+    docs = render(
+        chart,
+        {"metrics": {"serviceMonitor": {"tokenSecret": {"name": "prom-token"}}}},
+        operator=True,
+    )
     endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["authorization"]["credentials"] == {"name": "prom-token", "key": "token"}
     assert kinds(docs) == sorted([*base, "ServiceMonitor", "PrometheusRule"])
-    docs = render(chart, {"server": {"auth": {"mode": "none"}}})
+    docs = render(chart, {"server": {"auth": {"mode": "none"}}}, operator=True)
     assert "authorization" not in one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert "Secret" not in kinds(docs) or all(
         d["type"] != "kubernetes.io/service-account-token" for d in docs if d["kind"] == "Secret"
@@ -154,7 +121,7 @@ def test_a_token_of_ones_own_or_no_auth_needs_no_reader(chart: helm.Chart) -> No
 
 
 def rules_file(chart: helm.Chart, tmp_path: Path, values: dict[str, Any] | None = None) -> Path:
-    rule = one(render(chart, values), "PrometheusRule")
+    rule = one(render(chart, values, operator=True), "PrometheusRule")
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rule["spec"]))
     return path
@@ -262,7 +229,7 @@ def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -
 
 
 def test_dashboard_config_map_is_the_dashboard_for_the_grafana_sidecar(chart: helm.Chart) -> None:
-    docs = render(chart, operator=False)
+    docs = render(chart)
     config_map = one(docs, "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     (text,) = config_map["data"].values()
@@ -282,21 +249,16 @@ def test_dashboard_config_map_is_the_dashboard_for_the_grafana_sidecar(chart: he
                 "dashboard": {"namespace": "monitoring", "annotations": {"grafana_folder": "GPUs"}}
             }
         },
-        operator=False,
     )
     config_map = one(moved, "ConfigMap")
     assert config_map["metadata"]["namespace"] == "monitoring"
     assert config_map["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
-    assert "ConfigMap" not in kinds(
-        render(chart, {"metrics": {"dashboard": {"enabled": False}}}, operator=False)
-    )
+    assert "ConfigMap" not in kinds(render(chart, {"metrics": {"dashboard": {"enabled": False}}}))
 
 
 def test_dcgm_names_reach_the_server(chart: helm.Chart) -> None:
-    args = container(render(chart, operator=False), "Deployment")["args"]
+    args = container(render(chart), "Deployment")["args"]
     assert "--metrics-dcgm-names" not in args
-    args = container(render(chart, {"metrics": {"dcgmNames": True}}, operator=False), "Deployment")[
-        "args"
-    ]
+    args = container(render(chart, {"metrics": {"dcgmNames": True}}), "Deployment")["args"]
     assert "--metrics-dcgm-names" in args
     assert flag(args, "--auth") == "kubernetes"

@@ -13,7 +13,6 @@ import re
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,8 @@ import helm_python as helm
 import httpx
 import pytest
 
-from tests.demo.test_runner import RunningDemo, free_port, start_demo
-from tests.deploy.test_chart import CHART, one
-from tests.deploy.test_chart_monitoring import render
+from tests.support.chart import CHART, one, render
+from tests.support.demo_process import RunningDemo, free_port, ready_demo
 from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
 from tests.support.polling import eventually
 from tests.support.prometheus import (
@@ -35,7 +33,6 @@ from tests.support.prometheus import (
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-STARTUP_TIMEOUT = 90.0
 NODES = 4
 JOB = "gpugraph"
 # The same two replicas without the chart's relabelings: what a per-pod scrape would do.
@@ -68,7 +65,7 @@ def scrape_configs(address: str) -> list[dict[str, Any]]:
     endpoint discovery would label them.
     """
     with helm.Chart.load(CHART) as chart:
-        docs = render(chart, {"server": {"auth": {"mode": "none"}}})
+        docs = render(chart, {"server": {"auth": {"mode": "none"}}}, operator=True)
     monitor = one(docs, "ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
     service_address = next(
@@ -99,29 +96,10 @@ def scrape_configs(address: str) -> list[dict[str, Any]]:
     ]
 
 
-@contextmanager
-def started_demo(workdir: Path, *args: str) -> Iterator[RunningDemo]:
-    """``gpugraph demo *args`` once it has printed its banner; killed on exit."""
-    running = start_demo(workdir, *args)
-    try:
-        eventually(
-            lambda: "Press Ctrl-C to stop." in running.text() or running.process.poll() is not None,
-            STARTUP_TIMEOUT,
-            interval=0.1,
-            what="the demo's banner",
-        )
-        assert running.process.poll() is None, running.text()
-        yield running
-    finally:
-        if running.process.poll() is None:
-            running.process.kill()
-            running.process.wait(10)
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
     require_prometheus()
-    with started_demo(
+    with ready_demo(
         tmp_path_factory.mktemp("demo"), "--nodes", str(NODES), "--interval", "3600"
     ) as running:
         yield running
@@ -337,7 +315,7 @@ def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
 
 def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
     with helm.Chart.load(CHART) as chart:
-        rule = one(render(chart), "PrometheusRule")
+        rule = one(render(chart, operator=True), "PrometheusRule")
     alerts = rule["spec"]["groups"][0]["rules"]
     # Whom each alert names (both jobs scrape the same server, so a case shows once per job).
     names = {
@@ -364,7 +342,7 @@ def test_under_auth_prometheus_needs_a_token_allowed_get_metrics(
 ) -> None:
     """``gpugraph demo --auth``: admin may get /metrics, the research user may not."""
     require_prometheus()
-    with started_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth") as running:
+    with ready_demo(tmp_path_factory.mktemp("auth-demo"), "--nodes", "3", "--auth") as running:
         tokens = dict(re.findall(r"^  (admin|research) +(\S+)$", running.text(), flags=re.M))
         assert set(tokens) == {"admin", "research"}, running.text()
         address = running.url.removeprefix("http://")

@@ -14,6 +14,15 @@ def test_each_failure_doubles_the_delay_up_to_the_maximum() -> None:
     assert backoff.failed("node-b", "down") == 0.5  # keys do not share failures
 
 
+def test_a_key_that_keeps_failing_stays_at_the_maximum() -> None:
+    # A node or API server down for hours fails thousands of times; 2.0**1024
+    # overflows, which once ended a reflector's thread.
+    backoff = Backoff(initial=0.2, maximum=10.0, clock=ManualClock(), jitter=0.2)
+    for _ in range(5000):
+        delay = backoff.failed("pods", "connection refused")
+    assert 8.0 <= delay <= 12.0
+
+
 def test_a_key_is_blocked_until_its_delay_has_passed_with_its_last_error() -> None:
     clock = ManualClock()
     backoff = Backoff(initial=1.0, clock=clock)

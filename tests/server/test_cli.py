@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import signal
@@ -73,6 +74,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--auth", "kubernetes",
         "--auth-audience", "gpugraph",
         "--auth-cache-ttl", "12",
+        "--metrics-dcgm-names",
     )  # fmt: skip
     assert settings == Settings(
         listen_host="127.0.0.1",
@@ -99,8 +101,17 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         auth_mode="kubernetes",
         auth_audiences=("gpugraph",),
         auth_cache_ttl=12.0,
+        metrics_dcgm_names=True,
     )
     assert parse_serve("--listen", "[::1]:8080").listen == "[::1]:8080"
+
+
+def test_every_serve_flag_sets_the_settings_field_of_its_name() -> None:
+    # settings_from_args passes each flag on by its dest: a dest that names no
+    # Settings field would be dropped without a word.
+    args = build_parser("serve").parse_args(["serve"])
+    dests = set(vars(args)) - {"command", "handler", "parser", "listen"}
+    assert dests <= {f.name for f in dataclasses.fields(Settings)}, dests
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,22 @@ async def test_the_policy_sees_the_answer_and_may_refuse_to_keep_it() -> None:
     assert shared.keys() == {"k"}
 
 
+async def test_a_call_counts_as_started_when_it_was_asked_for_not_when_its_task_ran() -> None:
+    clock = ManualClock()
+    shared: SharedCalls[str, int] = SharedCalls(clock=clock)
+    seen: list[tuple[float, float]] = []
+
+    def note(value: int, started: float, ended: float) -> None:
+        seen.append((started, ended))
+
+    waiter = asyncio.ensure_future(shared.get("k", Calls(), note))
+    # Runs after get() has started the call and before the call's task first runs:
+    # a busy loop between the two must not make the answer look younger.
+    asyncio.get_running_loop().call_soon(clock.advance, 5.0)
+    assert await waiter == 1
+    assert seen == [(1000.0, 1005.0)]
+
+
 async def test_a_failed_call_is_not_kept_and_the_next_caller_tries_again() -> None:
     shared: SharedCalls[str, int] = SharedCalls()
     attempts = 0

@@ -10,7 +10,8 @@ Both serve real gRPC on a loopback address with an OS-picked port:
   from ``tests.support.libnvml.library_env``, the real NVML path through the
   fake C library) and optionally a fake /proc tree (see ``write_proc_tree``).
 
-Both are context managers and stop the agent on exit.
+Both are context managers and stop the agent on exit; ``sample_of(address)``
+asks either for its current sample over gRPC.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
 from node_resolver.agent import running
+from node_resolver.client import AgentClient
 from node_resolver.gpu_source import GpuSource
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess
@@ -42,6 +44,9 @@ from node_resolver.service import AgentServer
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 30.0
 LISTENING = "agent listening on "
+# A pod and one of its containers, for agents that place a process in a pod.
+POD_UID = "9d1b7c44-aaaa-bbbb-cccc-000011112222"
+CONTAINER_ID = "b" * 64
 
 
 class CountingSource:
@@ -98,6 +103,16 @@ class AllAliveResolver:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def sample_of(address: str, token: str | None = None) -> NodeSample:
+    """The agent at ``address``'s current sample, over a real gRPC call (from sync tests)."""
+
+    async def once() -> NodeSample:
+        async with AgentClient(address, token=token) as client:
+            return (await client.get_snapshot(timeout=10)).sample
+
+    return asyncio.run(once())
 
 
 def resolved(
