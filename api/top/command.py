@@ -105,8 +105,8 @@ async def watch(
         # the down nodes' lines (long reasons wrap).
         down = len(console.render_lines(Group(*down_lines(snapshot.down)))) if snapshot.down else 0
         height = console.size.height - 3 - down
-        table = render(view, snapshot, filters.sort_by, wide=wide, height=height)
-        return Group(table, _footer(count, clock))
+        parts = render(view, snapshot, filters.sort_by, wide=wide, height=height)
+        return Group(*parts, _footer(count, clock))
 
     with (
         Live(
@@ -151,7 +151,10 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             return 0
         from .render import view
 
-        _console().print(view(args.view, snapshot, filters.sort_by, wide=wide))
+        console = _console()
+        # Block by block, so the first rows show while the rest are drawn.
+        for part in view(args.view, snapshot, filters.sort_by, wide=wide):
+            console.print(part)
         return 0
     except TopError as exc:
         print(f"gpugraph top: error: {exc}", file=sys.stderr)
