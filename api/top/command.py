@@ -16,6 +16,7 @@ from .connection import resolve
 from .errors import TopError
 from .keys import quit_key
 from .queries import SNAPSHOT, WATCH
+from .text import one_line
 from .transport import HttpTransport, Transport
 
 PIPE_WIDTH = 1000
@@ -160,7 +161,8 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             console.print(part)
         return 0
     except TopError as exc:
-        print(f"gpugraph top: error: {exc}", file=sys.stderr)
+        # Messages quote kubeconfig loaders and servers, which may span lines.
+        print(f"gpugraph top: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
