@@ -86,11 +86,12 @@ async def watch(
     view: str,
     filters: model.Filters,
     interval: float,
+    first: model.Snapshot,
     *,
     wide: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Redraw the view in place on every subscription tick."""
+    """Draw ``first`` (the query's answer), then redraw in place on every subscription tick."""
     from rich.console import Group
     from rich.live import Live
 
@@ -99,8 +100,6 @@ async def watch(
 
     console = _console()
     # The tick carries no pod list; the first query fills in what pods requested.
-    # A thread, since a transport may run its own event loop for a query.
-    first = await asyncio.to_thread(fetch, transport, filters, view)
     pods = first.pods
     count = 1
 
@@ -128,6 +127,8 @@ async def watch(
             snapshot = model.apply(tick, filters)
             count += 1
             live.update(frame(snapshot), refresh=True)
+    # gpuUpdates runs until the client leaves; a server that completes it is going away.
+    raise TopError("the server completed the gpuUpdates subscription")
 
 
 def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
@@ -144,12 +145,15 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             )
             transport = HttpTransport(endpoint)
         wide = args.output == "wide"
+        # Before any event loop: Ctrl-C here is a plain KeyboardInterrupt (130 at once),
+        # where in a loop's worker thread it waited for the query's 30 s timeout.
+        snapshot = fetch(transport, filters, args.view)
         if args.watch:
             # Ctrl-C, or q (which cancels the watch): the terminal is left as it was.
             with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
-                asyncio.run(watch(transport, args.view, filters, args.interval, wide=wide))
+                live = watch(transport, args.view, filters, args.interval, snapshot, wide=wide)
+                asyncio.run(live)
             return 0
-        snapshot = fetch(transport, filters, args.view)
         if args.output in ("json", "yaml"):
             sys.stdout.write(_dump(args.view, snapshot, filters, args.output))
             return 0

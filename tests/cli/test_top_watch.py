@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 
 import pexpect
 import pytest
@@ -99,3 +100,21 @@ def test_a_short_terminal_gets_the_rows_that_fit_and_a_count_of_the_rest(
     hidden = re.search(r"\.\.\. (\d+) more rows: narrow with --node or -n", frame)
     assert hidden and int(hidden[1]) > 10, frame
     assert child.exitstatus == 0
+
+
+def test_ctrl_c_while_the_first_answer_is_awaited_ends_at_once() -> None:
+    # A server that takes the connection and never answers: the first query waits.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        child = spawn_watch("--server", f"http://127.0.0.1:{server.getsockname()[1]}")
+        try:
+            server.settimeout(30)
+            connection, _ = server.accept()
+            child.sendintr()
+            # The query's own timeout is 30 s; Ctrl-C must not wait for it.
+            child.expect(pexpect.EOF, timeout=10)
+            tail = str(child.before)
+            connection.close()
+        finally:
+            child.close(force=True)
+    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, tail)
+    assert "Traceback" not in tail and "error" not in tail, tail
