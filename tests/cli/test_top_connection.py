@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from websockets.sync.server import ServerConnection, serve
@@ -239,17 +239,30 @@ class Answer(BaseHTTPRequestHandler):
         self.wfile.write(self.body)
 
 
+class Serving(Protocol):
+    """A server with a blocking loop and a way to end it (socketserver, websockets)."""
+
+    def serve_forever(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+@contextlib.contextmanager
+def running(server: Serving) -> Iterator[None]:
+    """``server``'s loop in a thread while inside."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+
+
 @contextlib.contextmanager
 def answering(body: bytes) -> Iterator[str]:
     """An HTTP server that answers every POST with ``body``; its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Fixed", (Answer,), {"body": body}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    handler = type("Fixed", (Answer,), {"body": body})
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server, running(server):
         yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize(
@@ -321,13 +334,8 @@ def test_a_kubeconfig_that_cannot_work_is_one_line(text: str, says: str, tmp_pat
 @contextlib.contextmanager
 def websocket(handler: Callable[[ServerConnection], None]) -> Iterator[str]:
     """A WebSocket server running ``handler`` for each connection; its http:// URL."""
-    with serve(handler, "127.0.0.1", 0) as server:
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/graphql"
-        finally:
-            server.shutdown()
+    with serve(handler, "127.0.0.1", 0) as server, running(server):
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/graphql"
 
 
 def garbled(socket: ServerConnection) -> None:
