@@ -350,11 +350,19 @@ def closed_midway(socket: ServerConnection) -> None:
     socket.close(1001, "going away")
 
 
+def restarting(socket: ServerConnection) -> None:
+    # What uvicorn sends every open socket when the server shuts down.
+    socket.recv()
+    socket.send(json.dumps({"type": "connection_ack"}))
+    socket.close(1012)
+
+
 @pytest.mark.parametrize(
     ("handler", "says"),
     [
         (garbled, "does not speak graphql-transport-ws"),
         (closed_midway, "closed the connection (1001 going away)"),
+        (restarting, "/graphql closed the connection (1012)"),
     ],
 )
 def test_a_websocket_that_breaks_the_protocol_is_a_top_error(
