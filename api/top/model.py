@@ -10,8 +10,6 @@ from typing import Any
 
 from .errors import TopError
 
-SORT_KEYS = ("name", "memory", "sm")
-
 # How the server names a node whose agent did not answer, in a subscription tick's errors
 # (graph_schema's AgentUnavailableError and NodeSampleError messages).
 _DOWN_MESSAGES = (
