@@ -111,7 +111,9 @@ def commands(
     """Benchmark 2/3's rows: each view, the real command.
 
     With ``baseline`` (another checkout, e.g. the last release) its command runs
-    too, alternating run by run with this one's, so both see the same load.
+    too, alternating run by run with this one's, so both see the same load, and
+    each going first every other time: the server keeps its agents' snapshots
+    for a second, so the one that follows may find them fresh.
     """
     top = [*gpugraph(), "top"]
     # ``python -m`` from the baseline's root imports its own ``api`` package.
@@ -125,9 +127,11 @@ def commands(
     for name, args in views.items():
         now: list[float] = []
         then: list[float] = []
-        for _ in range(repeat):
+        for turn in range(repeat):
+            if baseline is not None and turn % 2:
+                then += run_times([*before, *args, *target], 1, cwd=baseline)
             now += run_times([*top, *args, *target], 1)
-            if baseline is not None:
+            if baseline is not None and not turn % 2:
                 then += run_times([*before, *args, *target], 1, cwd=baseline)
         yield row(f"{label}: {name}", now)
         if baseline is not None:
