@@ -13,7 +13,8 @@ Measured side by side in one run:
 3. the same against a real ``gpugraph serve`` over N simulated nodes
    (``bench/fleet.py``: 8 GPUs x 4 processes each, one real agent per node in
    ``bench/agent_host.py``), and the split of one in-process run: the GraphQL
-   round trip, building the rows, and rich rendering them.
+   round trip, building the rows, and drawing them: as ``gpugraph top`` does
+   (``render.Grid``) and, side by side, through rich's ``Table``.
 
 Target (issue 14): ``gpugraph top`` <= 1 s at the demo's size, start-up well
 under a second. Run ``python bench/top_bench.py`` (full size: N = 1,000) or
@@ -38,6 +39,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -49,6 +53,7 @@ from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.top import model  # noqa: E402
 from api.top.connection import Endpoint  # noqa: E402
 from api.top.queries import SNAPSHOT  # noqa: E402
+from api.top.render import Cell, gpu_table_rows, view, widths  # noqa: E402
 from api.top.transport import HttpTransport  # noqa: E402
 
 
@@ -61,12 +66,14 @@ def environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("GPUGRAPH_", "KUBECONFIG"))}
 
 
-def run_times(command: Sequence[str], repeat: int, *, ok: Sequence[int] = (0,)) -> list[float]:
+def run_times(
+    command: Sequence[str], repeat: int, *, ok: Sequence[int] = (0,), cwd: Path = ROOT
+) -> list[float]:
     """Wall seconds of each of ``repeat`` runs of ``command`` (output to a pipe)."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True)
+        done = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True)
         times.append(time.perf_counter() - start)
         if done.returncode not in ok:
             raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr!r}")
@@ -98,25 +105,58 @@ def startup(repeat: int, tmp: str) -> Iterator[str]:
     )
 
 
-def commands(target: Sequence[str], repeat: int, label: str) -> Iterator[str]:
-    """Benchmark 2/3's rows: each view, the real command."""
+def commands(
+    target: Sequence[str], repeat: int, label: str, baseline: Path | None = None
+) -> Iterator[str]:
+    """Benchmark 2/3's rows: each view, the real command.
+
+    With ``baseline`` (another checkout, e.g. the last release) its command runs
+    too, alternating run by run with this one's, so both see the same load, and
+    each going first every other time: the server keeps its agents' snapshots
+    for a second, so the one that follows may find them fresh.
+    """
     top = [*gpugraph(), "top"]
-    yield row(f"{label}: `top`", run_times([*top, *target], repeat))
-    yield row(f"{label}: `top nodes`", run_times([*top, "nodes", *target], repeat))
-    yield row(
-        f"{label}: `top pods -o json`", run_times([*top, "pods", "-o", "json", *target], repeat)
-    )
+    # ``python -m`` from the baseline's root imports its own ``api`` package.
+    before = [sys.executable, "-m", "api.cli", "top"]
+    views = {
+        "`top`": [],
+        "`top nodes`": ["nodes"],
+        "`top pods -o json`": ["pods", "-o", "json"],
+        "`top -o yaml`": ["-o", "yaml"],
+    }
+    for name, args in views.items():
+        now: list[float] = []
+        then: list[float] = []
+        for turn in range(repeat):
+            if baseline is not None and turn % 2:
+                then += run_times([*before, *args, *target], 1, cwd=baseline)
+            now += run_times([*top, *args, *target], 1)
+            if baseline is not None and not turn % 2:
+                then += run_times([*before, *args, *target], 1, cwd=baseline)
+        yield row(f"{label}: {name}", now)
+        if baseline is not None:
+            yield row(f"{label}: {name}, baseline", then)
+            ratio = statistics.median(then) / statistics.median(now)
+            yield f"| {label}: {name}, baseline / this (medians) | {ratio:.1f}x | | |"
+
+
+def table_renderer(columns: list[str], rows: list[list[Cell]]) -> Table:
+    """The GPU view as rich's ``Table`` draws it (fixed widths, no padding): the renderer
+    ``render.Grid`` replaced, kept here to measure the two side by side."""
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=0, header_style="bold")
+    sizes = widths(columns, rows)
+    for header, width in zip(columns, sizes, strict=True):
+        table.add_column(header, no_wrap=True, width=width)
+    for cells in rows:
+        table.add_row(*cells)
+    return table
 
 
 def split(url: str, repeat: int) -> Iterator[str]:
     """Where one in-process ``gpugraph top`` spends its time, at this size."""
-    from rich.console import Console
-
-    from api.top.render import view
-
     transport = HttpTransport(Endpoint(url + "/graphql"))
     variables = {"node": None, "namespace": None, "selector": None, "withPods": False}
-    fetch, build, render = [], [], []
+    fetch, build, render, table = [], [], [], []
     for _ in range(repeat):
         start = time.perf_counter()
         body = transport.execute(SNAPSHOT, variables)
@@ -124,17 +164,25 @@ def split(url: str, repeat: int) -> Iterator[str]:
         snapshot = model.apply(model.snapshot_from_query(body), model.Filters())
         built = time.perf_counter()
         console = Console(file=io.StringIO(), width=1000, color_system=None)
-        console.print(view("gpus", snapshot, "name"))
+        for part in view("gpus", snapshot, "name"):
+            console.print(part)
+        rendered = time.perf_counter()
+        console = Console(file=io.StringIO(), width=1000, color_system=None)
+        console.print(table_renderer(*gpu_table_rows(snapshot, "name")))
         fetch.append(fetched - start)
         build.append(built - fetched)
-        render.append(time.perf_counter() - built)
+        render.append(rendered - built)
+        table.append(time.perf_counter() - rendered)
     gpus = len(snapshot.gpus)
     processes = sum(len(g.processes) for g in snapshot.gpus)
     yield f"\n{gpus:,} GPUs, {processes:,} processes:\n"
     yield HEADER
     yield row("GraphQL round trip (POST, server, JSON)", fetch)
     yield row("rows from the answer", build)
-    yield row("rich table, rendered", render)
+    yield row("the table as `gpugraph top` draws it (render.Grid)", render)
+    yield row("the same rows through rich's `Table`, for comparison", table)
+    ratio = statistics.median(table) / statistics.median(render)
+    yield f"\nrich `Table` / `Grid`, medians: {ratio:.1f}x"
 
 
 @contextmanager
@@ -199,6 +247,12 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=30_000)
     parser.add_argument("--repeat", type=int, default=10, help="runs of each command")
     parser.add_argument("--small", action="store_true", help="CI size: 10 nodes, 3 runs")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="benchmark 3 also runs the command of this checkout (e.g. git archive of a tag)",
+    )
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.repeat = 10, 300, 3
@@ -215,7 +269,7 @@ def main() -> None:
             emit(split(url, args.repeat))
         with fleet(args.nodes, args.pods, tmp) as url:
             emit([f"\n3. {args.nodes:,} nodes x 8 GPUs, {args.pods:,} pods\n", HEADER])
-            emit(commands(["--server", url], args.repeat, "--server"))
+            emit(commands(["--server", url], args.repeat, "--server", args.baseline))
             emit(split(url, args.repeat))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,7 +13,8 @@ from .connection import DEFAULT_NAMESPACE
 __all__ = ["add_top_arguments", "run_top"]
 
 VIEWS = ("gpus", "pods", "nodes")
-OUTPUTS = ("table", "wide", "json", "yaml")
+OUTPUTS = ("wide", "json", "yaml")  # and, without -o, the table
+SORT_KEYS = ("name", "memory", "sm")
 
 
 def add_top_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,13 +40,11 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
     )
     filters.add_argument(
         "--sort-by",
-        choices=("name", "memory", "sm"),
+        choices=SORT_KEYS,
         default="name",
         help="order by name (default), memory used or SM utilization, busiest first",
     )
-    parser.add_argument(
-        "-o", "--output", choices=("wide", "json", "yaml"), default=None, help="output format"
-    )
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default=None, help="output format")
     parser.add_argument(
         "-w",
         "--watch",

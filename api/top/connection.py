@@ -14,9 +14,11 @@ token in ``connection_init``'s payload.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,12 +54,15 @@ class Endpoint:
             # Verification stays on, so this context fails closed if ever used.
             return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         cafile = self.verify if isinstance(self.verify, str) else None
-        context = ssl.create_default_context(cafile=cafile)
+        try:
+            context = ssl.create_default_context(cafile=cafile)
+            if self.client_cert:
+                context.load_cert_chain(*self.client_cert)
+        except OSError as exc:  # ssl.SSLError included: a CA or key that is no PEM
+            raise TopError(f"the TLS files for {self.url}: {exc}") from None
         if self.verify is False:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        if self.client_cert:
-            context.load_cert_chain(*self.client_cert)
         return context
 
 
@@ -104,13 +109,18 @@ def through_kubeconfig(
     # The Kubernetes client is slow to import; only this path needs it.
     from ..kube.config import KubeConfigError, load_kube_config
 
-    try:
-        config = load_kube_config(kubeconfig)
-    except KubeConfigError as exc:
-        raise TopError(f"{exc}; or pass --server URL") from None
-    # Exec plugins and OIDC refresh the token through this hook, as for kubectl.
-    if config.refresh_api_key_hook is not None:
-        config.refresh_api_key_hook(config)
+    # The client logs a failed exec plugin or token refresh and goes on without
+    # credentials; kubectl stops there, and so does gpugraph top.
+    with _logged_errors() as failures:
+        try:
+            config = load_kube_config(kubeconfig)
+        except KubeConfigError as exc:
+            raise TopError(f"{exc}; or pass --server URL") from None
+        # Exec plugins and OIDC refresh the token through this hook, as for kubectl.
+        if config.refresh_api_key_hook is not None:
+            config.refresh_api_key_hook(config)
+    if failures:
+        raise TopError(f"the kubeconfig's user: {failures[0]}")
     settings: Mapping[str, Any] = config.auth_settings()
     headers = {
         str(setting["key"]): str(setting["value"])
@@ -128,6 +138,24 @@ def through_kubeconfig(
     api = Endpoint(host, headers, verify, cert, token, proxied=True)
     name, port = (service, SERVICE_PORT) if service else find_service(api, namespace)
     return replace(api, url=host + proxy_path(namespace, name, port))
+
+
+@contextlib.contextmanager
+def _logged_errors() -> Iterator[list[str]]:
+    """The messages of errors logged while inside (and kept off stderr)."""
+    failures: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            failures.append(record.getMessage())
+
+    root = logging.getLogger()
+    handler = Collect(logging.ERROR)
+    root.addHandler(handler)
+    try:
+        yield failures
+    finally:
+        root.removeHandler(handler)
 
 
 def find_service(api: Endpoint, namespace: str) -> tuple[str, str]:

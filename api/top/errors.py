@@ -47,7 +47,7 @@ def status_error(status: int, url: str, body: str = "", *, hint: str = TOKEN_HIN
 
 def close_error(code: int | None, reason: str, url: str) -> TopError:
     """The one-line error for a WebSocket the server closed before answering."""
-    said = f" ({code} {reason})".rstrip() if code else ""
+    said = f" ({code} {reason})" if reason else f" ({code})" if code else ""
     if code == CLOSE_FORBIDDEN:
         # graphql-transport-ws's refusal of connection_init: no token, or one that failed.
         return TopError(

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import TopError
-
-SORT_KEYS = ("name", "memory", "sm")
 
 # How the server names a node whose agent did not answer, in a subscription tick's errors
 # (graph_schema's AgentUnavailableError and NodeSampleError messages).
@@ -202,8 +201,31 @@ def _raise_errors(messages: Sequence[str], errors: Sequence[Mapping[str, Any]]) 
         raise TopError(f"server error: {messages[0]}")
 
 
+@contextlib.contextmanager
+def _expected_shape() -> Iterator[None]:
+    """An answer of another shape (not gpugraph, another version) as one TopError."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        raise TopError(
+            f"the server's answer is not the shape gpugraph top expects "
+            f"({type(exc).__name__}: {exc}): is it a gpugraph server of this version?"
+        ) from None
+
+
 def snapshot_from_query(body: Mapping[str, Any]) -> Snapshot:
     """A Snapshot from the ``Top`` query's response body; TopError for errors it cannot show."""
+    with _expected_shape():
+        return _from_query(body)
+
+
+def snapshot_from_tick(body: Mapping[str, Any]) -> Snapshot:
+    """A Snapshot from one ``gpuUpdates`` tick."""
+    with _expected_shape():
+        return _from_tick(body)
+
+
+def _from_query(body: Mapping[str, Any]) -> Snapshot:
     errors = body.get("errors") or []
     data = body.get("data")
     down_named, other = down_from_errors(errors)
@@ -224,8 +246,7 @@ def snapshot_from_query(body: Mapping[str, Any]) -> Snapshot:
     return Snapshot(gpus=gpu_rows(data.get("gpus") or ()), down=down, pods=pods)
 
 
-def snapshot_from_tick(body: Mapping[str, Any]) -> Snapshot:
-    """A Snapshot from one ``gpuUpdates`` tick."""
+def _from_tick(body: Mapping[str, Any]) -> Snapshot:
     errors = body.get("errors") or []
     down, other = down_from_errors(errors)
     data = body.get("data")

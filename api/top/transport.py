@@ -114,6 +114,8 @@ class HttpTransport:
                         return
                     elif kind == "complete":
                         return
+            # The socket closed (1000 or 1001) without completing the operation.
+            raise close_error(socket.close_code, socket.close_reason or "", url)
         except InvalidStatus as exc:
             body = (exc.response.body or b"").decode("utf-8", "replace")
             raise status_error(exc.response.status_code, url, body) from None
@@ -123,3 +125,8 @@ class HttpTransport:
             raise close_error(code, reason, url) from None
         except (OSError, WebSocketException, TimeoutError) as exc:
             raise TopError(f"cannot reach the gpugraph server at {url}: {exc}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Messages that are not JSON objects, or lack the fields the protocol names.
+            raise TopError(
+                f"{url} does not speak graphql-transport-ws ({type(exc).__name__}: {exc})"
+            ) from None

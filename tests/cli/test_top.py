@@ -40,6 +40,8 @@ def test_gpus_view_shows_the_shared_gpu_the_orphan_the_unrequested_pod_and_the_d
     assert len(unrequested) == 1 and "research/notebook-alice" in unrequested[0]
     down = lines_with(out, "agent down")
     assert len(down) == 1 and down[0].startswith("gpu-node-3:")
+    # Not a terminal: no colour or other escapes for grep and scripts.
+    assert "\x1b" not in out
 
 
 def test_pods_json_parses_and_matches_graphql(

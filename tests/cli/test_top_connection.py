@@ -7,19 +7,33 @@ output: one line on stderr, exit code 1, no traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
+from websockets.sync.server import ServerConnection, serve
 
 from api.cli import main
 from api.demo.cluster import StubApiServer, write_kubeconfig
 from api.demo.cluster.apiserver.reviews import READ, Rule, StubUser
-from api.top.connection import DEFAULT_NAMESPACE, DEFAULT_SERVICE, SERVER_LABELS, SERVICE_PORT
+from api.top.connection import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_SERVICE,
+    SERVER_LABELS,
+    SERVICE_PORT,
+    Endpoint,
+)
+from api.top.errors import TopError
+from api.top.queries import SNAPSHOT
+from api.top.transport import HttpTransport
 from tests.cli.conftest import AuthDemo, kubeconfig_of
 from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 from tests.support.server import GraphTestCluster, serving
@@ -206,3 +220,155 @@ def test_a_kubeconfig_token_the_api_server_rejects_is_401_about_the_kubeconfig(
     kubeconfig = write_kubeconfig(str(tmp_path / "stale"), api_server.url, "revoked-token")
     line = failing_top("--kubeconfig", kubeconfig)
     assert "401 unauthorized" in line and "check the kubeconfig's user" in line
+
+
+class Answer(BaseHTTPRequestHandler):
+    """Answers every POST with the class's ``body``, as JSON."""
+
+    body = b"{}"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+class Serving(Protocol):
+    """A server with a blocking loop and a way to end it (socketserver, websockets)."""
+
+    def serve_forever(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+@contextlib.contextmanager
+def running(server: Serving) -> Iterator[None]:
+    """``server``'s loop in a thread while inside."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+
+
+@contextlib.contextmanager
+def answering(body: bytes) -> Iterator[str]:
+    """An HTTP server that answers every POST with ``body``; its URL."""
+    handler = type("Fixed", (Answer,), {"body": body})
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server, running(server):
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[]",
+        b'{"data": {"gpus": "x", "nodes": 3}}',
+        b'{"data": {"gpus": [{"index": 0}], "nodes": []}}',
+        b'{"errors": "boom"}',
+    ],
+    ids=["a list", "fields of other types", "a GPU without its node", "errors not a list"],
+)
+def test_json_of_another_shape_is_one_line(body: bytes) -> None:
+    with answering(body) as url:
+        line = failing_top("--server", url)
+    assert "not the shape gpugraph top expects" in line
+
+
+def test_a_server_error_of_several_lines_and_escapes_is_one_printable_line() -> None:
+    with answering(b'{"errors": [{"message": "first\\nsecond \\u001b[2J"}]}') as url:
+        line = failing_top("--server", url)
+    assert line.endswith("server error: first second ?[2J")
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{{name: c, cluster: {{server: "{server}"{cluster}}}}}]
+users: [{{name: u, user: {user}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("clusters: [", "--kubeconfig"),
+        (
+            KUBECONFIG.format(server="http://127.0.0.1:1", cluster="", user="{token: t}").replace(
+                "current-context: c\n", ""
+            ),
+            "current-context",
+        ),
+        (
+            KUBECONFIG.format(
+                server="https://127.0.0.1:1",
+                cluster=", certificate-authority-data: aGVsbG8K",
+                user="{token: t}",
+            ),
+            "the TLS files for https://127.0.0.1:1",
+        ),
+        (
+            KUBECONFIG.format(
+                server="http://127.0.0.1:1",
+                cluster="",
+                user="{exec: {apiVersion: client.authentication.k8s.io/v1, command: /no/plugin}}",
+            ),
+            "the kubeconfig's user: [Errno 2] No such file or directory: '/no/plugin'",
+        ),
+    ],
+    ids=["not YAML", "no current-context", "a CA that is no PEM", "a missing exec plugin"],
+)
+def test_a_kubeconfig_that_cannot_work_is_one_line(text: str, says: str, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    assert says in failing_top("--kubeconfig", str(kubeconfig))
+
+
+@contextlib.contextmanager
+def websocket(handler: Callable[[ServerConnection], None]) -> Iterator[str]:
+    """A WebSocket server running ``handler`` for each connection; its http:// URL."""
+    with serve(handler, "127.0.0.1", 0) as server, running(server):
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/graphql"
+
+
+def garbled(socket: ServerConnection) -> None:
+    socket.recv()
+    socket.send("this is not JSON")
+
+
+def closed_midway(socket: ServerConnection) -> None:
+    socket.recv()
+    socket.send(json.dumps({"type": "connection_ack"}))
+    socket.recv()
+    socket.close(1001, "going away")
+
+
+def restarting(socket: ServerConnection) -> None:
+    # What uvicorn sends every open socket when the server shuts down.
+    socket.recv()
+    socket.send(json.dumps({"type": "connection_ack"}))
+    socket.close(1012)
+
+
+@pytest.mark.parametrize(
+    ("handler", "says"),
+    [
+        (garbled, "does not speak graphql-transport-ws"),
+        (closed_midway, "closed the connection (1001 going away)"),
+        (restarting, "/graphql closed the connection (1012)"),
+    ],
+)
+def test_a_websocket_that_breaks_the_protocol_is_a_top_error(
+    handler: Callable[[ServerConnection], None], says: str
+) -> None:
+    with websocket(handler) as url:
+        transport = HttpTransport(Endpoint(url, proxied=True))
+        with pytest.raises(TopError, match=re.escape(says)):
+            transport.execute(SNAPSHOT, {})

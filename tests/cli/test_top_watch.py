@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 
 import pexpect
 import pytest
@@ -99,3 +100,52 @@ def test_a_short_terminal_gets_the_rows_that_fit_and_a_count_of_the_rest(
     hidden = re.search(r"\.\.\. (\d+) more rows: narrow with --node or -n", frame)
     assert hidden and int(hidden[1]) > 10, frame
     assert child.exitstatus == 0
+
+
+def test_ctrl_c_while_the_first_answer_is_awaited_ends_at_once() -> None:
+    # A server that takes the connection and never answers: the first query waits.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        child = spawn_watch("--server", f"http://127.0.0.1:{server.getsockname()[1]}")
+        try:
+            server.settimeout(30)
+            connection, _ = server.accept()
+            child.sendintr()
+            # The query's own timeout is 30 s; Ctrl-C must not wait for it.
+            child.expect(pexpect.EOF, timeout=10)
+            tail = str(child.before)
+            connection.close()
+        finally:
+            child.close(force=True)
+    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, tail)
+    assert "Traceback" not in tail and "error" not in tail, tail
+
+
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+# SGR parameters that set a colour: foreground, background, bright, 256-colour and RGB.
+COLOURS = {*range(30, 39), *range(40, 49), *range(90, 98), *range(100, 108)}
+
+
+def colours_on_a_terminal(demo: RunningDemo, **env: str) -> set[int]:
+    """The colour parameters of ``gpugraph top nodes`` printed to a terminal."""
+    command, *first = gpugraph_command()
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    child = pexpect.spawn(
+        command,
+        [*first, "top", "nodes", "--server", demo.url],
+        cwd=str(ROOT),
+        env={**base, "TERM": "xterm-256color", **env},
+        dimensions=(40, 160),
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    params = {int(p) for found in SGR.findall(str(child.before)) for p in found.split(";") if p}
+    return params & COLOURS
+
+
+def test_colour_on_a_terminal_and_none_with_no_color(demo: RunningDemo) -> None:
+    # The down node is red on a terminal; NO_COLOR (any value) takes colour away.
+    assert 31 in colours_on_a_terminal(demo)
+    assert colours_on_a_terminal(demo, NO_COLOR="1") == set()
