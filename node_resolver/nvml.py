@@ -163,7 +163,7 @@ class NvmlGpuSource:
     def _init_failure(self, exc: Exception) -> str:
         name = self.error_name(exc)
         if name == "LIBRARY_NOT_FOUND":
-            return f"cannot start NVML: {library_failure()}"
+            return f"cannot start NVML: {_library_failure()}"
         return f"cannot start NVML: {INIT_FAILURES.get(name, f'{name} ({exc})')}"
 
     def _process_list_reader(self) -> ProcessListReader | None:
@@ -441,7 +441,7 @@ class NvmlGpuSource:
         return {pid: sm for pid, (_, sm) in latest.items()}
 
 
-def library_failure() -> str:
+def _library_failure() -> str:
     """Why pynvml could not load the NVML library: missing, or present but unloadable."""
     try:
         ctypes.CDLL(NVML_LIBRARY)
