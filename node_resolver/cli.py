@@ -30,6 +30,8 @@ DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEFAULT_CONTAINERD_NAMESPACE = "k8s.io"
 # How long calls in flight may take to finish after SIGTERM.
 STOP_GRACE_SECONDS = 2.0
+# What the log line that names the bound address starts with; tools and tests read it.
+LISTENING = "agent listening on "
 
 
 def _listen_address(value: str) -> str:
@@ -183,7 +185,7 @@ async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None)
     try:
         async with running(sampler, listen, token=token, grace=STOP_GRACE_SECONDS) as server:
             log.info(
-                "agent listening on %s (node %s, scanning every %gs%s)",
+                LISTENING + "%s (node %s, scanning every %gs%s)",
                 server.address,
                 sampler.node_name,
                 sampler.interval,

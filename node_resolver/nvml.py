@@ -163,7 +163,7 @@ class NvmlGpuSource:
     def _init_failure(self, exc: Exception) -> str:
         name = self.error_name(exc)
         if name == "LIBRARY_NOT_FOUND":
-            return f"cannot start NVML: {library_failure()}"
+            return f"cannot start NVML: {_library_failure()}"
         return f"cannot start NVML: {INIT_FAILURES.get(name, f'{name} ({exc})')}"
 
     def _process_list_reader(self) -> ProcessListReader | None:
@@ -232,12 +232,18 @@ class NvmlGpuSource:
         except Exception as exc:
             # Whatever else pynvml throws costs this GPU, not the node.
             error = type(exc).__name__
-            if (index, error) not in self._logged:
-                self._logged.add((index, error))
+            if self._first_time(index, error):
                 log.warning("reading GPU %d failed", index, exc_info=True)
             return self._failed(index, error, uuid=uuid)
         self._identity[index] = (uuid, gpu.name)
         return gpu
+
+    def _first_time(self, index: int, error: str) -> bool:
+        """Whether ``error`` on GPU ``index`` is new, so that it is logged once, not per scan."""
+        if (index, error) in self._logged:
+            return False
+        self._logged.add((index, error))
+        return True
 
     def _failed(self, index: int, error: str, *, uuid: str | None = None) -> GpuSample:
         known_uuid, known_name = self._identity.get(index, ("", None))
@@ -394,8 +400,7 @@ class NvmlGpuSource:
         except (AttributeError, TypeError, ctypes.ArgumentError):
             # This nvidia-ml-py's internals differ from what the reader uses: no list rather
             # than a guess.
-            if (gpu.index, PROCESS_LIST_ERROR) not in self._logged:
-                self._logged.add((gpu.index, PROCESS_LIST_ERROR))
+            if self._first_time(gpu.index, PROCESS_LIST_ERROR):
                 log.warning(
                     "cannot call the driver's process lists through this nvidia-ml-py",
                     exc_info=True,
@@ -403,8 +408,7 @@ class NvmlGpuSource:
             gpu.field_errors[field] = PROCESS_LIST_ERROR
             return None
         except EntryLayoutError as exc:
-            if (gpu.index, PROCESS_LAYOUT_ERROR) not in self._logged:
-                self._logged.add((gpu.index, PROCESS_LAYOUT_ERROR))
+            if self._first_time(gpu.index, PROCESS_LAYOUT_ERROR):
                 log.warning("GPU %d, NVML driver %s: %s", gpu.index, self.driver_version, exc)
             gpu.field_errors[field] = PROCESS_LAYOUT_ERROR
             return None
@@ -437,7 +441,7 @@ class NvmlGpuSource:
         return {pid: sm for pid, (_, sm) in latest.items()}
 
 
-def library_failure() -> str:
+def _library_failure() -> str:
     """Why pynvml could not load the NVML library: missing, or present but unloadable."""
     try:
         ctypes.CDLL(NVML_LIBRARY)

@@ -25,12 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from node_resolver.cli import LISTENING  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.models import NodeSample  # noqa: E402
 from node_resolver.nvml import NvmlGpuSource, NvmlUnavailableError  # noqa: E402
 
 MIB = 1 << 20
-LISTENING = "agent listening on "
 STARTUP_TIMEOUT = 30.0
 # Seconds a worker may take to allocate (torch's first CUDA call can take tens).
 WORKER_TIMEOUT = 120.0

@@ -74,7 +74,7 @@ def graphql_url(server: str) -> str:
     return server if server.endswith("/graphql") else f"{server}/graphql"
 
 
-def proxy_path(namespace: str, service: str, port: str = SERVICE_PORT) -> str:
+def proxy_path(namespace: str, service: str, port: str) -> str:
     """The API server's service-proxy path to the Service's GraphQL endpoint."""
     return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/graphql"
 
@@ -99,10 +99,10 @@ def resolve(
     token = token or env.get("GPUGRAPH_TOKEN") or None
     if server:
         return Endpoint(graphql_url(server), bearer(token), token=token)
-    return through_kubeconfig(kubeconfig, token, namespace, service)
+    return _through_kubeconfig(kubeconfig, token, namespace, service)
 
 
-def through_kubeconfig(
+def _through_kubeconfig(
     kubeconfig: str | None, token: str | None, namespace: str, service: str | None
 ) -> Endpoint:
     """The Endpoint of the gpugraph Service through the kubeconfig's API server."""

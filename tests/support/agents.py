@@ -34,6 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
 from node_resolver.agent import running
+from node_resolver.cli import LISTENING
 from node_resolver.client import AgentClient
 from node_resolver.gpu_source import GpuSource
 from node_resolver.models import ContainerRef, NodeSample
@@ -43,7 +44,6 @@ from node_resolver.service import AgentServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 30.0
-LISTENING = "agent listening on "
 # A pod and one of its containers, for agents that place a process in a pod.
 POD_UID = "9d1b7c44-aaaa-bbbb-cccc-000011112222"
 CONTAINER_ID = "b" * 64

@@ -50,7 +50,7 @@ from .namespaces import NAMESPACES, namespace_body, namespace_list_body
 from .reviews import TokenReviews
 from .routes import route
 from .services import ServiceTable
-from .status import not_found, status
+from .status import not_found, read_only, status
 from .store import NODES, OBJECT_KIND, PODS, ObjectStore
 from .transport import Exchange, HttpServer
 from .watch import stream_watch
@@ -344,8 +344,7 @@ class StubApiServer:
             raise ValueError(f"the request body is not JSON: {exc}") from None
         answer = self.reviews.answer(path, request if isinstance(request, dict) else {})
         if answer is None:
-            message = "the stub API server is read-only"
-            return exchange.send_json(405, status(405, "MethodNotAllowed", message))
+            return exchange.send_json(405, read_only())
         exchange.send_json(*answer)
 
     def _note_request(self, resource: str, verb: str, path: str, params: dict[str, str]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from .reviews import StubUser, TokenReviews
 from .selectors import Selector
 from .service_proxy import Backend, ProxiedSockets, forward_http, forward_upgrade
-from .status import not_found, status
+from .status import not_found, read_only, status
 from .transport import Exchange
 
 __all__ = ["ServiceTable", "StubService"]
@@ -165,8 +165,7 @@ class ServiceTable:
         target = _parse(path)
         assert target is not None
         if target.proxy_path is None:
-            message = "the stub API server is read-only"
-            return exchange.send_json(405, status(405, "MethodNotAllowed", message))
+            return exchange.send_json(405, read_only())
         self._proxy(exchange, target, "create", body)
 
     def _find(self, target: _Target) -> StubService | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["gone_event", "not_found", "status"]
+__all__ = ["gone_event", "not_found", "read_only", "status"]
 
 
 def status(
@@ -32,6 +32,11 @@ def not_found(resource: str, name: str) -> dict[str, Any]:
     return status(
         404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": resource}
     )
+
+
+def read_only() -> dict[str, Any]:
+    """The 405 Status for a write: the stub's objects are read-only."""
+    return status(405, "MethodNotAllowed", "the stub API server is read-only")
 
 
 def gone_event(rv: int, compacted: int) -> bytes:

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from .status import status
+from .status import read_only, status
 from .watch import Dropped
 
 __all__ = ["Application", "Exchange", "HttpServer"]
@@ -80,7 +80,7 @@ class Exchange(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_json(405, status(405, "MethodNotAllowed", "the stub API server is read-only"))
+        self.send_json(405, read_only())
 
     do_PATCH = do_DELETE = do_PUT
 
