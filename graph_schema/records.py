@@ -36,6 +36,10 @@ class PodRecord:
     containers: tuple[ContainerRecord, ...]
     resource_version: str = ""
 
+    def container_with_id(self, container_id: str) -> ContainerRecord | None:
+        """The container whose runtime ID (prefix stripped) is ``container_id``, if any."""
+        return next((c for c in self.containers if c.container_id == container_id), None)
+
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:

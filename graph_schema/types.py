@@ -239,10 +239,8 @@ class GpuProcess:
         pod = self.pod
         if pod is None:
             return None
-        for c in pod.record.containers:
-            if c.container_id == self.container_id:
-                return Container.from_record(c, pod)
-        return None
+        record = pod.record.container_with_id(self.container_id)
+        return None if record is None else Container.from_record(record, pod)
 
     def belongs_to(self, pod_uid: str) -> bool:
         """Whether this process was joined to the pod with this UID."""

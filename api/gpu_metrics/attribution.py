@@ -96,11 +96,8 @@ def process_list_complete(gpu: GpuSample) -> bool:
 
 
 def _container_name(pod: PodRecord, container_id: str | None) -> str:
-    if container_id:
-        for container in pod.containers:
-            if container.container_id == container_id:
-                return container.name
-    return ""
+    container = pod.container_with_id(container_id) if container_id else None
+    return "" if container is None else container.name
 
 
 def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) -> None:

@@ -11,7 +11,6 @@ script asks for one and sends it with every request.
 from __future__ import annotations
 
 import html
-import secrets
 from pathlib import Path
 
 from starlette.requests import Request
@@ -22,9 +21,8 @@ from .map_queries import GPU_QUERY, LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
 from .offline_assets import (
     STATIC_ROOT,
     all_present,
+    asset_page,
     build_into_command,
-    content_security_policy,
-    missing_assets_html,
     script_json,
     static_mount,
 )
@@ -93,27 +91,23 @@ def map_response(
     *, static_dir: Path, static_url: str, graphiql: bool, title: str = "gpugraph: GPU map"
 ) -> HTMLResponse:
     """The map page (200), or a page saying how to build its assets (503)."""
-    nonce = secrets.token_urlsafe(16)
-    headers = {
-        "Content-Security-Policy": content_security_policy(nonce),
-        "Cache-Control": "no-store",
-    }
-    if not assets_present(static_dir):
-        body = missing_assets_html(
-            what="Cluster map",
-            title=title,
-            nonce=nonce,
-            static_dir=static_dir,
-            build_into=build_into(static_dir),
-            note="The GraphQL API itself works at <code>/graphql</code>.",
+
+    def render(nonce: str) -> str:
+        return _PAGE.format(
+            title=html.escape(title),
+            static=html.escape(static_url.rstrip("/")),
+            config=script_json(map_config(graphiql=graphiql)),
         )
-        return HTMLResponse(body, status_code=503, headers=headers)
-    body = _PAGE.format(
-        title=html.escape(title),
-        static=html.escape(static_url.rstrip("/")),
-        config=script_json(map_config(graphiql=graphiql)),
+
+    return asset_page(
+        render,
+        static_dir,
+        ASSET_FILES,
+        what="Cluster map",
+        title=title,
+        build_into=build_into(static_dir),
+        note="The GraphQL API itself works at <code>/graphql</code>.",
     )
-    return HTMLResponse(body, headers=headers)
 
 
 def map_routes(

@@ -10,7 +10,6 @@ own: ``/graphql#query=...&variables=...``.
 from __future__ import annotations
 
 import html
-import secrets
 from pathlib import Path
 
 from starlette.requests import Request
@@ -21,9 +20,8 @@ from .offline_assets import (
     BUILD_COMMAND,
     STATIC_ROOT,
     all_present,
+    asset_page,
     build_into_command,
-    content_security_policy,
-    missing_assets_html,
     script_json,
     static_mount,
 )
@@ -36,7 +34,6 @@ __all__ = [
     "STATIC_URL",
     "OfflineGraphiQL",
     "assets_present",
-    "graphiql_html",
     "graphiql_response",
     "graphiql_routes",
 ]
@@ -153,34 +150,6 @@ def build_into(static_dir: Path) -> str:
     return build_into_command("build.mjs", static_dir)
 
 
-def graphiql_html(
-    *,
-    static_url: str = STATIC_URL,
-    static_dir: Path | None = None,
-    default_query: str = EXAMPLE_QUERY,
-    title: str = "gpugraph",
-    nonce: str = "",
-) -> str:
-    """The GraphiQL page, or a page saying how to build its assets when they are missing."""
-    directory = DEFAULT_STATIC_DIR if static_dir is None else static_dir
-    if not assets_present(directory):
-        return missing_assets_html(
-            what="GraphiQL",
-            title=title,
-            nonce=nonce,
-            static_dir=directory,
-            build_into=build_into(directory),
-            note="The GraphQL API itself works: POST queries to this URL, or open a WebSocket "
-            "(<code>graphql-transport-ws</code>) here for subscriptions.",
-        )
-    return _PAGE.format(
-        title=html.escape(title),
-        nonce=html.escape(nonce),
-        static=html.escape(static_url.rstrip("/")),
-        query=script_json(default_query),
-    )
-
-
 def graphiql_response(
     *,
     static_url: str = STATIC_URL,
@@ -188,24 +157,26 @@ def graphiql_response(
     default_query: str = EXAMPLE_QUERY,
     title: str = "gpugraph",
 ) -> HTMLResponse:
-    """The GraphiQL page as a response: 200, or 503 with build instructions without assets."""
-    nonce = secrets.token_urlsafe(16)
+    """The GraphiQL page (200), or a page saying how to build its assets (503)."""
     directory = DEFAULT_STATIC_DIR if static_dir is None else static_dir
-    body = graphiql_html(
-        static_url=static_url,
-        static_dir=directory,
-        default_query=default_query,
+
+    def render(nonce: str) -> str:
+        return _PAGE.format(
+            title=html.escape(title),
+            nonce=html.escape(nonce),
+            static=html.escape(static_url.rstrip("/")),
+            query=script_json(default_query),
+        )
+
+    return asset_page(
+        render,
+        directory,
+        ASSET_FILES,
+        what="GraphiQL",
         title=title,
-        nonce=nonce,
-    )
-    status = 200 if assets_present(directory) else 503
-    return HTMLResponse(
-        body,
-        status_code=status,
-        headers={
-            "Content-Security-Policy": content_security_policy(nonce),
-            "Cache-Control": "no-store",
-        },
+        build_into=build_into(directory),
+        note="The GraphQL API itself works: POST queries to this URL, or open a WebSocket "
+        "(<code>graphql-transport-ws</code>) here for subscriptions.",
     )
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import html
 import json
 import logging
+import secrets
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from starlette.responses import PlainTextResponse
+from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,9 +27,8 @@ __all__ = [
     "STATIC_ROOT",
     "MissingAssets",
     "all_present",
+    "asset_page",
     "build_into_command",
-    "content_security_policy",
-    "missing_assets_html",
     "script_json",
     "static_mount",
 ]
@@ -115,6 +115,44 @@ def missing_assets_html(
         build_steps=html.escape(BUILD_STEPS),
         build_into=html.escape(build_into),
         note=note,
+    )
+
+
+def asset_page(
+    render: Callable[[str], str],
+    directory: Path,
+    files: Sequence[str],
+    *,
+    what: str,
+    title: str,
+    build_into: str,
+    note: str,
+) -> HTMLResponse:
+    """``render(nonce)``'s page (200), or one saying how to build ``files`` while missing (503).
+
+    Either way under a fresh nonce's Content Security Policy, and never cached.
+    """
+    nonce = secrets.token_urlsafe(16)
+    status = 200
+    if all_present(directory, files):
+        body = render(nonce)
+    else:
+        status = 503
+        body = missing_assets_html(
+            what=what,
+            title=title,
+            nonce=nonce,
+            static_dir=directory,
+            build_into=build_into,
+            note=note,
+        )
+    return HTMLResponse(
+        body,
+        status_code=status,
+        headers={
+            "Content-Security-Policy": content_security_policy(nonce),
+            "Cache-Control": "no-store",
+        },
     )
 
 
