@@ -506,12 +506,17 @@ def report(full: list[dict[str, Any]], conc: dict[str, Any] | None, pods: int) -
     )
 
 
+def add_cluster_sizes(parser: argparse.ArgumentParser) -> None:
+    """``--nodes`` (comma-separated sizes) and ``--pods``, as the cluster benchmarks take them."""
+    parser.add_argument("--nodes", default="100,1000", help="comma-separated cluster sizes")
+    parser.add_argument("--pods", type=int, default=30_000)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", default="100,1000", help="comma-separated cluster sizes")
-    parser.add_argument("--pods", type=int, default=30_000)
+    add_cluster_sizes(parser)
     parser.add_argument("--repeat", type=int, default=30, help="full-cluster queries per size")
     parser.add_argument("--traversals", type=int, default=100)
     parser.add_argument("--clients", type=int, default=100)
