@@ -36,7 +36,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
-from cluster_bench import FULL_QUERY, TRAVERSAL_QUERY, pct, start_cluster  # noqa: E402
+from cluster_bench import (  # noqa: E402
+    FULL_QUERY,
+    TRAVERSAL_QUERY,
+    add_cluster_sizes,
+    pct,
+    start_cluster,
+)
 from starlette.applications import Starlette  # noqa: E402
 
 from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
@@ -164,8 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", default="100,1000", help="comma-separated cluster sizes")
-    parser.add_argument("--pods", type=int, default=30_000)
+    add_cluster_sizes(parser)
     parser.add_argument("--repeat", type=int, default=20, help="full-cluster queries per caller")
     parser.add_argument("--traversals", type=int, default=100)
     parser.add_argument("--small", action="store_true", help="CI size: 10 nodes, a few seconds")

@@ -24,7 +24,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from graph_schema import Received, build_schema, make_context  # noqa: E402
 from graph_schema.scalars import Bytes, BytesScalar  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.models import NodeSnapshot  # noqa: E402
+from tests.support.demo_process import free_port  # noqa: E402
 
 FULL_QUERY = """{ nodes { name gpus { uuid memoryUsedBytes utilizationGpu
   processes { pid usedMemoryBytes pod { name namespace } } } } }"""
@@ -205,13 +205,6 @@ def plain_reference(cluster: ClusterCache, snapshots: dict[str, NodeSnapshot]) -
 
 
 # ------------------------------------------------------------------ the fleet
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 (the agents bind it on every node's loopback address)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -513,12 +506,17 @@ def report(full: list[dict[str, Any]], conc: dict[str, Any] | None, pods: int) -
     )
 
 
+def add_cluster_sizes(parser: argparse.ArgumentParser) -> None:
+    """``--nodes`` (comma-separated sizes) and ``--pods``, as the cluster benchmarks take them."""
+    parser.add_argument("--nodes", default="100,1000", help="comma-separated cluster sizes")
+    parser.add_argument("--pods", type=int, default=30_000)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", default="100,1000", help="comma-separated cluster sizes")
-    parser.add_argument("--pods", type=int, default=30_000)
+    add_cluster_sizes(parser)
     parser.add_argument("--repeat", type=int, default=30, help="full-cluster queries per size")
     parser.add_argument("--traversals", type=int, default=100)
     parser.add_argument("--clients", type=int, default=100)

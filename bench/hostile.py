@@ -22,11 +22,9 @@ import multiprocessing
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,11 +32,16 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import httpx
-import websockets
-from websockets.typing import Subprotocol
-
 ROOT = Path(__file__).resolve().parent.parent
+# Run as a script from anywhere: the demo's launcher lives in the repository's tests package.
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import websockets  # noqa: E402
+from websockets.typing import Subprotocol  # noqa: E402
+
+from tests.support import demo_process  # noqa: E402
+
 TRIVIAL = '{ node(name: "gpu-node-0") { name } }'
 WARM_UP = "{ nodes { name gpus { uuid } } }"
 
@@ -48,13 +51,6 @@ def chain(depth: int) -> str:
     opened = ["gpus { " if i % 2 == 0 else "node { " for i in range(depth - 1)]
     leaf = "uuid" if (depth - 1) % 2 else "name"
     return "{ " + "".join(opened) + leaf + " }" * len(opened) + " }"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rss_mb(pid: int) -> float:
@@ -76,23 +72,10 @@ class Demo:
 
 
 def start_demo(workdir: Path) -> Demo:
-    port = free_port()
-    script = Path(sys.executable).parent / "gpugraph"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "api.cli"]
-    env = {**os.environ, "TMPDIR": str(workdir), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [*command, "demo", "--listen", f"127.0.0.1:{port}", "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    demo = Demo(process, f"http://127.0.0.1:{port}")
-    assert process.stdout is not None
-    stdout = process.stdout
-    threading.Thread(target=lambda: demo.output.extend(stdout), daemon=True).start()
+    """The demo as a user runs it (``tests.support.demo_process``), once ``/readyz`` says ready."""
+    running = demo_process.start_demo(workdir, "--log-level", "warning")
+    process = running.process
+    demo = Demo(process, running.url, running.output)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):

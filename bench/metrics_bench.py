@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cluster_bench import CallLog, ms, pct, start_cluster  # noqa: E402
+from cluster_bench import CallLog, add_cluster_sizes, ms, pct, start_cluster  # noqa: E402
 
 from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
 from api.gpu_metrics import GpuMetricsExporter  # noqa: E402
@@ -228,8 +228,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", default="100,1000", help="comma-separated cluster sizes")
-    parser.add_argument("--pods", type=int, default=30_000)
+    add_cluster_sizes(parser)
     parser.add_argument("--repeat", type=int, default=10, help="scrapes per size")
     parser.add_argument("--small", action="store_true", help="CI size: 10 nodes, 3 scrapes")
     args = parser.parse_args()

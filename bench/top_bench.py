@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cluster_bench import free_port, start_cluster  # noqa: E402
+from cluster_bench import start_cluster  # noqa: E402
 from map_bench import serve  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
@@ -55,6 +55,7 @@ from api.top.connection import Endpoint  # noqa: E402
 from api.top.queries import SNAPSHOT  # noqa: E402
 from api.top.render import Cell, gpu_table_rows, view, widths  # noqa: E402
 from api.top.transport import HttpTransport  # noqa: E402
+from tests.support.demo_process import free_port  # noqa: E402
 
 
 def gpugraph() -> list[str]:
