@@ -11,6 +11,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from graphql import DocumentNode, GraphQLError, GraphQLSchema
 from strawberry.extensions import SchemaExtension
@@ -23,7 +24,7 @@ from .interfaces import Cluster
 from .limits import SchemaLimits
 from .views import ViewCache
 
-__all__ = ["CostAdmission", "SizeGauge"]
+__all__ = ["CostAdmission", "SizeGauge", "admit"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,30 +95,57 @@ class CostAdmission(SchemaExtension):
         yield
 
     def _admit(self, schema: GraphQLSchema, document: DocumentNode, ctx: object) -> None:
-        limits = self.limits
-        # First: graphql-core would coerce the variables before anything below matters.
-        check_variable_items(self.execution_context.variables, limits.max_variable_items)
-        ready = isinstance(ctx, GraphContext) and ctx.cluster.ready
-        # Before the cache fills every field fails NOT_READY anyway; the width and
-        # depth are still bounded.
-        sizes = None
-        if isinstance(ctx, GraphContext) and ready:
-            try:
-                sizes = self.gauge.sizes(ctx.cluster)
-            except Exception:
-                # A broken cache is a server fault that execution reports (masked) at
-                # the field that reads it; execution's own budget still holds.
-                logger.debug("cannot measure the cluster for admission", exc_info=True)
-        cost = estimate(
+        cluster = ctx.cluster if isinstance(ctx, GraphContext) else None
+        admit(
+            self.gauge,
+            self.limits,
             schema,
             document,
-            sizes or ClusterSizes(1, 1, 1, 1, 1, 1),
+            cluster,
             operation_name=self.execution_context.operation_name,
             variables=self.execution_context.variables,
         )
-        if cost.widest_selection > limits.max_fields_per_selection:
-            raise SelectionTooWideError(cost.widest_selection, limits.max_fields_per_selection)
-        # Too deep: validation's depth limit refuses it with its own message.
-        too_costly = cost.objects > limits.max_result_items
-        if sizes is not None and cost.depth <= limits.max_depth and too_costly:
-            raise CostError(cost.objects, limits.max_result_items, sizes)
+
+
+def admit(
+    gauge: SizeGauge,
+    limits: SchemaLimits,
+    schema: GraphQLSchema,
+    document: DocumentNode,
+    cluster: Cluster | None,
+    *,
+    operation_name: str | None,
+    variables: dict[str, Any] | None,
+) -> None:
+    """Refuse an operation too large to coerce, run or validate (GraphUserError).
+
+    ``cluster`` is None where the operation has no GraphContext; the width
+    and depth are then bounded alone. Shared by the strawberry extension and
+    the compiled path, so both admit exactly the same operations.
+    """
+    # First: graphql-core would coerce the variables before anything below matters.
+    check_variable_items(variables, limits.max_variable_items)
+    ready = cluster is not None and cluster.ready
+    # Before the cache fills every field fails NOT_READY anyway; the width and
+    # depth are still bounded.
+    sizes = None
+    if cluster is not None and ready:
+        try:
+            sizes = gauge.sizes(cluster)
+        except Exception:
+            # A broken cache is a server fault that execution reports (masked) at
+            # the field that reads it; execution's own budget still holds.
+            logger.debug("cannot measure the cluster for admission", exc_info=True)
+    cost = estimate(
+        schema,
+        document,
+        sizes or ClusterSizes(1, 1, 1, 1, 1, 1),
+        operation_name=operation_name,
+        variables=variables,
+    )
+    if cost.widest_selection > limits.max_fields_per_selection:
+        raise SelectionTooWideError(cost.widest_selection, limits.max_fields_per_selection)
+    # Too deep: validation's depth limit refuses it with its own message.
+    too_costly = cost.objects > limits.max_result_items
+    if sizes is not None and cost.depth <= limits.max_depth and too_costly:
+        raise CostError(cost.objects, limits.max_result_items, sizes)

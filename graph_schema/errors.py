@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from graphql import GraphQLError
 
@@ -71,3 +71,35 @@ def is_internal(error: GraphQLError) -> bool:
     if original is None:
         return False
     return not isinstance(original, USER_FACING)
+
+
+def in_response_order(data: Any, errors: Sequence[GraphQLError]) -> list[GraphQLError]:
+    """``errors`` sorted by where their path points in ``data``: the order of the response.
+
+    graphql-core records errors as they happen, so concurrent fields (one per
+    node's agent) report in whatever order their awaits finish. Sorting by the
+    response's own order makes the list deterministic, and the same however the
+    operation was executed. Errors without a path (none in practice) go last;
+    the sort is stable, so errors at one path keep their order.
+    """
+
+    def position(error: GraphQLError) -> tuple[int, ...]:
+        path = error.path
+        if not path:
+            return (1,)
+        positions = [0]
+        node: Any = data
+        for key in path:
+            if isinstance(key, int):
+                positions.append(key)
+                node = node[key] if isinstance(node, list) and 0 <= key < len(node) else None
+            elif isinstance(node, dict):
+                keys = list(node)
+                positions.append(keys.index(key) if key in node else len(keys))
+                node = node.get(key)
+            else:
+                positions.append(0)
+                node = None
+        return tuple(positions)
+
+    return sorted(errors, key=position)

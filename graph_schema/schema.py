@@ -23,7 +23,7 @@ from strawberry.types import ExecutionContext, ExecutionResult, Info, StreamExec
 
 from .admission import CostAdmission, SizeGauge
 from .context import GraphContext
-from .errors import GraphUserError, ResultBudgetError, is_internal
+from .errors import GraphUserError, ResultBudgetError, in_response_order, is_internal
 from .limits import SchemaLimits, SubscriptionLimiter
 from .parsing import ThreadedParse
 from .query import Query
@@ -54,7 +54,7 @@ class ContextPerOperation(SchemaExtension):
 
 
 class PartialErrors(SchemaExtension):
-    """Adds errors for the parts of aggregate lists that could not be fetched."""
+    """Adds errors for the parts of aggregate lists that could not be fetched; orders errors."""
 
     def on_execute(self) -> Iterator[None]:
         yield
@@ -66,15 +66,17 @@ class PartialErrors(SchemaExtension):
         yield
 
     def _attach(self, result: object) -> None:
-        ctx = self.execution_context.context
-        if not isinstance(ctx, GraphContext) or not ctx.partial_errors:
-            return
         if not isinstance(result, ExecutionResult | GraphQLExecutionResult):
             return
-        for error in ctx.partial_errors:
-            logger.info("partial result: %s", error.message)
-        result.errors = [*(result.errors or []), *ctx.partial_errors]
-        ctx.partial_errors = []
+        ctx = self.execution_context.context
+        if isinstance(ctx, GraphContext) and ctx.partial_errors:
+            for error in ctx.partial_errors:
+                logger.info("partial result: %s", error.message)
+            result.errors = [*(result.errors or []), *ctx.partial_errors]
+            ctx.partial_errors = []
+        if result.errors and len(result.errors) > 1:
+            # Deterministic, and the same as the compiled path's (see errors.py).
+            result.errors = in_response_order(result.data, result.errors)
 
 
 class OneBudgetError(SchemaExtension):

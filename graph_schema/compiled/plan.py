@@ -1,0 +1,459 @@
+"""Compiling one operation of a validated document into a plan.
+
+The plan is a tree: an ``ObjectPlan`` per selection set, a ``FieldPlan`` per
+response key, and a completer per field type (leaf, object, list). Fields
+are collected and merged the way graphql-core collects them (fragments
+flattened, same response key merged, ``@include``/``@skip`` decided), once
+per document and per combination of the directive variables.
+
+A field is read the way strawberry reads it: a plain field is an attribute
+of the object; a field with a resolver calls that very resolver. So the plan
+holds no second definition of what a field means, and a field someone adds
+to the schema is covered as soon as it is a plain attribute or a resolver
+that reads only ``info.context`` and ``info.path``. What the plan cannot
+run raises ``Unsupported`` here, and strawberry answers: introspection,
+federation's ``_entities``/``_service``, abstract types (interfaces, unions),
+mutations and subscriptions, fields with strawberry extensions or
+permissions, and resolver arguments of other than built-in scalar types.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphql import (
+    BooleanValueNode,
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLField,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLOutputType,
+    GraphQLScalarType,
+    GraphQLSchema,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    OperationType,
+    SelectionSetNode,
+    VariableNode,
+)
+
+__all__ = [
+    "Completer",
+    "Fallback",
+    "FieldPlan",
+    "LeafCompleter",
+    "ListCompleter",
+    "ObjectCompleter",
+    "ObjectPlan",
+    "Unsupported",
+    "compile_operation",
+    "directive_variables",
+    "find_operation",
+]
+
+# Where strawberry keeps a GraphQL field's own definition.
+_DEFINITION = "strawberry-definition"
+_BUILTIN_ARGUMENT_TYPES = frozenset({"String", "Int", "Float", "Boolean", "ID"})
+_MAX_INT = 2**31 - 1
+_MIN_INT = -(2**31)
+
+
+class Unsupported(Exception):
+    """The plan cannot run this operation; strawberry answers it."""
+
+
+class Fallback(Exception):
+    """At run time: something the plan does not reproduce exactly; strawberry answers instead."""
+
+
+# ------------------------------------------------------------------ completers
+
+
+@dataclass(slots=True)
+class LeafCompleter:
+    """A scalar: serialized as graphql-core would, with fast paths for the built-ins."""
+
+    serialize: Callable[[Any], Any]
+    nullable: bool
+    may_await: bool = False
+
+
+@dataclass(slots=True)
+class ObjectCompleter:
+    """An object type, completed by its selection's plan."""
+
+    plan: ObjectPlan
+    nullable: bool
+
+    @property
+    def may_await(self) -> bool:
+        """Whether completing it may wait (an async resolver somewhere below)."""
+        return self.plan.may_await
+
+
+@dataclass(slots=True)
+class ListCompleter:
+    """A list of items of one completer."""
+
+    item: Completer
+    nullable: bool
+
+    @property
+    def may_await(self) -> bool:
+        """Whether completing an item may wait."""
+        return self.item.may_await
+
+
+Completer = LeafCompleter | ObjectCompleter | ListCompleter
+
+
+@dataclass(slots=True)
+class FieldPlan:
+    """One response key of a selection set."""
+
+    key: str
+    # The field's AST nodes (for error locations) and its definition.
+    nodes: tuple[FieldNode, ...]
+    definition: GraphQLField | None
+    complete: Completer
+    # A plain field: the attribute to read. A resolver field: the resolver.
+    attribute: str | None = None
+    resolver: Callable[..., Any] | None = None
+    takes_self: bool = False
+    info_name: str | None = None
+    # GraphQL argument name -> the resolver's parameter name.
+    arguments: tuple[tuple[str, str], ...] = ()
+    is_async: bool = False
+    # __typename: the constant answer.
+    typename: str | None = None
+
+
+@dataclass(slots=True)
+class ObjectPlan:
+    """A selection set over one object type."""
+
+    type_name: str
+    fields: list[FieldPlan] = field(default_factory=list)
+    may_await: bool = False
+
+
+# ------------------------------------------------------------------ serializers
+
+
+def _string(value: Any) -> Any:
+    if type(value) is str:
+        return value
+    raise Fallback("not a string")
+
+
+def _int(value: Any) -> Any:
+    if type(value) is int and _MIN_INT <= value <= _MAX_INT:
+        return value
+    raise Fallback("not a 32-bit int")
+
+
+def _float(value: Any) -> Any:
+    if type(value) is float and math.isfinite(value):
+        return value
+    if type(value) is int:
+        return float(value)
+    raise Fallback("not a finite float")
+
+
+def _boolean(value: Any) -> Any:
+    if type(value) is bool:
+        return value
+    raise Fallback("not a boolean")
+
+
+def _id(value: Any) -> Any:
+    if isinstance(value, str):
+        return str(value)
+    raise Fallback("not an ID string")
+
+
+def _serializer(scalar: GraphQLScalarType) -> Callable[[Any], Any]:
+    builtin = {
+        "String": _string,
+        "Int": _int,
+        "Float": _float,
+        "Boolean": _boolean,
+        "ID": _id,
+    }.get(scalar.name)
+    if builtin is not None:
+        return builtin
+    serialize = scalar.serialize
+
+    def custom(value: Any) -> Any:
+        serialized = serialize(value)
+        if serialized is None:
+            raise Fallback(f"{scalar.name} serialized to null")
+        return serialized
+
+    return custom
+
+
+# ------------------------------------------------------------------ collection
+
+
+def find_operation(document: DocumentNode, operation_name: str | None) -> OperationDefinitionNode:
+    """The operation to run, as graphql-core picks it; Unsupported when none fits."""
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    if operation_name is None:
+        if len(operations) != 1:
+            raise Unsupported("several operations and no operation name")
+        return operations[0]
+    for operation in operations:
+        if operation.name is not None and operation.name.value == operation_name:
+            return operation
+    raise Unsupported(f"no operation named {operation_name!r}")
+
+
+def directive_variables(document: DocumentNode) -> tuple[str, ...]:
+    """Variables that ``@include``/``@skip`` read: a plan is compiled per their values."""
+    names: set[str] = set()
+
+    def visit(selection_set: SelectionSetNode | None) -> None:
+        if selection_set is None:
+            return
+        for selection in selection_set.selections:
+            for directive in selection.directives or ():
+                if directive.name.value in ("include", "skip"):
+                    for argument in directive.arguments:
+                        if isinstance(argument.value, VariableNode):
+                            names.add(argument.value.name.value)
+            visit(getattr(selection, "selection_set", None))
+
+    for definition in document.definitions:
+        if isinstance(definition, OperationDefinitionNode | FragmentDefinitionNode):
+            visit(definition.selection_set)
+    return tuple(sorted(names))
+
+
+def _included(node: Any, values: Mapping[str, Any]) -> bool:
+    for directive in node.directives or ():
+        name = directive.name.value
+        if name not in ("include", "skip"):
+            continue
+        argument = next((a for a in directive.arguments if a.name.value == "if"), None)
+        if argument is None:
+            raise Unsupported("@include/@skip without if")
+        value = argument.value
+        if isinstance(value, BooleanValueNode):
+            condition = value.value
+        elif isinstance(value, VariableNode):
+            condition = values.get(value.name.value)
+            if type(condition) is not bool:
+                raise Unsupported("a directive variable that is not a boolean")
+        else:
+            raise Unsupported("an @include/@skip condition of another kind")
+        if name == "skip" and condition:
+            return False
+        if name == "include" and not condition:
+            return False
+    return True
+
+
+class _Collector:
+    """graphql-core's field collection, for one document and one set of directive values."""
+
+    def __init__(
+        self,
+        schema: GraphQLSchema,
+        fragments: Mapping[str, FragmentDefinitionNode],
+        values: Mapping[str, Any],
+    ) -> None:
+        self.schema = schema
+        self.fragments = fragments
+        self.values = values
+
+    def collect(
+        self,
+        type_name: str,
+        selection_sets: list[SelectionSetNode],
+    ) -> dict[str, list[FieldNode]]:
+        fields: dict[str, list[FieldNode]] = {}
+        visited: set[str] = set()
+        for selection_set in selection_sets:
+            self._into(type_name, selection_set, fields, visited)
+        return fields
+
+    def _into(
+        self,
+        type_name: str,
+        selection_set: SelectionSetNode,
+        fields: dict[str, list[FieldNode]],
+        visited: set[str],
+    ) -> None:
+        for selection in selection_set.selections:
+            if not _included(selection, self.values):
+                continue
+            if isinstance(selection, FieldNode):
+                key = selection.alias.value if selection.alias else selection.name.value
+                fields.setdefault(key, []).append(selection)
+            elif isinstance(selection, InlineFragmentNode):
+                condition = selection.type_condition
+                if condition is not None and condition.name.value != type_name:
+                    raise Unsupported("a fragment on another type")
+                self._into(type_name, selection.selection_set, fields, visited)
+            elif isinstance(selection, FragmentSpreadNode):
+                name = selection.name.value
+                if name in visited:
+                    continue
+                visited.add(name)
+                fragment = self.fragments.get(name)
+                if fragment is None:
+                    raise Unsupported(f"unknown fragment {name!r}")
+                if fragment.type_condition.name.value != type_name:
+                    raise Unsupported("a fragment on another type")
+                self._into(type_name, fragment.selection_set, fields, visited)
+
+
+# ------------------------------------------------------------------ compilation
+
+
+class _Compiler:
+    def __init__(self, schema: GraphQLSchema, collector: _Collector) -> None:
+        self.schema = schema
+        self.collector = collector
+
+    def object_plan(
+        self, parent: GraphQLObjectType, selection_sets: list[SelectionSetNode]
+    ) -> ObjectPlan:
+        plan = ObjectPlan(parent.name)
+        for key, nodes in self.collector.collect(parent.name, selection_sets).items():
+            field_plan = self.field_plan(parent, key, nodes)
+            plan.fields.append(field_plan)
+            if field_plan.is_async or field_plan.complete.may_await:
+                plan.may_await = True
+        return plan
+
+    def field_plan(self, parent: GraphQLObjectType, key: str, nodes: list[FieldNode]) -> FieldPlan:
+        name = nodes[0].name.value
+        if name == "__typename":
+            return FieldPlan(
+                key,
+                tuple(nodes),
+                None,
+                LeafCompleter(_string, nullable=False),
+                typename=parent.name,
+            )
+        if name.startswith("_"):
+            raise Unsupported(f"{parent.name}.{name} (introspection or federation)")
+        definition = parent.fields.get(name)
+        if definition is None:
+            raise Unsupported(f"no field {parent.name}.{name}")
+        strawberry_field = (definition.extensions or {}).get(_DEFINITION)
+        if strawberry_field is None:
+            raise Unsupported(f"{parent.name}.{name} is not a strawberry field")
+        if strawberry_field.extensions or strawberry_field.permission_classes:
+            raise Unsupported(f"{parent.name}.{name} has field extensions")
+        selection_sets = [n.selection_set for n in nodes if n.selection_set is not None]
+        complete = self.completer(definition.type, selection_sets)
+        resolver = strawberry_field.base_resolver
+        if resolver is None:
+            if definition.args:
+                raise Unsupported(f"{parent.name}.{name} has arguments but no resolver")
+            return FieldPlan(
+                key,
+                tuple(nodes),
+                definition,
+                complete,
+                attribute=strawberry_field.python_name,
+            )
+        return self.resolver_plan(parent, key, nodes, definition, complete, resolver)
+
+    def resolver_plan(
+        self,
+        parent: GraphQLObjectType,
+        key: str,
+        nodes: list[FieldNode],
+        definition: GraphQLField,
+        complete: Completer,
+        resolver: Any,
+    ) -> FieldPlan:
+        name = f"{parent.name}.{nodes[0].name.value}"
+        if resolver.root_parameter is not None:
+            raise Unsupported(f"{name} reads root")
+        arguments: list[tuple[str, str]] = []
+        python_names = {a.graphql_name or a.python_name: a.python_name for a in resolver.arguments}
+        for graphql_name, argument in definition.args.items():
+            argument_type = argument.type
+            if isinstance(argument_type, GraphQLNonNull):
+                argument_type = argument_type.of_type
+            if getattr(argument_type, "name", None) not in _BUILTIN_ARGUMENT_TYPES:
+                raise Unsupported(f"{name} has an argument of type {argument_type}")
+            python_name = python_names.get(graphql_name)
+            if python_name is None:
+                # strawberry names arguments in camel case from their Python name.
+                matches = [a.python_name for a in resolver.arguments]
+                python_name = next(
+                    (p for p in matches if _camel(p) == graphql_name),
+                    None,
+                )
+            if python_name is None:
+                raise Unsupported(f"{name}: cannot map argument {graphql_name}")
+            arguments.append((graphql_name, python_name))
+        info = resolver.info_parameter
+        func = resolver.wrapped_func
+        if isinstance(func, staticmethod | classmethod):
+            raise Unsupported(f"{name} is a static or class method")
+        return FieldPlan(
+            key,
+            tuple(nodes),
+            definition,
+            complete,
+            resolver=func,
+            takes_self=resolver.self_parameter is not None,
+            info_name=None if info is None else info.name,
+            arguments=tuple(arguments),
+            is_async=inspect.iscoroutinefunction(func),
+        )
+
+    def completer(
+        self, output: GraphQLOutputType, selection_sets: list[SelectionSetNode]
+    ) -> Completer:
+        nullable = True
+        if isinstance(output, GraphQLNonNull):
+            nullable = False
+            output = output.of_type
+        if isinstance(output, GraphQLList):
+            return ListCompleter(self.completer(output.of_type, selection_sets), nullable)
+        if isinstance(output, GraphQLScalarType):
+            return LeafCompleter(_serializer(output), nullable)
+        if isinstance(output, GraphQLObjectType):
+            return ObjectCompleter(self.object_plan(output, selection_sets), nullable)
+        raise Unsupported(f"a field of type {output} (abstract or enum)")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def compile_operation(
+    schema: GraphQLSchema,
+    document: DocumentNode,
+    operation_name: str | None,
+    directive_values: Mapping[str, Any],
+) -> ObjectPlan:
+    """The plan of the document's query operation; Unsupported when strawberry must run it."""
+    operation = find_operation(document, operation_name)
+    if operation.operation is not OperationType.QUERY:
+        raise Unsupported(f"a {operation.operation.value}")
+    root = schema.query_type
+    if root is None:
+        raise Unsupported("no query type")
+    fragments = {
+        d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
+    }
+    collector = _Collector(schema, fragments, directive_values)
+    return _Compiler(schema, collector).object_plan(root, [operation.selection_set])

@@ -1,0 +1,237 @@
+"""Running a plan: graphql-core's execution algorithm, minus its per-field machinery.
+
+The order of work is graphql-core's: an object's fields resolve in order,
+synchronous results complete at once, and whatever must wait (an async
+resolver, or a completion below one) is gathered per object and per list.
+So agent fetches batch and overlap as they do under strawberry, and errors
+land in the same order.
+
+A resolver's error makes its field null and adds the error with the field's
+path and locations, as graphql-core does. Anything the plan does not
+reproduce exactly raises ``Fallback``, and strawberry answers the operation:
+a null in a non-null field (graphql-core would bubble it), the result budget
+(graphql-core reports it once per refused field), a masked internal error, a
+resolver that reads more of ``info`` than its context and path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+from graphql import GraphQLError, located_error
+from graphql.execution.values import VariableValues, get_argument_values
+from graphql.pyutils import Path
+
+from ..errors import ResultBudgetError, is_internal
+from .plan import (
+    Completer,
+    Fallback,
+    FieldPlan,
+    LeafCompleter,
+    ListCompleter,
+    ObjectCompleter,
+    ObjectPlan,
+)
+
+__all__ = ["PlanRun"]
+
+# Path links as tuples (parent, key, type name); a graphql Path is built only
+# when a resolver or an error asks for one.
+PathLink = tuple[Any, "str | int", "str | None"] | None
+
+
+def _as_path(link: PathLink) -> Path | None:
+    if link is None:
+        return None
+    parent, key, typename = link
+    return Path(_as_path(parent), key, typename)
+
+
+def _as_list(link: PathLink) -> list[str | int]:
+    keys: list[str | int] = []
+    while link is not None:
+        keys.append(link[1])
+        link = link[0]
+    keys.reverse()
+    return keys
+
+
+class PlanInfo:
+    """The part of strawberry's ``Info`` the schema's resolvers read: context and path."""
+
+    __slots__ = ("_link", "context")
+
+    def __init__(self, context: Any, link: PathLink) -> None:
+        self.context = context
+        self._link = link
+
+    @property
+    def path(self) -> Path:
+        """The field's path, as graphql-core would give it."""
+        path = _as_path(self._link)
+        assert path is not None
+        return path
+
+    def __getattr__(self, name: str) -> Any:
+        raise Fallback(f"a resolver reads info.{name}")
+
+
+class PlanRun:
+    """One execution of a plan for one operation's context and variables."""
+
+    def __init__(self, context: Any, variables: VariableValues) -> None:
+        self.context = context
+        self.variables = variables
+        self.errors: list[GraphQLError] = []
+        self._arguments: dict[int, dict[str, Any]] = {}
+
+    async def execute(self, root: ObjectPlan) -> dict[str, Any]:
+        """The operation's data; ``errors`` holds the field errors, in graphql-core's order."""
+        data = self._object(root, None, None)
+        if isinstance(data, Awaitable):
+            data = await data
+        return data  # type: ignore[return-value]
+
+    # ---------------------------------------------------------------- objects
+
+    def _object(self, plan: ObjectPlan, source: Any, link: PathLink) -> Any:
+        result: dict[str, Any] = {}
+        waiting: list[tuple[str, Awaitable[Any]]] | None = None
+        for field in plan.fields:
+            value = self._field(field, plan.type_name, source, link)
+            if (field.is_async or field.complete.may_await) and isinstance(value, Awaitable):
+                if waiting is None:
+                    waiting = []
+                waiting.append((field.key, value))
+                result[field.key] = None
+                continue
+            result[field.key] = value
+        if waiting is None:
+            return result
+        return self._gather_object(result, waiting)
+
+    async def _gather_object(
+        self, result: dict[str, Any], waiting: list[tuple[str, Awaitable[Any]]]
+    ) -> dict[str, Any]:
+        if len(waiting) == 1:
+            key, awaitable = waiting[0]
+            result[key] = await awaitable
+            return result
+        values = await asyncio.gather(*(a for _, a in waiting))
+        for (key, _), value in zip(waiting, values, strict=True):
+            result[key] = value
+        return result
+
+    # ---------------------------------------------------------------- fields
+
+    def _field(self, field: FieldPlan, type_name: str, source: Any, link: PathLink) -> Any:
+        if field.typename is not None:
+            return field.typename
+        attribute = field.attribute
+        if attribute is not None:
+            value = getattr(source, attribute)
+            return self._complete(field.complete, value, field, (link, field.key, None))
+        here: PathLink = (link, field.key, type_name)
+        try:
+            value = self._resolve(field, source, here)
+        except Exception as exc:
+            return self._failed(field, exc, here)
+        if field.is_async:
+            return self._awaited(field, value, here)
+        try:
+            return self._complete(field.complete, value, field, here)
+        except Exception as exc:
+            return self._failed(field, exc, here)
+
+    def _resolve(self, field: FieldPlan, source: Any, link: PathLink) -> Any:
+        kwargs = dict(self._argument_values(field))
+        if field.info_name is not None:
+            kwargs[field.info_name] = PlanInfo(self.context, link)
+        resolver = field.resolver
+        assert resolver is not None
+        if field.takes_self:
+            return resolver(source, **kwargs)
+        return resolver(**kwargs)
+
+    def _argument_values(self, field: FieldPlan) -> dict[str, Any]:
+        if not field.arguments:
+            return {}
+        cached = self._arguments.get(id(field))
+        if cached is not None:
+            return cached
+        assert field.definition is not None
+        try:
+            values = get_argument_values(field.definition, field.nodes[0], self.variables)
+        except GraphQLError as exc:
+            raise Fallback(f"arguments: {exc.message}") from None
+        kwargs = {
+            python: values[graphql] for graphql, python in field.arguments if graphql in values
+        }
+        self._arguments[id(field)] = kwargs
+        return kwargs
+
+    async def _awaited(self, field: FieldPlan, awaitable: Any, link: PathLink) -> Any:
+        try:
+            value = await awaitable
+            completed = self._complete(field.complete, value, field, link)
+            if isinstance(completed, Awaitable):
+                completed = await completed
+            return completed
+        except Exception as exc:
+            return self._failed(field, exc, link)
+
+    def _failed(self, field: FieldPlan, exc: Exception, link: PathLink) -> None:
+        if isinstance(exc, Fallback | ResultBudgetError):
+            raise exc
+        if not field.complete.nullable:
+            # graphql-core would null the parent, and so on up: not reproduced.
+            raise Fallback("an error in a non-null field") from exc
+        error = located_error(exc, list(field.nodes), _as_list(link))
+        if is_internal(error):
+            raise Fallback("an internal error (strawberry masks it)") from exc
+        self.errors.append(error)
+        return None
+
+    # ---------------------------------------------------------------- values
+
+    def _complete(self, complete: Completer, value: Any, field: FieldPlan, link: PathLink) -> Any:
+        if value is None:
+            if complete.nullable:
+                return None
+            raise Fallback("null in a non-null field")
+        if isinstance(complete, LeafCompleter):
+            return complete.serialize(value)
+        if isinstance(complete, ObjectCompleter):
+            return self._object(complete.plan, value, link)
+        return self._list(complete, value, field, link)
+
+    def _list(self, complete: ListCompleter, values: Any, field: FieldPlan, link: PathLink) -> Any:
+        item = complete.item
+        if isinstance(item, LeafCompleter):
+            serialize = item.serialize
+            if item.nullable:
+                return [None if v is None else serialize(v) for v in values]
+            if any(v is None for v in values):
+                raise Fallback("null in a non-null list item")
+            return [serialize(v) for v in values]
+        if isinstance(item, ObjectCompleter) and not item.plan.may_await:
+            plan = item.plan
+            if not item.nullable and any(v is None for v in values):
+                raise Fallback("null in a non-null list item")
+            return [
+                None if v is None else self._object(plan, v, (link, i, None))
+                for i, v in enumerate(values)
+            ]
+        completed = [self._complete(item, v, field, (link, i, None)) for i, v in enumerate(values)]
+        if not any(isinstance(c, Awaitable) for c in completed):
+            return completed
+        return self._gather_list(completed)
+
+    async def _gather_list(self, completed: list[Any]) -> list[Any]:
+        indices = [i for i, c in enumerate(completed) if isinstance(c, Awaitable)]
+        values = await asyncio.gather(*(completed[i] for i in indices))
+        for i, value in zip(indices, values, strict=True):
+            completed[i] = value
+        return completed
