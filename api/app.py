@@ -12,6 +12,7 @@ from starlette.types import Lifespan
 
 from graph_schema import build_schema
 from graph_schema.cache_status import cache_age
+from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.interfaces import Cluster, SnapshotSource
 from graph_schema.scope import EVERYTHING, Scope
 
@@ -85,6 +86,8 @@ def create_app(
         shared=SharedResults(ttl=settings.snapshot_ttl),
         auth=auth,
         metrics=metrics,
+        compiled=CompiledDocuments(schema),
+        request_timeout=request_timeout,
     )
 
     async def healthz(request: Request) -> Response:

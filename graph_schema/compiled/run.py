@@ -17,7 +17,7 @@ resolver that reads more of ``info`` than its context and path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from graphql import GraphQLError, located_error
@@ -56,6 +56,19 @@ def _as_list(link: PathLink) -> list[str | int]:
         link = link[0]
     keys.reverse()
     return keys
+
+
+def _close(values: Any) -> None:
+    """Close coroutines that will never be awaited (the plan gave up), and the ones they
+    were handed (resolvers' coroutines, lists of them), so none is reported unawaited."""
+    for value in values:
+        if isinstance(value, list | tuple):
+            _close(value)
+        elif isinstance(value, Coroutine):
+            frame = value.cr_frame  # type: ignore[attr-defined]
+            inner = list(frame.f_locals.values()) if frame is not None else []
+            value.close()
+            _close(inner)
 
 
 class PlanInfo:
@@ -99,15 +112,19 @@ class PlanRun:
     def _object(self, plan: ObjectPlan, source: Any, link: PathLink) -> Any:
         result: dict[str, Any] = {}
         waiting: list[tuple[str, Awaitable[Any]]] | None = None
-        for field in plan.fields:
-            value = self._field(field, plan.type_name, source, link)
-            if (field.is_async or field.complete.may_await) and isinstance(value, Awaitable):
-                if waiting is None:
-                    waiting = []
-                waiting.append((field.key, value))
-                result[field.key] = None
-                continue
-            result[field.key] = value
+        try:
+            for field in plan.fields:
+                value = self._field(field, plan.type_name, source, link)
+                if (field.is_async or field.complete.may_await) and isinstance(value, Awaitable):
+                    if waiting is None:
+                        waiting = []
+                    waiting.append((field.key, value))
+                    result[field.key] = None
+                    continue
+                result[field.key] = value
+        except BaseException:
+            _close(a for _, a in waiting or ())
+            raise
         if waiting is None:
             return result
         return self._gather_object(result, waiting)
@@ -224,7 +241,13 @@ class PlanRun:
                 None if v is None else self._object(plan, v, (link, i, None))
                 for i, v in enumerate(values)
             ]
-        completed = [self._complete(item, v, field, (link, i, None)) for i, v in enumerate(values)]
+        completed: list[Any] = []
+        try:
+            for i, v in enumerate(values):
+                completed.append(self._complete(item, v, field, (link, i, None)))
+        except BaseException:
+            _close(completed)
+            raise
         if not any(isinstance(c, Awaitable) for c in completed):
             return completed
         return self._gather_list(completed)
