@@ -87,6 +87,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="S",
     )
+    defaulted(
+        agents,
+        "--snapshot-keep-warm",
+        "fetch nodes read within this many seconds again before their snapshot expires "
+        "(0: only when a query asks)",
+        type=float,
+        metavar="S",
+    )
     limits = parser.add_argument_group("limits")
     defaulted(limits, "--max-depth", "deepest query nesting allowed", type=int, metavar="N")
     defaulted(limits, "--max-aliases", "most aliases per query", type=int, metavar="N")

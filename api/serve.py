@@ -67,6 +67,7 @@ def build_pool(settings: Settings, cluster: Cluster, metrics: Metrics | None = N
         token=agent_token(settings),
         ttl=settings.snapshot_ttl,
         metrics=metrics,
+        keep_warm=settings.snapshot_keep_warm,
     )
 
 

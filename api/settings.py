@@ -37,6 +37,10 @@ class Settings:
     agent_timeout: float = 2.0
     agent_token_file: Path | None = None
     snapshot_ttl: float = 1.0
+    # Nodes read within this many seconds are fetched again before their snapshot
+    # expires, so queries do not wait for the fan-out (0, the default: only when a
+    # query asks, so each agent sees at most one call per TTL; see docs/scaling.md).
+    snapshot_keep_warm: float = 0.0
     # Query limits.
     max_depth: int = _LIMITS.max_depth
     max_aliases: int = _LIMITS.max_aliases
@@ -80,6 +84,8 @@ class Settings:
                 problems.append(f"{_flag(name)} must be positive")
         if not 0 <= self.snapshot_ttl < math.inf:
             problems.append("snapshot-ttl must not be negative")
+        if not 0 <= self.snapshot_keep_warm < math.inf:
+            problems.append("snapshot-keep-warm must not be negative")
         if self.agent_timeout >= self.request_timeout:
             problems.append(
                 f"agent-timeout ({self.agent_timeout:g} s) must be shorter than "

@@ -99,6 +99,29 @@ class SharedCalls(Generic[K, V]):
         # not cancel the call the other callers share.
         return await asyncio.shield(task)
 
+    def refresh(
+        self,
+        key: K,
+        call: Callable[[], Awaitable[V]],
+        keep: KeepPolicy[V],
+        *,
+        name: str | None = None,
+    ) -> bool:
+        """Start a call for ``key`` in the background, unless one is in flight.
+
+        The kept answer stays: callers read it while it is fresh, and join this
+        call only once it has expired. False when a call was already in flight.
+        """
+        if key in self._inflight:
+            return False
+        started = self.clock()
+        task = asyncio.get_running_loop().create_task(
+            self._call(key, call, keep, started), name=name
+        )
+        self._inflight[key] = task
+        task.add_done_callback(lambda t: self._done(key, t))
+        return True
+
     async def _call(
         self, key: K, call: Callable[[], Awaitable[V]], keep: KeepPolicy[V], started: float
     ) -> V:

@@ -5,10 +5,18 @@ that however many queries ask, each node's agent sees at most one call per
 ``ttl`` seconds: concurrent askers join the call in flight, later ones within
 the TTL get its result. An agent that fails is skipped with exponential
 backoff, so a dead node costs each query nothing rather than a full timeout.
+
+With ``keep_warm`` set, the fan-out leaves the query path: a node read in the
+last ``keep_warm`` seconds is fetched again in the background before its
+snapshot expires, so a dashboard's query finds every snapshot in memory and
+younger than the TTL. Readers keep the current snapshot while the refresh is
+in flight; one that arrives after it expired joins the refresh. Nodes nobody
+reads stop being refreshed, and cost nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import logging
@@ -27,9 +35,13 @@ from ..metrics import Metrics
 from ..shared_calls import Keep, SharedCalls
 from .discovery import AddressUnknownError, Discovery
 
-__all__ = ["CHANNEL_OPTIONS", "AgentClientLike", "AgentPool", "ClientFactory"]
+__all__ = ["CHANNEL_OPTIONS", "REFRESH_AT", "AgentClientLike", "AgentPool", "ClientFactory"]
 
 log = logging.getLogger(__name__)
+
+# With keep-warm on, a snapshot is fetched again when it is this share of the TTL
+# old: early enough that the new one lands before the old expires.
+REFRESH_AT = 0.6
 
 
 class AgentClientLike(Protocol):
@@ -87,6 +99,7 @@ class AgentPool:
         metrics: Metrics | None = None,
         client_factory: ClientFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
+        keep_warm: float = 0.0,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"agent timeout must be positive, got {timeout}")
@@ -103,6 +116,13 @@ class AgentPool:
         self._clients: dict[str, _Channel] = {}
         self._calls: SharedCalls[str, _Stamped] = SharedCalls(clock=clock)
         self._closed = False
+        if keep_warm < 0:
+            raise ValueError(f"keep-warm time must not be negative, got {keep_warm}")
+        # Refresh ahead: a node read within ``keep_warm`` seconds is fetched again
+        # before its snapshot expires, so queries read it without waiting.
+        self.keep_warm = keep_warm
+        self._last_read: dict[str, float] = {}
+        self._refresh_timers: dict[str, asyncio.TimerHandle] = {}
         if metrics is not None:
             metrics.agents_backing_off.set_function(lambda: float(self._backoff.backing_off()))
 
@@ -125,6 +145,8 @@ class AgentPool:
                 error, left = blocked
                 raise AgentUnavailableError(node_name, f"{error} (next retry in {left:.1f} s)")
 
+        if self.keep_warm > 0 and self.ttl > 0:
+            self._last_read[node_name] = self._clock()
         stamped = await self._calls.get(
             node_name,
             lambda: self._call(node_name),
@@ -181,7 +203,37 @@ class AgentPool:
         if self._backoff.failing(node_name):
             log.warning("agent on node %s answers again", node_name)
             self._backoff.forget(node_name)
+        self._schedule_refresh(node_name)
         return _Stamped(snapshot, self._clock())
+
+    def _schedule_refresh(self, node_name: str) -> None:
+        """Fetch the node again at REFRESH_AT of the TTL, while it is read."""
+        if self.keep_warm <= 0 or self.ttl <= 0 or self._closed:
+            return
+        previous = self._refresh_timers.pop(node_name, None)
+        if previous is not None:
+            previous.cancel()
+        last = self._last_read.get(node_name)
+        if last is None or self._clock() - last > self.keep_warm:
+            # Nobody read it for a while: let its snapshot expire as without refresh.
+            self._last_read.pop(node_name, None)
+            return
+        loop = asyncio.get_running_loop()
+        self._refresh_timers[node_name] = loop.call_later(
+            self.ttl * REFRESH_AT, self._refresh, node_name
+        )
+
+    def _refresh(self, node_name: str) -> None:
+        self._refresh_timers.pop(node_name, None)
+        if self._closed or self._backoff.blocked(node_name) is not None:
+            return
+        self._count("refresh")
+        self._calls.refresh(
+            node_name,
+            lambda: self._call(node_name),
+            self._keep,
+            name=f"agent-refresh-{node_name}",
+        )
 
     async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
         token = self._token.current() if isinstance(self._token, TokenFile) else self._token
@@ -215,13 +267,22 @@ class AgentPool:
 
     async def forget(self, node_name: str) -> None:
         """Close the node's channel and drop its snapshot and failures (it left the cluster)."""
+        self._stop_refreshing(node_name)
         await self._drop_client(node_name)
         self._calls.forget(node_name)
         self._backoff.forget(node_name)
 
+    def _stop_refreshing(self, node_name: str) -> None:
+        self._last_read.pop(node_name, None)
+        timer = self._refresh_timers.pop(node_name, None)
+        if timer is not None:
+            timer.cancel()
+
     async def close(self) -> None:
         """Cancel calls in flight and close every channel."""
         self._closed = True
+        for node_name in list(self._refresh_timers):
+            self._stop_refreshing(node_name)
         await self._calls.close()
         for node_name in list(self._clients):
             await self._drop_client(node_name)

@@ -227,7 +227,7 @@ def directive_variables(document: DocumentNode) -> tuple[str, ...]:
         for selection in selection_set.selections:
             for directive in selection.directives or ():
                 if directive.name.value in ("include", "skip"):
-                    for argument in directive.arguments:
+                    for argument in directive.arguments or ():
                         if isinstance(argument.value, VariableNode):
                             names.add(argument.value.name.value)
             visit(getattr(selection, "selection_set", None))
@@ -243,16 +243,17 @@ def _included(node: Any, values: Mapping[str, Any]) -> bool:
         name = directive.name.value
         if name not in ("include", "skip"):
             continue
-        argument = next((a for a in directive.arguments if a.name.value == "if"), None)
+        argument = next((a for a in directive.arguments or () if a.name.value == "if"), None)
         if argument is None:
             raise Unsupported("@include/@skip without if")
         value = argument.value
         if isinstance(value, BooleanValueNode):
             condition = value.value
         elif isinstance(value, VariableNode):
-            condition = values.get(value.name.value)
-            if type(condition) is not bool:
+            given = values.get(value.name.value)
+            if type(given) is not bool:
                 raise Unsupported("a directive variable that is not a boolean")
+            condition = given
         else:
             raise Unsupported("an @include/@skip condition of another kind")
         if name == "skip" and condition:

@@ -105,7 +105,7 @@ class PlanRun:
         data = self._object(root, None, None)
         if isinstance(data, Awaitable):
             data = await data
-        return data  # type: ignore[return-value]
+        return data
 
     # ---------------------------------------------------------------- objects
 

@@ -29,8 +29,8 @@ from strawberry.http import process_result
 from api.demo.queries import NO_POD, SHARED_GPU, WORKER
 from api.http import map_queries
 from api.top import queries as top_queries
-from graph_schema import make_context
 from graph_schema.compiled.documents import CompiledDocuments
+from graph_schema.context import make_context
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import GraphSchema, build_schema
 from graph_schema.scope import EVERYTHING, Scope

@@ -30,6 +30,7 @@ from node_resolver.client import AgentClient
 from node_resolver.models import NodeSnapshot
 from tests.support import graph
 from tests.support.clock import ManualClock
+from tests.support.polling import eventually_async
 from tests.support.server import GIB, AgentNode, Gpu, Proc, node_ips
 
 
@@ -550,3 +551,55 @@ async def test_a_down_agent_is_logged_as_a_warning_once_and_again_when_it_recove
         ("DEBUG", "agent on node node-a failed"),
         ("WARNING", "agent on node node-a answers again"),
     ]
+
+
+async def test_keep_warm_refreshes_a_read_node_before_its_snapshot_expires(
+    agents: list[AgentNode],
+) -> None:
+    agent, unread = agents[:2]
+    metrics = Metrics()
+    pool = AgentPool(
+        NodeIpDiscovery(cache_with_nodes(*agents), agent.port),
+        ttl=0.3,
+        keep_warm=60.0,
+        metrics=metrics,
+    )
+    try:
+        first = await pool.fetch(agent.name)
+        await pool.fetch(unread.name)
+        assert agent.calls == 1
+        # Nobody asks again, yet the pool fetches the node anew, in the background...
+        await eventually_async(lambda: agent.calls >= 2)
+        calls = agent.calls
+        # ...and a reader gets that newer snapshot from memory, without a call of its own.
+        later = await pool.fetch(agent.name)
+        assert later.snapshot is not first.snapshot
+        assert agent.calls == calls
+        assert later.age_seconds < 0.3 + later.snapshot.age_seconds
+        assert 'gpugraph_snapshot_requests_total{source="refresh"}' in metrics.render().decode()
+    finally:
+        await pool.close()
+    # Closing stops the refreshing: no timer is left behind.
+    assert not pool._refresh_timers
+
+
+async def test_keep_warm_stops_for_nodes_nobody_reads(agents: list[AgentNode]) -> None:
+    agent = agents[0]
+    clock = ManualClock()
+    pool = AgentPool(
+        NodeIpDiscovery(cache_with_nodes(agent), agent.port), ttl=1.0, keep_warm=5.0, clock=clock
+    )
+    try:
+        await pool.fetch(agent.name)
+        assert agent.name in pool._refresh_timers
+        # The next refresh finds no read within keep-warm: it schedules no other.
+        clock.advance(6.0)
+        pool._schedule_refresh(agent.name)
+        assert agent.name not in pool._refresh_timers
+    finally:
+        await pool.close()
+
+
+def test_keep_warm_must_not_be_negative() -> None:
+    with pytest.raises(SettingsError, match="snapshot-keep-warm"):
+        Settings(snapshot_keep_warm=-1)
