@@ -84,6 +84,8 @@ class LeafCompleter:
     serialize: Callable[[Any], Any]
     nullable: bool
     may_await: bool = False
+    # The scalar's name; Bytes only when it serializes with int (codegen inlines those).
+    scalar: str = ""
 
 
 @dataclass(slots=True)
@@ -143,6 +145,8 @@ class ObjectPlan:
     type_name: str
     fields: list[FieldPlan] = field(default_factory=list)
     may_await: bool = False
+    # Generated for a selection of plain attributes only (see codegen).
+    pure: Callable[[Any], dict[str, Any]] | None = None
 
 
 # ------------------------------------------------------------------ serializers
@@ -429,7 +433,8 @@ class _Compiler:
         if isinstance(output, GraphQLList):
             return ListCompleter(self.completer(output.of_type, selection_sets), nullable)
         if isinstance(output, GraphQLScalarType):
-            return LeafCompleter(_serializer(output), nullable)
+            scalar = output.name if output.serialize is not int else "int"
+            return LeafCompleter(_serializer(output), nullable, scalar=scalar)
         if isinstance(output, GraphQLObjectType):
             return ObjectCompleter(self.object_plan(output, selection_sets), nullable)
         raise Unsupported(f"a field of type {output} (abstract or enum)")

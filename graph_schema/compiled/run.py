@@ -110,6 +110,12 @@ class PlanRun:
     # ---------------------------------------------------------------- objects
 
     def _object(self, plan: ObjectPlan, source: Any, link: PathLink) -> Any:
+        pure = plan.pure
+        if pure is not None:
+            try:
+                return pure(source)
+            except Exception as exc:
+                raise Fallback(f"in a generated selection: {exc!r}") from exc
         result: dict[str, Any] = {}
         waiting: list[tuple[str, Awaitable[Any]]] | None = None
         try:
@@ -233,6 +239,14 @@ class PlanRun:
             if any(v is None for v in values):
                 raise Fallback("null in a non-null list item")
             return [serialize(v) for v in values]
+        if isinstance(item, ObjectCompleter) and item.plan.pure is not None:
+            pure = item.plan.pure
+            try:
+                if item.nullable:
+                    return [None if v is None else pure(v) for v in values]
+                return [pure(v) for v in values]
+            except Exception as exc:
+                raise Fallback(f"in a generated selection: {exc!r}") from exc
         if isinstance(item, ObjectCompleter) and not item.plan.may_await:
             plan = item.plan
             if not item.nullable and any(v is None for v in values):
