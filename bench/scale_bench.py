@@ -1,0 +1,344 @@
+"""The compiled execution path, the fan-out off the query path, and a whole fleet.
+
+Side by side in one run:
+
+1. At ``--compare-nodes`` (1,000) nodes over real agents: the full-cluster
+   query through strawberry and through the compiled plan, with snapshots in
+   memory (overhead / orjson floor) and end to end with the fan-out to every
+   agent (TTL 0), then with the pool keeping snapshots warm (TTL 1 s,
+   ``keep_warm``), so queries do not wait for agents; the single-worker walk.
+2. At ``--nodes`` (10,000) nodes and ``--pods`` (300,000) pods: the real
+   ``gpugraph serve`` in its own process against the stub API server and a
+   fleet of real agents: cache fill time and RSS, the full-cluster query, the
+   single-worker walk, ``/metrics``, the map's first query and ``top``'s.
+
+Run ``python bench/scale_bench.py`` (full size) or ``--small`` (CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import httpx  # noqa: E402
+import orjson  # noqa: E402
+from cluster_bench import (  # noqa: E402
+    FULL_QUERY,
+    TRAVERSAL_QUERY,
+    CallLog,
+    Preloaded,
+    floor_seconds,
+    pct,
+    serve_process,
+    start_cluster,
+)
+from strawberry.http import process_result  # noqa: E402
+
+from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
+from api.demo.cluster import write_kubeconfig  # noqa: E402
+from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
+from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
+from api.top.queries import SNAPSHOT as TOP_QUERY  # noqa: E402
+from graph_schema.compiled.documents import CompiledDocuments  # noqa: E402
+from graph_schema.context import make_context  # noqa: E402
+from graph_schema.interfaces import SnapshotSource  # noqa: E402
+from graph_schema.schema import build_schema  # noqa: E402
+
+Run = Callable[[], Awaitable[Any]]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f}"
+
+
+async def alternate(runs: dict[str, Run], repeat: int) -> dict[str, list[float]]:
+    """Each run ``repeat`` times, interleaved, so load on the machine hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeat):
+        for name, run in runs.items():
+            gc.collect()
+            start = time.perf_counter()
+            await run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def paths(source: SnapshotSource, cache: Any) -> tuple[Run, Run, Callable[[], Any]]:
+    """The full-cluster query through strawberry and through the plan, over ``source``."""
+    schema = build_schema()
+    compiled = CompiledDocuments(schema)
+
+    async def strawberry_run() -> Any:
+        return await schema.execute(
+            FULL_QUERY, context_value=make_context(cache, source, schema.state)
+        )
+
+    async def compiled_run() -> Any:
+        result = await compiled.execute(
+            FULL_QUERY, None, None, make_context(cache, source, schema.state)
+        )
+        assert result is not None, "the plan declined the full-cluster query"
+        return result
+
+    return strawberry_run, compiled_run, lambda: compiled.counts
+
+
+async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, Any]:
+    """Part 1: strawberry and the plan side by side over one fleet of real agents."""
+    cluster = start_cluster(nodes, pods)
+    tune_gc_for_serving()
+    calls = CallLog()
+    fanout = AgentPool(
+        NodeIpDiscovery(cluster.cache, cluster.port), ttl=0.0, client_factory=calls.factory
+    )
+    warm = AgentPool(NodeIpDiscovery(cluster.cache, cluster.port), ttl=1.0, keep_warm=60.0)
+    out: dict[str, Any] = {"nodes": nodes, "pods": len(cluster.cache.pods())}
+    try:
+        s_fan, c_fan, _ = paths(fanout, cluster.cache)
+        reference = await s_fan()  # connects every channel
+        compiled_result = await c_fan()
+        same = orjson.dumps(process_result(reference)) == orjson.dumps(
+            process_result(compiled_result)
+        )
+        out["same_bytes"] = same
+        data = compiled_result.data
+        out["bytes"] = len(orjson.dumps({"data": data}))
+        out["floor"] = floor_seconds(data)
+
+        snapshots = {n.name: (await fanout.fetch(n.name)).snapshot for n in cluster.cache.nodes()}
+        s_mem, c_mem, _ = paths(Preloaded(snapshots), cluster.cache)
+        await s_mem()
+        await c_mem()
+        memory = await alternate({"strawberry": s_mem, "compiled": c_mem}, repeat)
+        out["mem"] = {k: statistics.median(v) for k, v in memory.items()}
+
+        fan = await alternate({"strawberry": s_fan, "compiled": c_fan}, repeat)
+        out["fan"] = {k: statistics.median(v) for k, v in fan.items()}
+
+        s_warm, c_warm, _ = paths(warm, cluster.cache)
+        await c_warm()  # reads every node once: from now on the pool keeps them warm
+        await asyncio.sleep(1.5)
+        warm_calls_before = sum(a for a in [len(calls.durations)])
+        kept = await alternate({"strawberry": s_warm, "compiled": c_warm}, repeat)
+        out["warm"] = {k: statistics.median(v) for k, v in kept.items()}
+        del warm_calls_before
+
+        worker = random.Random(7).choice([p for p in cluster.cache.pods() if p.node_name])
+        variables = {"ns": worker.namespace, "name": worker.name}
+        schema = build_schema()
+        compiled = CompiledDocuments(schema)
+        walk_pool = AgentPool(NodeIpDiscovery(cluster.cache, cluster.port), ttl=1.0)
+
+        async def walk_strawberry() -> Any:
+            return await schema.execute(
+                TRAVERSAL_QUERY,
+                variable_values=variables,
+                context_value=make_context(cluster.cache, walk_pool, schema.state),
+            )
+
+        async def walk_compiled() -> Any:
+            return await compiled.execute(
+                TRAVERSAL_QUERY,
+                None,
+                variables,
+                make_context(cluster.cache, walk_pool, schema.state),
+            )
+
+        await walk_compiled()
+        walk = await alternate({"strawberry": walk_strawberry, "compiled": walk_compiled}, walks)
+        out["walk"] = {k: pct(v, 50) for k, v in walk.items()}
+        await walk_pool.close()
+    finally:
+        await fanout.close()
+        await warm.close()
+        cluster.stop()
+    return out
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident set, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+async def fleet(nodes: int, pods: int, repeat: int) -> dict[str, Any]:
+    """Part 2: the real server over a whole fleet."""
+    started = time.perf_counter()
+    cluster = start_cluster(nodes, pods)
+    out: dict[str, Any] = {
+        "nodes": nodes,
+        "pods": len(cluster.cache.pods()),
+        "setup": time.perf_counter() - started,
+    }
+    # The bench's own cache is not needed any more; the server builds its own.
+    cluster.watcher.stop()
+    tmp = tempfile.mkdtemp(prefix="gpugraph-scale-")
+    kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
+    begin = time.perf_counter()
+    server, base = serve_process(
+        kubeconfig, cluster.port, "--no-graphiql", "--request-timeout", "60", "--agent-timeout", "10"
+    )
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+            while True:
+                try:
+                    if (await http.get("/readyz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if server.poll() is not None:
+                    raise SystemExit("the server exited")
+                await asyncio.sleep(0.05)
+            out["fill"] = time.perf_counter() - begin
+            out["rss_ready"] = rss_bytes(server.pid)
+
+            async def post(query: str, variables: dict[str, Any] | None = None) -> bytes:
+                r = await http.post("/graphql", json={"query": query, "variables": variables})
+                r.raise_for_status()
+                return r.content
+
+            timings: dict[str, list[float]] = {}
+            sizes: dict[str, int] = {}
+
+            async def measure(name: str, run: Run, times: int) -> None:
+                for _ in range(times):
+                    start = time.perf_counter()
+                    body = await run()
+                    timings.setdefault(name, []).append(time.perf_counter() - start)
+                    sizes[name] = len(body)
+
+            await measure("full", lambda: post(FULL_QUERY), repeat)
+            out["rss_after"] = rss_bytes(server.pid)
+            cache = (await http.get("/metrics")).text  # warm
+            del cache
+            worker = random.Random(7).randrange(pods)
+            from fleet import _pod  # the fleet's pod placement
+
+            _, namespace, name = _pod(worker, nodes)
+            walk = {"ns": namespace, "name": name}
+            await measure("walk", lambda: post(TRAVERSAL_QUERY, walk), 30)
+            await measure("metrics", lambda: _get(http, "/metrics"), 3)
+            await measure("map", lambda: post(SNAPSHOT_QUERY), 3)
+            await measure("top", lambda: post(TOP_QUERY, {"withPods": False}), 3)
+            top_cli = []
+            for _ in range(3):
+                start = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "api.cli", "top", "--server", base],
+                    cwd=ROOT,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    timeout=120,
+                )
+                top_cli.append(time.perf_counter() - start)
+            timings["top_cli"] = top_cli
+            out["rss_peak"] = _peak_rss(server.pid)
+            out["timings"] = {k: statistics.median(v) for k, v in timings.items()}
+            out["sizes"] = sizes
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+async def _get(http: httpx.AsyncClient, path: str) -> bytes:
+    r = await http.get(path, headers={"accept-encoding": "identity"})
+    r.raise_for_status()
+    return r.content
+
+
+def _peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def report(comp: dict[str, Any], full: dict[str, Any] | None) -> None:
+    print(
+        f"\n# gpugraph scale benchmark: {time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}\n"
+    )
+    c = comp
+    print(f"## 1. Full-cluster query at {c['nodes']:,} nodes, strawberry and the plan\n")
+    print(f"Same bytes from both paths: {c['same_bytes']}; answer {c['bytes'] / 1e6:.2f} MB; ")
+    print(f"orjson floor {ms(c['floor'])} ms.\n")
+    print("| measure | strawberry | compiled | speed-up | compiled / floor |")
+    print("|---|---|---|---|---|")
+    for key, label in (
+        ("mem", "snapshots in memory, p50"),
+        ("fan", "fan-out to every agent (TTL 0), p50"),
+        ("warm", "pool keeping snapshots warm (TTL 1 s), p50"),
+        ("walk", "single-worker walk, p50"),
+    ):
+        s, k = c[key]["strawberry"], c[key]["compiled"]
+        print(
+            f"| {label} | {ms(s)} ms | {ms(k)} ms | {s / k:.1f}x | "
+            f"{k / c['floor']:.1f}x |"
+        )
+    if full is None:
+        return
+    f = full
+    t = f["timings"]
+    print(f"\n## 2. The real server over {f['nodes']:,} nodes and {f['pods']:,} pods\n")
+    print("| measure | figure |")
+    print("|---|---|")
+    print(f"| fleet set-up (stub API server, agents) | {f['setup']:.1f} s |")
+    print(f"| cache fill (start to /readyz) | {f['fill']:.1f} s |")
+    print(f"| RSS when ready / after queries / peak | {f['rss_ready'] / 2**30:.2f} / "
+          f"{f['rss_after'] / 2**30:.2f} / {f['rss_peak'] / 2**30:.2f} GiB |")
+    for key, label in (
+        ("full", "full-cluster query, p50"),
+        ("walk", "single-worker walk, p50"),
+        ("metrics", "server /metrics"),
+        ("map", "the map's first query"),
+        ("top", "top's query"),
+    ):
+        print(f"| {label} | {ms(t[key])} ms ({f['sizes'][key] / 1e6:.1f} MB) |")
+    print(f"| `gpugraph top`, end to end | {ms(t['top_cli'])} ms |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--pods", type=int, default=300_000)
+    parser.add_argument("--compare-nodes", type=int, default=1_000)
+    parser.add_argument("--compare-pods", type=int, default=30_000)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--skip-fleet", action="store_true", help="part 1 only")
+    parser.add_argument("--small", action="store_true", help="CI size: 20 nodes")
+    args = parser.parse_args()
+    if args.small:
+        args.nodes, args.pods, args.compare_nodes, args.compare_pods = 20, 600, 10, 300
+        args.repeat = 3
+    comp = asyncio.run(compare(args.compare_nodes, args.compare_pods, args.repeat, 30))
+    full = None if args.skip_fleet else asyncio.run(fleet(args.nodes, args.pods, args.repeat))
+    report(comp, full)
+
+
+if __name__ == "__main__":
+    main()
