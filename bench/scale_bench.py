@@ -196,7 +196,13 @@ async def fleet(nodes: int, pods: int, repeat: int) -> dict[str, Any]:
     kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
     begin = time.perf_counter()
     server, base = serve_process(
-        kubeconfig, cluster.port, "--no-graphiql", "--request-timeout", "60", "--agent-timeout", "10"
+        kubeconfig,
+        cluster.port,
+        "--no-graphiql",
+        "--request-timeout",
+        "60",
+        "--agent-timeout",
+        "10",
     )
     try:
         async with httpx.AsyncClient(base_url=base, timeout=120) as http:
@@ -294,10 +300,7 @@ def report(comp: dict[str, Any], full: dict[str, Any] | None) -> None:
         ("walk", "single-worker walk, p50"),
     ):
         s, k = c[key]["strawberry"], c[key]["compiled"]
-        print(
-            f"| {label} | {ms(s)} ms | {ms(k)} ms | {s / k:.1f}x | "
-            f"{k / c['floor']:.1f}x |"
-        )
+        print(f"| {label} | {ms(s)} ms | {ms(k)} ms | {s / k:.1f}x | {k / c['floor']:.1f}x |")
     if full is None:
         return
     f = full
@@ -307,8 +310,10 @@ def report(comp: dict[str, Any], full: dict[str, Any] | None) -> None:
     print("|---|---|")
     print(f"| fleet set-up (stub API server, agents) | {f['setup']:.1f} s |")
     print(f"| cache fill (start to /readyz) | {f['fill']:.1f} s |")
-    print(f"| RSS when ready / after queries / peak | {f['rss_ready'] / 2**30:.2f} / "
-          f"{f['rss_after'] / 2**30:.2f} / {f['rss_peak'] / 2**30:.2f} GiB |")
+    print(
+        f"| RSS when ready / after queries / peak | {f['rss_ready'] / 2**30:.2f} / "
+        f"{f['rss_after'] / 2**30:.2f} / {f['rss_peak'] / 2**30:.2f} GiB |"
+    )
     for key, label in (
         ("full", "full-cluster query, p50"),
         ("walk", "single-worker walk, p50"),

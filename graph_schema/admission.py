@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError, GraphQLSchema
@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 MIN_PROCESSES_PER_GPU = 4
 # How long measured sizes are reused.
 SIZES_TTL_SECONDS = 1.0
+# Distinct callers' scopes whose sizes are kept.
+MAX_MEASURED_SCOPES = 64
 
 
 class SizeGauge:
@@ -48,16 +50,23 @@ class SizeGauge:
         self.views = views
         self.ttl = ttl
         self._clock = clock
-        self._measured: tuple[float, int, ClusterSizes] | None = None
+        # Per caller's scope: each request gets a view of its own, so keying on the
+        # view would measure every pod on every request.
+        self._measured: OrderedDict[Hashable, tuple[float, ClusterSizes]] = OrderedDict()
 
     def sizes(self, cluster: Cluster) -> ClusterSizes:
         """The sizes now (at most ``ttl`` seconds old)."""
         now = self._clock()
-        cached = self._measured
-        if cached is not None and now - cached[0] < self.ttl and cached[1] == id(cluster):
-            return cached[2]
+        scope = getattr(cluster, "scope", None)
+        key: Hashable = ("cluster", id(cluster)) if scope is None else ("scope", scope)
+        cached = self._measured.get(key)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
         sizes = self._measure(cluster)
-        self._measured = (now, id(cluster), sizes)
+        self._measured[key] = (now, sizes)
+        self._measured.move_to_end(key)
+        while len(self._measured) > MAX_MEASURED_SCOPES:
+            self._measured.popitem(last=False)
         return sizes
 
     def _measure(self, cluster: Cluster) -> ClusterSizes:
