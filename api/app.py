@@ -110,7 +110,7 @@ def create_app(
     async def metrics_endpoint(request: Request) -> Response:
         # The GPU series are fetched first, so the server's own counters
         # include the agent calls this scrape made.
-        gpus = await gpu_metrics.render()
+        gpus = await gpu_metrics.render() if settings.metrics_gpu_series else b""
         return await exposition_response(request, metrics.render() + gpus)
 
     def view_of(request: Request) -> VisibleCluster:

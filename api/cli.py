@@ -189,6 +189,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "with dcgm-exporter's labels, for dashboards built on them (default off: they "
         "collide where dcgm-exporter runs too)",
     )
+    metrics.add_argument(
+        "--metrics-gpu-series",
+        action=argparse.BooleanOptionalAction,
+        default=d.metrics_gpu_series,
+        help="on /metrics, the per-pod GPU series of the whole cluster, from every agent per "
+        "scrape (default on; turn off on large clusters and scrape the agents, see "
+        "docs/scaling.md)",
+    )
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=d.log_level)
 
 

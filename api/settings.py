@@ -63,6 +63,9 @@ class Settings:
     auth_cache_ttl: float = 60.0
     # Also export dcgm-exporter's names (off: they collide where it runs too).
     metrics_dcgm_names: bool = False
+    # The per-pod GPU series on the server's /metrics, fetched from every agent
+    # per scrape; past a few hundred nodes, scrape the agents instead (docs/scaling.md).
+    metrics_gpu_series: bool = True
 
     def __post_init__(self) -> None:
         # The one place where settings are checked; the command line reports

@@ -60,11 +60,12 @@ def quiet_cut_off_executions() -> None:
     holds no resource and the cycle collector frees it, but Python reports a
     RuntimeWarning wherever that collection happens: noise for every timed-out
     query. Only graphql-core's executor coroutines and strawberry's resolver
-    wrapper are ignored; any other unawaited coroutine is still reported.
+    wrapper are ignored, and the compiled path's own (``PlanRun``); any other
+    unawaited coroutine is still reported.
     """
     warnings.filterwarnings(
         "ignore",
-        message=r"coroutine '(Executor\.|GraphQLCoreConverter\.from_resolver\.)[\w.<>]*' "
+        message=r"coroutine '(Executor\.|GraphQLCoreConverter\.from_resolver\.|PlanRun\.)[\w.<>]*' "
         r"was never awaited",
         category=RuntimeWarning,
     )

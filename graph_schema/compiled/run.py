@@ -157,12 +157,14 @@ class PlanRun:
             value = getattr(source, attribute)
             return self._complete(field.complete, value, field, (link, field.key, None))
         here: PathLink = (link, field.key, type_name)
+        if field.is_async:
+            # The resolver's coroutine is made when this one first runs: a time limit
+            # that cancels it before then leaves no resolver coroutine unawaited.
+            return self._awaited(field, source, here)
         try:
             value = self._resolve(field, source, here)
         except Exception as exc:
             return self._failed(field, exc, here)
-        if field.is_async:
-            return self._awaited(field, value, here)
         try:
             return self._complete(field.complete, value, field, here)
         except Exception as exc:
@@ -195,9 +197,9 @@ class PlanRun:
         self._arguments[id(field)] = kwargs
         return kwargs
 
-    async def _awaited(self, field: FieldPlan, awaitable: Any, link: PathLink) -> Any:
+    async def _awaited(self, field: FieldPlan, source: Any, link: PathLink) -> Any:
         try:
-            value = await awaitable
+            value = await self._resolve(field, source, link)
             completed = self._complete(field.complete, value, field, link)
             if isinstance(completed, Awaitable):
                 completed = await completed

@@ -314,3 +314,21 @@ async def test_subscriptions_over_the_graphql_websocket_and_their_cap(
         text = json.dumps(message)
         assert "too many concurrent subscriptions" in text
         await ws.send(json.dumps({"id": "1", "type": "complete"}))
+
+
+@pytest.mark.parametrize("gpu_series", [True, False])
+async def test_the_cluster_wide_gpu_series_on_metrics_can_be_switched_off(gpu_series: bool) -> None:
+    from api.app import create_app
+    from api.settings import Settings
+    from tests.support.graph import synthetic_cluster
+
+    sc = synthetic_cluster(2, gpus_per_node=1, processes_per_gpu=1)
+    app = create_app(Settings(metrics_gpu_series=gpu_series), sc.cluster, sc.snapshots)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        text = (await client.get("/metrics")).text
+    # The server's own series stay either way; the per-pod GPU series only when on,
+    # and only then does a scrape call every agent.
+    assert "gpugraph_query_seconds" in text
+    assert ("gpugraph_container_gpu_memory_used_bytes" in text) is gpu_series
+    assert (sc.snapshots.total_calls > 0) is gpu_series
