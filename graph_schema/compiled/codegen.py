@@ -13,6 +13,8 @@ strawberry answers, which reports it its own way.
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -125,14 +127,51 @@ def pure_function(plan: ObjectPlan) -> Callable[[Any], dict[str, Any]]:
     return function
 
 
-def attach_pure_functions(plan: ObjectPlan) -> None:
-    """Give each outermost pure selection under ``plan`` (or ``plan`` itself) its function."""
+def remembered(function: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+    """``function``, answering again from memory for an object it has rendered.
+
+    The objects under the fetching resolvers are built once per snapshot and
+    never changed afterwards (``views``), so a selection's dict for one of them
+    stays right for as long as the object lives: queries within the snapshot
+    TTL reuse it instead of building it again. Entries go with their object
+    (a weak reference's callback). The dicts are shared between answers, which
+    only ever serialize them. Objects that take no weak reference are rendered
+    each time.
+    """
+    memory: dict[int, tuple[weakref.ref[Any], dict[str, Any]]] = {}
+
+    def forget(key: int) -> Callable[[weakref.ref[Any]], None]:
+        def gone(_ref: weakref.ref[Any]) -> None:
+            memory.pop(key, None)
+
+        return gone
+
+    def render(source: Any) -> dict[str, Any]:
+        key = id(source)
+        kept = memory.get(key)
+        if kept is not None and kept[0]() is source:
+            return kept[1]
+        value = function(source)
+        with contextlib.suppress(TypeError):  # no weak references to this type
+            memory[key] = (weakref.ref(source, forget(key)), value)
+        return value
+
+    return render
+
+
+def attach_pure_functions(plan: ObjectPlan, *, outermost: bool = True) -> None:
+    """Give each outermost pure selection under ``plan`` (or ``plan`` itself) its function.
+
+    Selections below a list (a node's GPUs, a GPU's processes) are remembered
+    per object; the root's is not (it has no object).
+    """
     if is_pure(plan):
-        plan.pure = pure_function(plan)
+        function = pure_function(plan)
+        plan.pure = function if outermost else remembered(function)
         return
     for field in plan.fields:
         complete = field.complete
         while isinstance(complete, ListCompleter):
             complete = complete.item
         if isinstance(complete, ObjectCompleter):
-            attach_pure_functions(complete.plan)
+            attach_pure_functions(complete.plan, outermost=False)

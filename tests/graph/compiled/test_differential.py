@@ -335,3 +335,16 @@ def test_a_plan_is_compiled_once_per_document_and_directive_values() -> None:
         )
     (entry,) = world.compiled._documents.values()
     assert set(entry.plans) == {(True,), (False,)}
+
+
+def test_remembered_selections_stay_right_across_callers_and_new_snapshots() -> None:
+    # The plan reuses a GPU's rendered selection while the GPU object lives: callers
+    # with other rights, and a new snapshot of the node, must still get their own.
+    world = small_world()
+    query = map_queries.SNAPSHOT_QUERY
+    for _ in range(2):
+        for scope in SCOPES.values():
+            assert assert_same(world, query, None, scope)
+    world.agents.put(snapshot("node-b", [gpu_sample("node-b", 0, [])]))
+    for scope in SCOPES.values():
+        assert assert_same(world, query, None, scope)
