@@ -75,6 +75,8 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--auth-audience", "gpugraph",
         "--auth-cache-ttl", "12",
         "--metrics-dcgm-names",
+        "--snapshot-keep-warm", "30",
+        "--no-metrics-gpu-series",
     )  # fmt: skip
     assert settings == Settings(
         listen_host="127.0.0.1",
@@ -102,6 +104,8 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         auth_audiences=("gpugraph",),
         auth_cache_ttl=12.0,
         metrics_dcgm_names=True,
+        snapshot_keep_warm=30.0,
+        metrics_gpu_series=False,
     )
     assert parse_serve("--listen", "[::1]:8080").listen == "[::1]:8080"
 
