@@ -61,10 +61,17 @@ async def main() -> None:
     parser.add_argument("--pods", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--down", type=int, default=0, help="leave the last N nodes without agent")
+    # A share of the fleet per process: each agent holds a listening socket and a
+    # connection, and a process may open only so many files.
+    parser.add_argument("--first", type=int, default=0, help="host nodes from this index")
+    parser.add_argument("--count", type=int, default=None, help="host this many nodes")
     args = parser.parse_args()
     fleet = build_fleet(args.nodes, args.pods, with_objects=False)
     servers = []
-    for i in range(args.nodes - args.down):
+    last = args.nodes - args.down
+    if args.count is not None:
+        last = min(last, args.first + args.count)
+    for i in range(args.first, last):
         sample = fleet.sample(i)
         sampler = Sampler(StaticSource(sample), KnownProcesses(sample), node_name=node_name(i))
         sampler.scan()

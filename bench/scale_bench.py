@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,11 @@ from cluster_bench import (  # noqa: E402
     serve_process,
     start_cluster,
 )
+from fleet import build_fleet  # noqa: E402
 from strawberry.http import process_result  # noqa: E402
 
 from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
-from api.demo.cluster import write_kubeconfig  # noqa: E402
+from api.demo.cluster import StubApiServer, write_kubeconfig  # noqa: E402
 from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
 from api.top.queries import SNAPSHOT as TOP_QUERY  # noqa: E402
@@ -61,6 +63,7 @@ from graph_schema.compiled.documents import CompiledDocuments  # noqa: E402
 from graph_schema.context import make_context  # noqa: E402
 from graph_schema.interfaces import SnapshotSource  # noqa: E402
 from graph_schema.schema import build_schema  # noqa: E402
+from tests.support.demo_process import free_port  # noqa: E402
 
 Run = Callable[[], Awaitable[Any]]
 
@@ -198,6 +201,54 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
     return out
 
 
+# Agents per hosting process: each holds a listening socket and a connection,
+# within the usual 20,000 open files of a process.
+AGENTS_PER_HOST = 4_000
+
+
+@dataclass
+class Fleet:
+    """The stub API server with the fleet, and the processes hosting its agents."""
+
+    stub: StubApiServer
+    hosts: list[subprocess.Popen[str]]
+    port: int
+
+    def stop(self) -> None:
+        """Stop the agents and the stub API server."""
+        for host in self.hosts:
+            host.send_signal(signal.SIGTERM)
+        for host in self.hosts:
+            try:
+                host.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                host.kill()
+        self.stub.stop()
+
+
+def start_fleet(nodes: int, pods: int) -> Fleet:
+    """The stub API server holding the fleet, and its agents over several processes."""
+    fleet = build_fleet(nodes, pods)
+    stub = StubApiServer().start()
+    stub.load(pods=fleet.pod_objects, nodes=fleet.node_objects)
+    del fleet
+    port = free_port()
+    hosts = []
+    for first in range(0, nodes, AGENTS_PER_HOST):
+        command = [sys.executable, str(ROOT / "bench" / "agent_host.py")]
+        command += ["--nodes", str(nodes), "--pods", str(pods), "--port", str(port)]
+        command += ["--first", str(first), "--count", str(AGENTS_PER_HOST)]
+        hosts.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+    for host in hosts:
+        assert host.stdout is not None
+        if host.stdout.readline().strip() != "ready":
+            for other in hosts:
+                other.kill()
+            stub.stop()
+            raise SystemExit("an agent host did not start")
+    return Fleet(stub, hosts, port)
+
+
 def rss_bytes(pid: int) -> int:
     """A process's resident set, from /proc."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -209,14 +260,12 @@ def rss_bytes(pid: int) -> int:
 async def fleet(nodes: int, pods: int, repeat: int) -> dict[str, Any]:
     """Part 2: the real server over a whole fleet."""
     started = time.perf_counter()
-    cluster = start_cluster(nodes, pods)
+    cluster = start_fleet(nodes, pods)
     out: dict[str, Any] = {
         "nodes": nodes,
-        "pods": len(cluster.cache.pods()),
+        "pods": max(pods, nodes),
         "setup": time.perf_counter() - started,
     }
-    # The bench's own cache is not needed any more; the server builds its own.
-    cluster.watcher.stop()
     tmp = tempfile.mkdtemp(prefix="gpugraph-scale-")
     kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
     begin = time.perf_counter()
