@@ -54,7 +54,8 @@ from cluster_bench import (  # noqa: E402
 from fleet import build_fleet  # noqa: E402
 from strawberry.http import process_result  # noqa: E402
 
-from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
+from api.agents.discovery import NodeIpDiscovery  # noqa: E402
+from api.agents.pool import AgentPool  # noqa: E402
 from api.demo.cluster import StubApiServer, write_kubeconfig  # noqa: E402
 from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
