@@ -31,6 +31,8 @@ from graphql import (
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
+    GraphQLEnumType,
+    GraphQLError,
     GraphQLField,
     GraphQLList,
     GraphQLNonNull,
@@ -182,6 +184,18 @@ def _id(value: Any) -> Any:
     if isinstance(value, str):
         return str(value)
     raise Fallback("not an ID string")
+
+
+def _enum_serializer(enum: GraphQLEnumType) -> Callable[[Any], Any]:
+    serialize = enum.serialize
+
+    def by_name(value: Any) -> Any:
+        try:
+            return serialize(value)
+        except GraphQLError as exc:
+            raise Fallback(f"{enum.name}: {exc.message}") from None
+
+    return by_name
 
 
 def _serializer(scalar: GraphQLScalarType) -> Callable[[Any], Any]:
@@ -435,9 +449,11 @@ class _Compiler:
         if isinstance(output, GraphQLScalarType):
             scalar = output.name if output.serialize is not int else "int"
             return LeafCompleter(_serializer(output), nullable, scalar=scalar)
+        if isinstance(output, GraphQLEnumType):
+            return LeafCompleter(_enum_serializer(output), nullable)
         if isinstance(output, GraphQLObjectType):
             return ObjectCompleter(self.object_plan(output, selection_sets), nullable)
-        raise Unsupported(f"a field of type {output} (abstract or enum)")
+        raise Unsupported(f"a field of type {output} (an interface or union)")
 
 
 def _camel(name: str) -> str:
