@@ -443,7 +443,7 @@ def report_fleet(f: dict[str, Any]) -> None:
     if "top_cli" in t:
         print(f"| `gpugraph top`, end to end | {ms(t['top_cli'])} ms |")
     else:
-        print(f"| `gpugraph top`, end to end | failed: {f.get('top_cli_failed')} |")
+        print(f"| `gpugraph top`, end to end | {f.get('top_cli_failed', 'not measured')} |")
 
 
 def main() -> None:
