@@ -167,6 +167,9 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
         await c_warm()  # reads every node once: from now on the pool keeps them warm
         kept = await alternate({"strawberry": s_warm, "compiled": c_warm}, repeat)
         out["warm"] = {k: statistics.median(v) for k, v in kept.items()}
+        # Its background refreshes would load the machine during the walk.
+        await warm.close()
+        await fanout.close()
 
         worker = random.Random(7).choice([p for p in cluster.cache.pods() if p.node_name])
         variables = {"ns": worker.namespace, "name": worker.name}
