@@ -77,6 +77,8 @@ def create_app(
     schema = build_schema(
         settings.limits, extensions=[lambda: QueryTimer(metrics, request_timeout)]
     )
+    # Queries it covers skip strawberry's executor (graph_schema/compiled).
+    compiled = CompiledDocuments(schema)
     graphql = GraphQLApp(
         schema,
         cluster=cluster,
@@ -86,7 +88,7 @@ def create_app(
         shared=SharedResults(ttl=settings.snapshot_ttl),
         auth=auth,
         metrics=metrics,
-        compiled=CompiledDocuments(schema),
+        compiled=compiled,
         request_timeout=request_timeout,
     )
 
@@ -152,6 +154,7 @@ def create_app(
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.compiled = compiled
     app.state.cluster = cluster
     app.state.snapshots = snapshots
     app.state.graph_state = schema.state

@@ -140,10 +140,6 @@ class CompiledDocuments:
             entry.plans[values] = plan
         return plan
 
-    def covers(self, query: str, operation_name: str | None) -> bool:
-        """Whether the document is valid and its operation a query the plan may run."""
-        return self._document(query, operation_name).unsupported is None
-
     async def execute(
         self,
         query: str,

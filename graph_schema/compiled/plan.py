@@ -286,11 +286,9 @@ class _Collector:
 
     def __init__(
         self,
-        schema: GraphQLSchema,
         fragments: Mapping[str, FragmentDefinitionNode],
         values: Mapping[str, Any],
     ) -> None:
-        self.schema = schema
         self.fragments = fragments
         self.values = values
 
@@ -340,8 +338,7 @@ class _Collector:
 
 
 class _Compiler:
-    def __init__(self, schema: GraphQLSchema, collector: _Collector) -> None:
-        self.schema = schema
+    def __init__(self, collector: _Collector) -> None:
         self.collector = collector
 
     def object_plan(
@@ -477,5 +474,5 @@ def compile_operation(
     fragments = {
         d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
     }
-    collector = _Collector(schema, fragments, directive_values)
-    return _Compiler(schema, collector).object_plan(root, [operation.selection_set])
+    collector = _Collector(fragments, directive_values)
+    return _Compiler(collector).object_plan(root, [operation.selection_set])

@@ -332,3 +332,28 @@ async def test_the_cluster_wide_gpu_series_on_metrics_can_be_switched_off(gpu_se
     assert "gpugraph_query_seconds" in text
     assert ("gpugraph_container_gpu_memory_used_bytes" in text) is gpu_series
     assert (sc.snapshots.total_calls > 0) is gpu_series
+
+
+async def test_http_queries_run_compiled_and_what_the_plan_declines_runs_through_strawberry() -> (
+    None
+):
+    from api.app import create_app
+    from api.http.map_queries import SNAPSHOT_QUERY
+    from api.settings import Settings
+    from tests.support.graph import synthetic_cluster
+
+    sc = synthetic_cluster(3, gpus_per_node=2, processes_per_gpu=1)
+    sc.snapshots.kill("node-00001")
+    app = create_app(Settings(), sc.cluster, sc.snapshots)
+    counts = app.state.compiled.counts
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        mapped = (await client.post("/graphql", json={"query": SNAPSHOT_QUERY})).json()
+        assert counts == {"compiled": 1, "fallback": 0}
+        # The down agent: only its node's gpus are null, with the error at its path.
+        nodes = mapped["data"]["nodes"]
+        assert [n["gpus"] is None for n in nodes] == [False, True, False]
+        assert [e["path"] for e in mapped["errors"]] == [["nodes", 1, "gpus"]]
+        schema = await client.get("/graphql", params={"query": "{ __schema { types { name } } }"})
+        assert schema.json()["data"]["__schema"]["types"]
+        assert counts == {"compiled": 1, "fallback": 1}
