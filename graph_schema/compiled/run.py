@@ -3,8 +3,8 @@
 The order of work is graphql-core's: an object's fields resolve in order,
 synchronous results complete at once, and whatever must wait (an async
 resolver, or a completion below one) is gathered per object and per list.
-So agent fetches batch and overlap as they do under strawberry, and errors
-land in the same order.
+So agent fetches batch and overlap as they do under strawberry; the errors
+are then put in response order, as strawberry's are (``errors.in_response_order``).
 
 A resolver's error makes its field null and adds the error with the field's
 path and locations, as graphql-core does. Anything the plan does not
@@ -101,7 +101,7 @@ class PlanRun:
         self._arguments: dict[int, dict[str, Any]] = {}
 
     async def execute(self, root: ObjectPlan) -> dict[str, Any]:
-        """The operation's data; ``errors`` holds the field errors, in graphql-core's order."""
+        """The operation's data; ``errors`` holds the field errors, as they happened."""
         data = self._object(root, None, None)
         if isinstance(data, Awaitable):
             data = await data
