@@ -88,7 +88,7 @@ def create_app(
         shared=SharedResults(ttl=settings.snapshot_ttl),
         auth=auth,
         metrics=metrics,
-        compiled=compiled,
+        compiled=compiled if settings.compiled_execution else None,
         request_timeout=request_timeout,
     )
 

@@ -189,6 +189,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "with dcgm-exporter's labels, for dashboards built on them (default off: they "
         "collide where dcgm-exporter runs too)",
     )
+    parser.add_argument(
+        "--compiled-execution",
+        action=argparse.BooleanOptionalAction,
+        default=d.compiled_execution,
+        help="answer the queries the compiled plan covers through it (default on; off: "
+        "strawberry's executor answers every query)",
+    )
     metrics.add_argument(
         "--metrics-gpu-series",
         action=argparse.BooleanOptionalAction,

@@ -66,6 +66,8 @@ class Settings:
     # The per-pod GPU series on the server's /metrics, fetched from every agent
     # per scrape; past a few hundred nodes, scrape the agents instead (docs/scaling.md).
     metrics_gpu_series: bool = True
+    # Run the queries the compiled plan covers through it (off: strawberry runs all).
+    compiled_execution: bool = True
 
     def __post_init__(self) -> None:
         # The one place where settings are checked; the command line reports

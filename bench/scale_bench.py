@@ -253,6 +253,81 @@ def start_fleet(nodes: int, pods: int) -> Fleet:
     return Fleet(stub, hosts, port)
 
 
+DISTINCT_QUERY = (
+    "{ q%d: gpus { uuid utilizationGpu memoryUsedBytes "
+    "processes { pid usedMemoryBytes pod { name namespace } } } }"
+)
+
+
+async def poll_distinct(base: str, clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` clients posting a query of their own, each different, for ``seconds``."""
+    latencies: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as http:
+        while True:
+            try:
+                if (await http.get("/readyz")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.05)
+        counter = iter(range(10**9))
+        deadline = time.perf_counter() + seconds
+
+        async def client() -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline:
+                query = DISTINCT_QUERY % next(counter)
+                start = time.perf_counter()
+                try:
+                    r = await http.post("/graphql", json={"query": query})
+                    if r.status_code != 200 or b',"errors":[' in r.content:
+                        errors += 1
+                except httpx.HTTPError:
+                    errors += 1
+                latencies.append(time.perf_counter() - start)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.perf_counter() - began
+    return {"qps": len(latencies) / elapsed, "p50": pct(latencies, 50), "errors": errors}
+
+
+async def distinct_clients(nodes: int, clients: int, seconds: float) -> dict[str, Any]:
+    """Part 3: every query different (no shared execution), against ``gpugraph serve``
+    with the compiled path and without it, one after the other."""
+    cluster = start_fleet(nodes, nodes * 8)
+    tmp = tempfile.mkdtemp(prefix="gpugraph-distinct-")
+    kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
+    out: dict[str, Any] = {"nodes": nodes, "clients": clients}
+    paths = (("compiled", "--compiled-execution"), ("strawberry", "--no-compiled-execution"))
+    try:
+        for label, flag in paths:
+            server, base = serve_process(kubeconfig, cluster.port, "--no-graphiql", flag)
+            try:
+                out[label] = await poll_distinct(base, clients, seconds)
+            finally:
+                server.send_signal(signal.SIGTERM)
+                server.wait(timeout=60)
+    finally:
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def report_distinct(d: dict[str, Any]) -> None:
+    print(
+        f"\n## 3. {d['clients']} HTTP clients, every query different, {d['nodes']} nodes "
+        "(the demo's size)\n"
+    )
+    print("| path | queries/s | p50 | errors |")
+    print("|---|---|---|---|")
+    for label in ("strawberry", "compiled"):
+        r = d[label]
+        print(f"| {label} | {r['qps']:,.0f} | {ms(r['p50'])} ms | {r['errors']} |")
+
+
 def rss_bytes(pid: int) -> int:
     """A process's resident set, from /proc."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -458,8 +533,11 @@ def main() -> None:
     parser.add_argument("--compare-nodes", type=int, default=1_000)
     parser.add_argument("--compare-pods", type=int, default=30_000)
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--skip-fleet", action="store_true", help="part 1 only")
-    parser.add_argument("--skip-compare", action="store_true", help="part 2 only")
+    parser.add_argument("--skip-fleet", action="store_true", help="skip part 2")
+    parser.add_argument("--skip-compare", action="store_true", help="skip part 1")
+    parser.add_argument("--skip-distinct", action="store_true", help="skip part 3")
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument(
         "--steps", default=",".join(STEPS), help="part 2's measures, comma-separated"
     )
@@ -474,7 +552,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.compare_nodes, args.compare_pods = 20, 600, 10, 300
-        args.repeat = 3
+        args.repeat, args.clients, args.seconds = 3, 10, 2.0
     comp = (
         None
         if args.skip_compare
@@ -489,7 +567,12 @@ def main() -> None:
             fleet(args.nodes, args.pods, args.repeat, flags, tuple(args.steps.split(",")))
         )
     )
+    distinct = (
+        None if args.skip_distinct else asyncio.run(distinct_clients(4, args.clients, args.seconds))
+    )
     report(comp, full)
+    if distinct is not None:
+        report_distinct(distinct)
 
 
 if __name__ == "__main__":

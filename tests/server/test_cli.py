@@ -77,6 +77,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--metrics-dcgm-names",
         "--snapshot-keep-warm", "30",
         "--no-metrics-gpu-series",
+        "--no-compiled-execution",
     )  # fmt: skip
     assert settings == Settings(
         listen_host="127.0.0.1",
@@ -106,6 +107,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         metrics_dcgm_names=True,
         snapshot_keep_warm=30.0,
         metrics_gpu_series=False,
+        compiled_execution=False,
     )
     assert parse_serve("--listen", "[::1]:8080").listen == "[::1]:8080"
 
