@@ -257,10 +257,25 @@ DISTINCT_QUERY = (
     "{ q%d: gpus { uuid utilizationGpu memoryUsedBytes "
     "processes { pid usedMemoryBytes pod { name namespace } } } }"
 )
+# One document, different variables every time: what dashboards send.
+VARIABLES_QUERY = """query($selector: String) { pods(labelSelector: $selector) {
+  name namespace gpus { uuid utilizationGpu memoryUsedBytes } } }"""
 
 
-async def poll_distinct(base: str, clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` clients posting a query of their own, each different, for ``seconds``."""
+def distinct_text(n: int) -> dict[str, Any]:
+    """The n-th request with a document of its own (the plan compiles each)."""
+    return {"query": DISTINCT_QUERY % n}
+
+
+def distinct_variables(n: int) -> dict[str, Any]:
+    """The n-th request: one document, variables of its own (no two share a result)."""
+    return {"query": VARIABLES_QUERY, "variables": {"selector": f"app!=x{n}"}}
+
+
+async def poll_distinct(
+    base: str, clients: int, seconds: float, request: Callable[[int], dict[str, Any]]
+) -> dict[str, Any]:
+    """``clients`` clients posting requests that differ, for ``seconds``."""
     latencies: list[float] = []
     errors = 0
     limits = httpx.Limits(max_connections=clients)
@@ -278,10 +293,10 @@ async def poll_distinct(base: str, clients: int, seconds: float) -> dict[str, An
         async def client() -> None:
             nonlocal errors
             while time.perf_counter() < deadline:
-                query = DISTINCT_QUERY % next(counter)
+                body = request(next(counter))
                 start = time.perf_counter()
                 try:
-                    r = await http.post("/graphql", json={"query": query})
+                    r = await http.post("/graphql", json=body)
                     if r.status_code != 200 or b',"errors":[' in r.content:
                         errors += 1
                 except httpx.HTTPError:
@@ -306,7 +321,8 @@ async def distinct_clients(nodes: int, clients: int, seconds: float) -> dict[str
         for label, flag in paths:
             server, base = serve_process(kubeconfig, cluster.port, "--no-graphiql", flag)
             try:
-                out[label] = await poll_distinct(base, clients, seconds)
+                for kind, request in (("text", distinct_text), ("variables", distinct_variables)):
+                    out[f"{label}/{kind}"] = await poll_distinct(base, clients, seconds, request)
             finally:
                 server.send_signal(signal.SIGTERM)
                 server.wait(timeout=60)
@@ -321,11 +337,15 @@ def report_distinct(d: dict[str, Any]) -> None:
         f"\n## 3. {d['clients']} HTTP clients, every query different, {d['nodes']} nodes "
         "(the demo's size)\n"
     )
-    print("| path | queries/s | p50 | errors |")
-    print("|---|---|---|---|")
-    for label in ("strawberry", "compiled"):
-        r = d[label]
-        print(f"| {label} | {r['qps']:,.0f} | {ms(r['p50'])} ms | {r['errors']} |")
+    print("| path | requests | queries/s | p50 | errors |")
+    print("|---|---|---|---|---|")
+    for kind, what in (
+        ("text", "a document of its own"),
+        ("variables", "one document, own variables"),
+    ):
+        for label in ("strawberry", "compiled"):
+            r = d[f"{label}/{kind}"]
+            print(f"| {label} | {what} | {r['qps']:,.0f} | {ms(r['p50'])} ms | {r['errors']} |")
 
 
 def rss_bytes(pid: int) -> int:
