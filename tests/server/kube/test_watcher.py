@@ -8,7 +8,8 @@ import time
 import orjson
 
 from api.demo.cluster import StubApiServer, make_node, make_pod
-from api.kube import ClusterCache, ClusterWatcher
+from api.kube.cache import ClusterCache
+from api.kube.watcher import ClusterWatcher
 from tests.support.kube import stub_api, watched_cache
 from tests.support.polling import eventually
 
@@ -212,9 +213,15 @@ def test_history_overflow_while_disconnected_relists() -> None:
             assert server.wait_for("pods", "list", 1)
             server.resume_lists()
             assert cache.wait_ready(5)
-            server.drop_watches()
-            for i in range(5):
-                server.add_pod(make_pod(f"burst-{i}", "ml", "node-0"))
+            assert eventually(lambda: server.watching("pods") == 1)
+            watches = server.count("pods", "watch")
+            # Hold the watch closed until the whole burst is in, or it could
+            # reconnect mid-burst and catch up without a relist.
+            with server.watches_paused("pods"):
+                server.drop_watches()
+                assert server.wait_for("pods", "watch", watches + 1)
+                for i in range(5):
+                    server.add_pod(make_pod(f"burst-{i}", "ml", "node-0"))
             assert eventually(lambda: cache.pod_count == 15, timeout=5)
             assert watcher.pods.stats.relists == 1
 

@@ -77,6 +77,10 @@ class StubApiServer:
         self._store = ObjectStore(history_limit)
         self._cond = self._store.cond
         self._lister = Lister(self._store)
+        # Cleared to hold new watch requests (pause_watches), as the lister's gates hold lists.
+        self._watches_open = {PODS: threading.Event(), NODES: threading.Event()}
+        for gate in self._watches_open.values():
+            gate.set()
         self.reviews = TokenReviews()
         self.services = ServiceTable(self.reviews)
         self.requests: Counter[tuple[str, str]] = Counter()
@@ -104,6 +108,8 @@ class StubApiServer:
         """Stop serving and end every open watch."""
         self._store.stop()
         self._lister.release()
+        for gate in self._watches_open.values():
+            gate.set()
         self.services.close()
         if self._thread is not None:
             self._httpd.shutdown()
@@ -237,6 +243,31 @@ class StubApiServer:
         finally:
             self.resume_lists(resource)
 
+    def pause_watches(self, resource: str | None = None) -> None:
+        """Hold new watch requests (of one resource, or all) until resume_watches().
+
+        Held requests are counted (``count``, ``wait_for``) but get no answer
+        yet, so a client that lost its watch stays disconnected meanwhile.
+        """
+        for name, gate in self._watches_open.items():
+            if resource in (None, name):
+                gate.clear()
+
+    def resume_watches(self, resource: str | None = None) -> None:
+        """Let the held watch requests (of one resource, or all) start streaming."""
+        for name, gate in self._watches_open.items():
+            if resource in (None, name):
+                gate.set()
+
+    @contextlib.contextmanager
+    def watches_paused(self, resource: str | None = None) -> Iterator[None]:
+        """Hold new watch requests for the duration of the block."""
+        self.pause_watches(resource)
+        try:
+            yield
+        finally:
+            self.resume_watches(resource)
+
     def watching(self, resource: str | None = None) -> int:
         """How many watch streams (of ``resource``, or all) are open now."""
         if resource is None:
@@ -283,6 +314,11 @@ class StubApiServer:
             if name:  # the deprecated watch of one object's path: a watch by name
                 fields = (params.get("fieldSelector"), f"metadata.name={name}")
                 params = {**params, "fieldSelector": ",".join(f for f in fields if f)}
+            while not self._watches_open[resource].wait(0.1):
+                if self._store.stopping:
+                    return exchange.send_json(
+                        503, status(503, "ServiceUnavailable", "shutting down")
+                    )
             stream_watch(
                 self._store,
                 exchange,
