@@ -34,7 +34,7 @@ from api.top.connection import (
 from api.top.errors import TopError
 from api.top.queries import SNAPSHOT
 from api.top.transport import HttpTransport
-from tests.cli.conftest import AuthDemo, kubeconfig_of
+from tests.server.top.conftest import AuthDemo, kubeconfig_of
 from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 from tests.support.server import GraphTestCluster, serving
 

@@ -9,7 +9,7 @@ import socket
 import pexpect
 import pytest
 
-from tests.cli.conftest import kubeconfig_of
+from tests.server.top.conftest import kubeconfig_of
 from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 
 FRAMES = 4
