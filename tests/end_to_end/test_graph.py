@@ -180,7 +180,7 @@ async def test_a_dead_agent_costs_only_its_own_node_and_is_seen_again_after_rest
             nodes = {n["name"]: n for n in later["data"]["nodes"]}
             return "errors" not in later and nodes["node-1"]["gpus"] == [{"uuid": "GPU-node-1-0"}]
 
-        await eventually_async(node1_back, timeout=10, interval=0.2, what="node-1 answering again")
+        await eventually_async(node1_back, interval=0.2, what="node-1 answering again")
 
 
 async def test_federation_sdl_and_entities_over_http(cluster: GraphTestCluster) -> None:
