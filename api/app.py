@@ -10,9 +10,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Lifespan
 
-from graph_schema import build_schema
 from graph_schema.cache_status import cache_age
 from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.schema import build_schema
 from graph_schema.scope import EVERYTHING, Scope
 
 from .auth import AuthMiddleware, KubernetesAuth, caller_of

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient, Configuration
 
-from graph_schema import GraphUserError
+from graph_schema.errors import GraphUserError
 from graph_schema.interfaces import Cluster
 from graph_schema.scope import AccessEndedError, Scope
 

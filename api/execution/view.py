@@ -23,9 +23,12 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult as StrawberryExecutionResult
 from strawberry.types.graphql import OperationType
 
-from graph_schema import GraphContext, GraphSchema, GraphUserError, SharedState, make_context
+from graph_schema.context import GraphContext, make_context
+from graph_schema.errors import GraphUserError
 from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.schema import GraphSchema
 from graph_schema.scope import EVERYTHING, Scope
+from graph_schema.state import SharedState
 
 from ..auth import (
     KubernetesAuth,

@@ -320,7 +320,8 @@ def test_readme_documents_every_flag(command: str) -> None:
 
 
 def test_readme_shows_the_demos_example_queries() -> None:
-    from api.demo import build_cluster, example_queries
+    from api.demo.queries import example_queries
+    from api.demo.scenario import build_cluster
 
     for query in example_queries(build_cluster()):
         body = query.split("\n", 1)[1]  # without the leading comment line
@@ -328,7 +329,7 @@ def test_readme_shows_the_demos_example_queries() -> None:
 
 
 def test_readme_shows_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> None:
-    from api.demo import build_cluster
+    from api.demo.scenario import build_cluster
 
     section = readme_section("#### Looking at the demo's cluster with kubectl")
     line = re.search(r"^  kubectl +kubectl --kubeconfig (\S+) get pods -A$", section, re.M)
@@ -343,7 +344,8 @@ def test_readme_shows_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> Non
 def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_research(
     tmp_path: Path,
 ) -> None:
-    from api.demo import build_cluster, example_queries
+    from api.demo.queries import example_queries
+    from api.demo.scenario import build_cluster
 
     with ready_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2", "--auth") as running:
         text = running.text()

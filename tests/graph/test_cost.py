@@ -9,9 +9,11 @@ import pytest
 from graphql import GraphQLObjectType, get_named_type, is_list_type, is_object_type, parse
 from graphql.type import GraphQLNonNull
 
-from graph_schema import SchemaLimits, build_schema, make_context
 from graph_schema.admission import SizeGauge
+from graph_schema.context import make_context
 from graph_schema.cost import LIST_SIZES, ClusterSizes, estimate
+from graph_schema.limits import SchemaLimits
+from graph_schema.schema import build_schema
 from tests.support.graph import (
     MemoryCluster,
     MemorySnapshots,

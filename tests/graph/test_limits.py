@@ -8,7 +8,10 @@ from collections.abc import Sequence
 import pytest
 from graphql import get_introspection_query
 
-from graph_schema import NodeRecord, SchemaLimits, build_schema, make_context
+from graph_schema.context import make_context
+from graph_schema.limits import SchemaLimits
+from graph_schema.records import NodeRecord
+from graph_schema.schema import build_schema
 from tests.support.graph import MemoryCluster, MemorySnapshots, node_record
 
 DEFAULT_LIMITS = SchemaLimits()

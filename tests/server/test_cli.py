@@ -18,7 +18,7 @@ import pytest
 
 from api.cli import build_parser, main, settings_from_args
 from api.settings import Settings, SettingsError
-from graph_schema import SchemaLimits
+from graph_schema.limits import SchemaLimits
 from tests.support.server import GraphTestCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

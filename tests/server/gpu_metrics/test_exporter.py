@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.agents import AgentPool
+from api.agents.pool import AgentPool
 from api.gpu_metrics import GpuMetricsExporter
 from api.metrics import Metrics
 from graph_schema.records import NodeRecord
