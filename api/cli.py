@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 # The server's flags, defaults and settings load only for `serve`: `gpugraph top`
-# starts without them (the flags import the agent package through node_resolver).
+# starts without them (the settings import the schema's limits, and graphql-core).
 __all__ = ["add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
 # Fail closed: a server started without --auth checks every caller with the
@@ -29,16 +29,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every ``gpugraph serve`` flag to ``parser``."""
     # Loaded here, not at the top: the settings take the query limits' defaults
     # from the schema package, which `gpugraph agent` should not import.
-    from .flags import LOG_LEVELS, listen_address
+    from node_resolver.address import listen_address
+
+    from .flags import LOG_LEVELS, add_defaulted
     from .settings import Settings
 
     d = Settings()
 
     def defaulted(group: Any, flag: str, help_text: str, **kwargs: Any) -> None:
-        """``flag``, defaulting to the Settings field of its name, named at the end of its help."""
-        default = getattr(d, flag.removeprefix("--").replace("-", "_"))
-        shown = format(default, "g") if isinstance(default, float) else default
-        group.add_argument(flag, default=default, help=f"{help_text} (default {shown})", **kwargs)
+        add_defaulted(group, d, flag, help_text, **kwargs)
 
     parser.add_argument(
         "--listen",
@@ -303,17 +302,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         subparsers,
         "demo",
         "run a self-contained demo cluster with fake GPUs",
-        "api.demo",
+        "api.demo.command",
         "add_demo_arguments",
         "run_demo",
         load=command in (None, "demo"),
     )
     return parser
-
-
-def kubectl_main() -> int:
-    """Entry point of ``kubectl-gpugraph``: ``kubectl gpugraph top`` is ``gpugraph top``."""
-    return main()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.applications import Starlette
 
-from graph_schema import NodeRecord, PodRecord
 from graph_schema.interfaces import Cluster
+from graph_schema.records import NodeRecord, PodRecord
 from node_resolver.auth import TokenFile
 
-from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
+from .agents.discovery import Discovery, NodeIpDiscovery, PodIpDiscovery
+from .agents.pool import AgentPool
 from .app import create_app
 from .auth import kubernetes_auth
 from .http.uvicorn_server import UvicornServer
@@ -31,8 +32,8 @@ __all__ = [
     "Services",
     "build_discovery",
     "build_pool",
-    "running",
     "serve",
+    "services_running",
     "uvicorn_config",
     "warn_if_open",
 ]
@@ -112,7 +113,7 @@ class Services:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Services]:
+async def services_running(settings: Settings) -> AsyncIterator[Services]:
     """Start the Kubernetes watch and the agent pool; stop both on exit.
 
     The cache fills in the background, and ``/readyz`` answers 503 until it has.
@@ -157,6 +158,6 @@ def warn_if_open(settings: Settings) -> None:
 async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
     warn_if_open(settings)
-    async with running(settings) as services:
+    async with services_running(settings) as services:
         server = UvicornServer(uvicorn_config(services.app, settings))
         await server.serve()

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Literal
 
 from graph_schema.limits import SchemaLimits
-from node_resolver.address import join_host_port
+from graph_schema.selectors import LabelSelectorError, parse_label_selector
+from node_resolver.address import AGENT_PORT, join_host_port
 
-__all__ = ["AuthMode", "Discovery", "Settings", "SettingsError"]
+__all__ = ["AuthMode", "DiscoveryMode", "Settings", "SettingsError"]
 
-Discovery = Literal["node-ip", "pod-ip"]
+DiscoveryMode = Literal["node-ip", "pod-ip"]
 AuthMode = Literal["none", "kubernetes"]
 # The query limits' defaults are the schema's, declared once in SchemaLimits.
 _LIMITS = SchemaLimits()
@@ -30,8 +31,8 @@ class Settings:
     listen_port: int = 8000
     kubeconfig: Path | None = None
     # Agents.
-    agent_discovery: Discovery = "node-ip"
-    agent_port: int = 50051
+    agent_discovery: DiscoveryMode = "node-ip"
+    agent_port: int = AGENT_PORT
     agent_namespace: str = "gpugraph"
     agent_selector: str = "app.kubernetes.io/name=gpugraph,app.kubernetes.io/component=agent"
     agent_timeout: float = 2.0
@@ -95,9 +96,6 @@ class Settings:
         if self.agent_discovery not in ("node-ip", "pod-ip"):
             problems.append("agent-discovery must be node-ip or pod-ip")
         elif self.agent_discovery == "pod-ip":
-            # Imported late, like strawberry below: the schema package is heavy.
-            from graph_schema.selectors import LabelSelectorError, parse_label_selector
-
             try:
                 parse_label_selector(self.agent_selector)
             except LabelSelectorError as exc:
@@ -110,7 +108,7 @@ class Settings:
             problems.append("auth-audience needs --auth kubernetes")
         if self.cors_origins:
             # The same rules the WebSocket origin check applies (imported late:
-            # strawberry is heavy, and the agent command shares this module).
+            # strawberry is heavy, and `gpugraph serve --help` reads Settings' defaults).
             from strawberry.http.websocket_origin import normalize_allowed_origins
 
             try:

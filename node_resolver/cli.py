@@ -14,8 +14,8 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 
-from .address import split_host_port
-from .agent import running
+from .address import AGENT_PORT, join_host_port, listen_address
+from .agent import agent_running
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
@@ -25,21 +25,16 @@ from .sampler import Sampler
 
 log = logging.getLogger("node_resolver")
 
-DEFAULT_LISTEN = "0.0.0.0:50051"
+DEFAULT_LISTEN = join_host_port("0.0.0.0", AGENT_PORT)
 DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEFAULT_CONTAINERD_NAMESPACE = "k8s.io"
-# How long calls in flight may take to finish after SIGTERM.
-STOP_GRACE_SECONDS = 2.0
 # What the log line that names the bound address starts with; tools and tests read it.
 LISTENING = "agent listening on "
 
 
-def _listen_address(value: str) -> str:
-    try:
-        split_host_port(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
+def _listen(value: str) -> str:
+    # Written out in full, so that gRPC binds ":PORT" as the server's flag reads it.
+    return join_host_port(*listen_address(value))
 
 
 def positive_seconds(value: str) -> float:
@@ -64,7 +59,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
-        type=_listen_address,
+        type=_listen,
         metavar="HOST:PORT",
         help=f"gRPC address to serve on; port 0 picks a free one (default: {DEFAULT_LISTEN})",
     )
@@ -183,7 +178,7 @@ async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     try:
-        async with running(sampler, listen, token=token, grace=STOP_GRACE_SECONDS) as server:
+        async with agent_running(sampler, listen, token=token) as server:
             log.info(
                 LISTENING + "%s (node %s, scanning every %gs%s)",
                 server.address,

@@ -20,7 +20,7 @@ from .pids import PidResolver
 log = logging.getLogger(__name__)
 
 # How long stop() waits for a scan in progress beyond one interval.
-STOP_GRACE_SECONDS = 5.0
+SCAN_STOP_GRACE_SECONDS = 5.0
 # Scans in a row in which none of NVML's PIDs exists before the agent calls it
 # misconfigured; one such scan happens whenever the only GPU process exits.
 MISSING_SCANS = 2
@@ -96,7 +96,7 @@ class Sampler:
         self._stop.set()
         if self._thread is None:
             return
-        limit = self.interval + STOP_GRACE_SECONDS if timeout is None else timeout
+        limit = self.interval + SCAN_STOP_GRACE_SECONDS if timeout is None else timeout
         self._thread.join(limit)
         if self._thread.is_alive():
             log.warning("a GPU scan is still running after %gs; not waiting for it", limit)

@@ -13,7 +13,8 @@ import logging
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from ..http import cluster_map
 from ..http.graphiql import STATIC_URL
@@ -64,7 +65,7 @@ def unavailable() -> Response:
     return response
 
 
-def _is_ide_page(scope: Scope, headers: Headers) -> bool:
+def _is_ide_page(scope: AsgiScope, headers: Headers) -> bool:
     # GraphiQL's page itself (no query in the URL) holds no data; it is where a
     # person pastes a token, so it is served without one.
     return (
@@ -83,7 +84,7 @@ class AuthMiddleware:
         self.app = app
         self.auth = auth
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
@@ -104,7 +105,7 @@ class AuthMiddleware:
         else:
             await response(scope, receive, send)
 
-    async def _check(self, path: str, token: str, scope: Scope) -> Response | None:
+    async def _check(self, path: str, token: str, scope: AsgiScope) -> Response | None:
         try:
             caller = await self.auth.authenticate(token)
             if path == "/metrics" and not await self.auth.may(caller.user, METRICS):
@@ -117,7 +118,9 @@ class AuthMiddleware:
         return None
 
 
-async def _refuse_websocket(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+async def _refuse_websocket(
+    response: Response, scope: AsgiScope, receive: Receive, send: Send
+) -> None:
     """Answer a refused upgrade with the HTTP response where the server allows it."""
     if "websocket.http.response" in scope.get("extensions", {}):
         await response(scope, receive, send)

@@ -10,7 +10,6 @@ resolver on a fixture /proc tree. Only the GPUs and the API server are fake.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import errno
@@ -25,18 +24,18 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
 from node_resolver.address import join_host_port
-from node_resolver.agent import running
-from node_resolver.cli import positive_seconds
+from node_resolver.agent import agent_running
+from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.pids import build_resolver
+from node_resolver.sampler import Sampler
+from node_resolver.service import AgentServer
 
-from ..agents import AgentPool
-from ..flags import LOG_LEVELS, listen_address, parse_listen
 from ..http.cluster_map import MAP_PATH
 from ..http.uvicorn_server import UvicornServer
 from ..settings import Settings
@@ -44,13 +43,12 @@ from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document
 from .proc_tree import write_proc_tree
 from .queries import example_queries
-from .scenario import MIN_GPUS, MIN_NODES, DemoCluster, DemoNode, build_cluster
+from .scenario import DemoCluster, DemoNode, build_cluster
 
-__all__ = ["DemoConfig", "DemoError", "add_demo_arguments", "run_demo", "run_demo_async"]
+__all__ = ["Demo", "DemoConfig", "DemoError", "run_demo_async"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LISTEN = "127.0.0.1:8000"
 # How long the server may take to list the cluster and answer /readyz.
 READY_TIMEOUT = 60.0
 
@@ -72,104 +70,6 @@ class DemoConfig:
     # Kubernetes auth through the stub's TokenReview/SubjectAccessReview; off by
     # default, so the first look needs no token.
     auth: bool = False
-
-
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-class _QuietDownNode(logging.Filter):
-    """Drops the agent pool's reports about the node whose agent is down on purpose."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__()
-        self.node = node
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return f"node {self.node} " not in record.getMessage()
-
-
-def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``gpugraph demo`` flags to ``parser``."""
-    parser.add_argument(
-        "--nodes",
-        type=_at_least(MIN_NODES),
-        default=4,
-        metavar="N",
-        help=f"GPU nodes in the simulated cluster; the last one's agent is down (default 4, "
-        f"at least {MIN_NODES})",
-    )
-    parser.add_argument(
-        "--gpus-per-node",
-        type=_at_least(MIN_GPUS),
-        default=8,
-        metavar="G",
-        help=f"GPUs on each node (default 8, at least {MIN_GPUS})",
-    )
-    parser.add_argument(
-        "--listen",
-        type=listen_address,
-        default=parse_listen(DEFAULT_LISTEN),
-        metavar="HOST:PORT",
-        help=f"where to serve HTTP; port 0 picks a free one (default {DEFAULT_LISTEN})",
-    )
-    parser.add_argument(
-        "--interval",
-        type=positive_seconds,
-        default=1.0,
-        metavar="SECONDS",
-        help="how often the fake GPUs change and the agents scan them (default 1)",
-    )
-    parser.add_argument(
-        "--log-level",
-        type=str.lower,
-        choices=LOG_LEVELS,
-        default="warning",
-        help="log verbosity of the server and agents (default warning)",
-    )
-    parser.add_argument(
-        "--auth",
-        action="store_true",
-        help="check callers as gpugraph serve --auth kubernetes does, against the "
-        "embedded API server; prints a token of an admin and of a user who sees only "
-        "the research namespace (default: open)",
-    )
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    """Run the demo until Ctrl-C or SIGTERM; returns the exit status."""
-    host, port = args.listen
-    config = DemoConfig(
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        listen_host=host,
-        listen_port=port,
-        interval=args.interval,
-        log_level=args.log_level,
-        auth=args.auth,
-    )
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # The banner says which node is down on purpose; its failures are news only at info.
-    if not logging.getLogger().isEnabledFor(logging.INFO):
-        down = build_cluster(config.nodes, config.gpus_per_node).down_node
-        logging.getLogger(AgentPool.__module__).addFilter(_QuietDownNode(down))
-    try:
-        return asyncio.run(run_demo_async(config))
-    except DemoError as exc:
-        print(f"gpugraph demo: {exc}", file=sys.stderr)
-        return 1
 
 
 async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> int:
@@ -330,7 +230,7 @@ class Demo:
         server = await self._agent_steps.enter_async_context(
             _closing_source(
                 sampler,
-                running(
+                agent_running(
                     sampler,
                     f"{node.ip}:{self.agent_port}",
                     token=token,
@@ -368,10 +268,10 @@ class Demo:
 
     async def serve(self) -> None:
         """Run the real server (cache, agent pool, app) until a stop is requested."""
-        from ..serve import running, uvicorn_config
+        from ..serve import services_running, uvicorn_config
 
         settings = self.settings()
-        async with running(settings) as services:
+        async with services_running(settings) as services:
             self._server = UvicornServer(uvicorn_config(services.app, settings), own_signals=False)
             # A stop requested while the cache and pool were starting still counts.
             self._server.should_exit = self.stopping.is_set()

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from graph_schema.records import NodeRecord, PodRecord
 
@@ -43,10 +43,6 @@ class WatchStats:
     # When the API server last said anything (a list, a watch answer, an event or
     # a bookmark), on time.monotonic(); 0.0 until it first does. Not a counter.
     heard_at: float = 0.0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "heard_at"}
 
 
 @dataclass

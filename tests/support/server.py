@@ -29,7 +29,7 @@ from api.demo.cluster.fake_proc import kubelet_cgroup, remove_process, write_pro
 from api.demo.cluster.manifests import container_id_for
 from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
-from node_resolver.agent import running as agent_running
+from node_resolver.agent import agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.pids import CgroupResolver
 from node_resolver.sampler import Sampler
@@ -389,14 +389,14 @@ class Served(Listening):
 @contextlib.asynccontextmanager
 async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterator[Served]:
     """Run the production server stack for ``settings`` on a free loopback port."""
-    from api.serve import running
+    from api.serve import services_running
 
     # The server tunes the collector for itself once the cache is ready; the
     # rest of the test session keeps CPython's defaults.
     thresholds = gc.get_threshold()
     try:
         async with (
-            running(settings) as services,
+            services_running(settings) as services,
             serve_app(services.app, settings) as server,
             httpx.AsyncClient(base_url=server.url, timeout=30) as client,
         ):
