@@ -51,7 +51,7 @@ def test_ready_waits_for_both_lists() -> None:
             assert server.wait_for("nodes", "list", 1)
             assert not cache.ready
             server.resume_lists("nodes")
-            assert cache.wait_ready(5)
+            assert cache.wait_ready(15)
             assert cache.node_count == 2
 
 
@@ -196,11 +196,13 @@ def test_resume_that_is_gone_relists() -> None:
     with stub_api() as server:
         seed(server)
         with watched_cache(server, backoff_initial=0.3) as (cache, watcher):
-            server.drop_watches()
-            # Compacted before the client comes back: its resume gets 410.
-            server.expire_watches()
-            server.delete_pod("ml", "w-1")
-            assert eventually(lambda: cache.pod("ml", "w-1") is None, timeout=5)
+            assert eventually(lambda: server.watching("pods") == 1)
+            # Compacted before the client comes back (held until then): its resume gets 410.
+            with server.watches_paused("pods"):
+                server.drop_watches()
+                server.expire_watches()
+                server.delete_pod("ml", "w-1")
+            assert eventually(lambda: cache.pod("ml", "w-1") is None)
             assert watcher.pods.stats.relists == 1
             assert cache.pod_count == 9
 
@@ -212,7 +214,7 @@ def test_history_overflow_while_disconnected_relists() -> None:
         with watched_cache(server, wait_ready=False, backoff_initial=0.3) as (cache, watcher):
             assert server.wait_for("pods", "list", 1)
             server.resume_lists()
-            assert cache.wait_ready(5)
+            assert cache.wait_ready(15)
             assert eventually(lambda: server.watching("pods") == 1)
             watches = server.count("pods", "watch")
             # Hold the watch closed until the whole burst is in, or it could
@@ -222,7 +224,7 @@ def test_history_overflow_while_disconnected_relists() -> None:
                 assert server.wait_for("pods", "watch", watches + 1)
                 for i in range(5):
                     server.add_pod(make_pod(f"burst-{i}", "ml", "node-0"))
-            assert eventually(lambda: cache.pod_count == 15, timeout=5)
+            assert eventually(lambda: cache.pod_count == 15)
             assert watcher.pods.stats.relists == 1
 
 
@@ -277,7 +279,7 @@ def test_watch_timeout_ends_the_stream_and_it_resumes() -> None:
     with stub_api() as server:
         seed(server)
         with watched_cache(server, watch_timeout=1) as (cache, watcher):
-            assert server.wait_for("pods", "watch", 2, timeout=5)
+            assert server.wait_for("pods", "watch", 2)
             server.add_pod(make_pod("late", "ml", "node-0"))
             assert eventually(lambda: cache.pod("ml", "late") is not None)
             assert watcher.pods.stats.relists == 0

@@ -278,7 +278,7 @@ class StubApiServer:
         """Requests received for ``resource`` ("pods"/"nodes") and ``verb`` ("list"/"watch")."""
         return self.requests[(resource, verb)]
 
-    def wait_for(self, resource: str, verb: str, count: int, timeout: float = 5.0) -> bool:
+    def wait_for(self, resource: str, verb: str, count: int, timeout: float = 15.0) -> bool:
         """Wait until ``count(resource, verb) >= count``; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
