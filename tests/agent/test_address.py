@@ -28,7 +28,7 @@ def test_split_host_port(text: str, expected: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize("text", ["nope", "host:", ":", "host:65536", "host:-1", "::1:80", "h:x"])
 def test_what_is_not_host_port_is_a_clear_error(text: str) -> None:
-    with pytest.raises(ValueError, match="HOST:PORT|brackets"):
+    with pytest.raises(ValueError, match=r"HOST:PORT|brackets"):
         split_host_port(text)
     with pytest.raises(argparse.ArgumentTypeError):
         listen_address(text)
