@@ -228,13 +228,13 @@ async def serve_app(
     config.log_level = "warning"
     server = UvicornServer(config, own_signals=False)
     task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not server.started:
         if task.done():
             task.result()
             raise RuntimeError("uvicorn exited before starting")
         if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start within 10 s")
+            raise RuntimeError("uvicorn did not start within 30 s")
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
