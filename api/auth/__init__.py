@@ -1,7 +1,7 @@
 """Who may see what: Kubernetes TokenReview and SubjectAccessReview for every way in."""
 
 from .access import AccessReviewer, Question
-from .asgi import AuthMiddleware, bearer_token, caller_of
+from .asgi import AuthMiddleware, authorization_param, bearer_token, caller_of
 from .callers import Caller, KubernetesAuth, RejectedTokenError, kubernetes_auth
 from .review_cache import ReviewCache
 from .tokens import ReviewUnavailableError, TokenReviewer, UserInfo, token_hash
@@ -17,6 +17,7 @@ __all__ = [
     "ReviewUnavailableError",
     "TokenReviewer",
     "UserInfo",
+    "authorization_param",
     "bearer_token",
     "caller_of",
     "kubernetes_auth",
