@@ -91,8 +91,8 @@ class Settings:
             )
         if self.max_subscriptions < 0:
             problems.append("max-subscriptions must not be negative")
-        if not 0 <= self.max_subscriptions_per_caller <= self.max_subscriptions:
-            problems.append("max-subscriptions-per-caller must be between 0 and max-subscriptions")
+        if self.max_subscriptions_per_caller < 0:
+            problems.append("max-subscriptions-per-caller must not be negative")
         if not 0 < self.agent_port < 65536:
             problems.append("agent-port must be between 1 and 65535")
         if not 0 <= self.listen_port < 65536:
