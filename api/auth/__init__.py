@@ -3,6 +3,7 @@
 from .access import AccessReviewer, Question
 from .asgi import AuthMiddleware, authorization_param, bearer_token, caller_of
 from .callers import Caller, KubernetesAuth, RejectedTokenError, kubernetes_auth
+from .request_scope import request_scope
 from .review_cache import ReviewCache
 from .tokens import ReviewUnavailableError, TokenReviewer, UserInfo, token_hash
 
@@ -21,5 +22,6 @@ __all__ = [
     "bearer_token",
     "caller_of",
     "kubernetes_auth",
+    "request_scope",
     "token_hash",
 ]
