@@ -464,3 +464,27 @@ def errors_of(message: dict[str, Any]) -> list[str]:
     payload = message["payload"]
     errors = payload if message["type"] == "error" else payload.get("errors") or []
     return [e["message"] for e in errors]
+
+
+async def test_a_namespace_the_caller_cannot_see_answers_as_one_that_does_not_exist(
+    tenants: GraphTestCluster,
+) -> None:
+    token = tenants.stub.reviews.token_of("research-user")
+    # node-0 runs research's job-a and ml's job-b. With its agent down, asking it for
+    # ml's processes would name it in the errors: ml has pods there.
+    await tenants.agents["node-0"].stop()
+    answers = {}
+    async with serving(auth_settings(tenants)) as server:
+        for namespace in ("ml", "does-not-exist", "research"):
+            query = f'{{ gpuProcesses(namespace: "{namespace}") {{ pid }} }}'
+            response = await server.client.post(
+                "/graphql", json={"query": query}, headers=bearer(token)
+            )
+            answers[namespace] = response.json()
+        calls = {name: agent.calls for name, agent in tenants.agents.items()}
+    # Answered before any lookup: no error naming a node, as for a namespace that does not exist.
+    assert answers["ml"] == answers["does-not-exist"] == {"data": {"gpuProcesses": []}}
+    # Its own namespace's node down is news to the caller.
+    assert "node-0" in json.dumps(answers["research"]["errors"])
+    # The agents up were never asked (research sees node-0 only).
+    assert calls["node-1"] == calls["node-2"] == 0
