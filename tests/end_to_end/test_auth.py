@@ -488,3 +488,28 @@ async def test_a_namespace_the_caller_cannot_see_answers_as_one_that_does_not_ex
     assert "node-0" in json.dumps(answers["research"]["errors"])
     # The agents up were never asked (research sees node-0 only).
     assert calls["node-1"] == calls["node-2"] == 0
+
+
+async def test_a_costly_query_refused_tells_a_restricted_caller_nothing_of_the_clusters_size(
+    tenants: GraphTestCluster,
+) -> None:
+    reviews = tenants.stub.reviews
+    # The GPU/node chain: each level multiplies by the nodes, or GPUs per node, one sees.
+    chain = "{ gpus { node { gpus { node { gpus { node { gpus { uuid } } } } } } } }"
+    async with serving(auth_settings(tenants, max_result_items=2)) as server:
+        answers = {}
+        for user in ("admin", "research-user"):
+            response = await server.client.post(
+                "/graphql", json={"query": chain}, headers=bearer(reviews.token_of(user))
+            )
+            (error,) = response.json()["errors"]
+            answers[user] = error
+    admin, research = answers["admin"], answers["research-user"]
+    assert admin["extensions"]["code"] == research["extensions"]["code"] == "QUERY_TOO_COSTLY"
+    # The admin sees the whole cluster and is told its sizes.
+    assert "3 nodes, 3 pods" in admin["message"]
+    # research sees one node and one pod: its estimate is over that, and no sizes are named.
+    assert "sizes" not in research["message"] and "nodes" not in research["message"]
+    assert research["extensions"]["estimate"] < admin["extensions"]["estimate"]
+    shown = f"up to {research['extensions']['estimate']:,} result objects"
+    assert shown in research["message"]
