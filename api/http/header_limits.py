@@ -31,7 +31,8 @@ class BoundedHeaders(HttpToolsProtocol):
     """uvicorn's httptools protocol with a bound on header size and header read time."""
 
     max_bytes: int = MAX_HEADER_BYTES
-    timeout: float = 10.0
+    # Set by ``bounded_headers`` from ``--header-timeout``.
+    timeout: float
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -106,8 +107,6 @@ class BoundedHeaders(HttpToolsProtocol):
         self.transport.close()
 
 
-def bounded_headers(
-    max_bytes: int = MAX_HEADER_BYTES, timeout: float = 10.0
-) -> type[BoundedHeaders]:
+def bounded_headers(timeout: float, max_bytes: int = MAX_HEADER_BYTES) -> type[BoundedHeaders]:
     """The protocol class for uvicorn's ``http`` setting, with these bounds."""
     return type("BoundedHeaders", (BoundedHeaders,), {"max_bytes": max_bytes, "timeout": timeout})
