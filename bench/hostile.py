@@ -540,7 +540,7 @@ async def serve_attacks(
     try:
         ws_url = served.url.replace("http://", "ws://") + "/graphql"
         flood = 24 if small else 200
-        per_socket = 20 if small else 100
+        per_socket = 30 if small else 100
         plan: list[tuple[str, Callable[[], Awaitable[str]]]] = [
             ("warm-up", lambda: warm_up(served.url, stub.tokens["admin"])),
             (
