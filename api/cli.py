@@ -123,6 +123,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
     )
+    defaulted(
+        limits,
+        "--max-subscriptions-per-caller",
+        "concurrent subscriptions per authenticated identity, within --max-subscriptions",
+        type=int,
+        metavar="N",
+    )
+    defaulted(
+        limits, "--header-timeout", "time limit for a request's headers", type=float, metavar="S"
+    )
     http = parser.add_argument_group("http")
     http.add_argument(
         "--cors-origin",

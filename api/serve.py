@@ -19,6 +19,7 @@ from .agents.discovery import Discovery, NodeIpDiscovery, PodIpDiscovery
 from .agents.pool import AgentPool
 from .app import create_app
 from .auth import kubernetes_auth
+from .http.header_limits import bounded_headers
 from .http.uvicorn_server import UvicornServer
 from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
@@ -94,6 +95,8 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         port=settings.listen_port,
         log_level=settings.log_level,
         ws_max_size=settings.max_body_bytes,
+        # Headers bounded in size and in time: unfinished ones are not held forever.
+        http=bounded_headers(timeout=settings.header_timeout),
         # Subscriptions are long-lived; give them a moment to finish, not forever.
         timeout_graceful_shutdown=5,
         lifespan="off",

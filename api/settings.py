@@ -47,7 +47,10 @@ class Settings:
     # HTTP limits.
     max_body_bytes: int = 1_048_576
     request_timeout: float = 10.0
+    # How long a request's headers may take to arrive (their size is bounded too).
+    header_timeout: float = 10.0
     max_subscriptions: int = _LIMITS.max_subscriptions
+    max_subscriptions_per_caller: int = _LIMITS.max_subscriptions_per_caller
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     graphiql: bool = True
     introspection: bool = True
@@ -75,7 +78,7 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{_flag(name)} must be at least 1")
-        for name in ("agent_timeout", "request_timeout"):
+        for name in ("agent_timeout", "request_timeout", "header_timeout"):
             # Written so that NaN fails too.
             if not 0 < getattr(self, name) < math.inf:
                 problems.append(f"{_flag(name)} must be positive")
@@ -89,6 +92,8 @@ class Settings:
             )
         if self.max_subscriptions < 0:
             problems.append("max-subscriptions must not be negative")
+        if self.max_subscriptions_per_caller < 0:
+            problems.append("max-subscriptions-per-caller must not be negative")
         if not 0 < self.agent_port < 65536:
             problems.append("agent-port must be between 1 and 65535")
         if not 0 <= self.listen_port < 65536:
@@ -131,6 +136,7 @@ class Settings:
             max_aliases=self.max_aliases,
             max_tokens=self.max_tokens,
             max_subscriptions=self.max_subscriptions,
+            max_subscriptions_per_caller=self.max_subscriptions_per_caller,
             max_result_items=self.max_result_items,
             max_variable_items=self.max_variable_items,
             introspection=self.introspection,

@@ -118,11 +118,13 @@ class CostError(GraphUserError):
     # Per instance: the response carries this query's estimate.
     extensions: dict[str, Any]
 
-    def __init__(self, estimate: int, limit: int, sizes: ClusterSizes) -> None:
+    def __init__(self, estimate: int, limit: int, sizes: ClusterSizes | None) -> None:
         shown = f"{estimate:,}" if estimate < CEILING else f"more than {CEILING:,}"
+        # None for a restricted caller: the sizes are of its view, and not named.
+        named = f" (sizes: {sizes.describe()})" if sizes is not None else ""
         super().__init__(
             f"query refused before execution: it could return up to {shown} result objects, "
-            f"over this server's limit of {limit:,} (sizes: {sizes.describe()}); narrow it "
+            f"over this server's limit of {limit:,}{named}; narrow it "
             "with arguments such as nodeName or namespace, or select fewer nested lists"
         )
         self.extensions = {"code": "QUERY_TOO_COSTLY", "estimate": estimate, "limit": limit}

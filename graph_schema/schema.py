@@ -114,7 +114,9 @@ class GraphSchema(strawberry.federation.Schema):
         super().__init__(**kwargs)
         self.limits = limits
         self.state = SharedState(
-            subscriptions=SubscriptionLimiter(limits.max_subscriptions),
+            subscriptions=SubscriptionLimiter(
+                limits.max_subscriptions, limits.max_subscriptions_per_caller
+            ),
             max_result_items=limits.max_result_items,
         )
         # The cluster's list sizes for the cost estimate, shared by every operation.

@@ -56,6 +56,11 @@ class AccessEndedError(GraphUserError):
 class Viewer(Protocol):
     """The caller behind an operation, as the server authenticated it."""
 
+    @property
+    def identity(self) -> str:
+        """Who the caller is (its Kubernetes username): what per-caller caps count by."""
+        ...
+
     async def current_scope(self) -> Scope:
         """The caller's scope now: re-checked once its reviews expire.
 

@@ -15,20 +15,23 @@ from .types import Gpu, GpuProcess, MigDevice, Pod
 
 
 class PodJoiner:
-    """Joins processes to cached pods, making one Pod object per pod record.
+    """Joins one node's processes to the cached pods bound to it, one Pod object per record.
 
     Pod objects from the node's previous build are reused while the cache
     still holds the same record, so a new snapshot allocates only what changed.
     """
 
-    def __init__(self, cluster: Cluster, previous: dict[str, Pod] | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, node_name: str, previous: dict[str, Pod] | None = None
+    ) -> None:
         self.cluster = cluster
+        self.node_name = node_name
         self.previous = previous or {}
         self.pods: dict[str, Pod] = {}
 
     def pod(self, pod_uid: str | None, container_id: str | None) -> Pod | None:
-        """The Pod a process belongs to, or None when its pod is not cached."""
-        record = join_pod(self.cluster, pod_uid, container_id)
+        """The Pod a process belongs to, or None when its pod is not cached on this node."""
+        record = join_pod(self.cluster, self.node_name, pod_uid, container_id)
         if record is None:
             return None
         uid = record.uid
@@ -137,7 +140,7 @@ class ViewCache:
         cached = self._by_node.get(node_name)
         if cached is not None and cached.snapshot is snapshot:
             return cached.gpus
-        joiner = PodJoiner(cluster, cached.pods if cached is not None else None)
+        joiner = PodJoiner(cluster, node_name, cached.pods if cached is not None else None)
         gpus = build_gpus(node_name, snapshot, joiner)
         self.max_gpus_per_node = max(self.max_gpus_per_node, len(gpus))
         for gpu in gpus:

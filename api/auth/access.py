@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -16,11 +15,13 @@ from kubernetes.client import (
 )
 
 from .review_cache import ReviewCache
+from .review_pool import ReviewPool, ThrottledWarning
 from .tokens import FAILURE_TTL, REVIEW_TIMEOUT, SUCCESS_TTL, ReviewUnavailableError, UserInfo
 
 __all__ = ["AccessReviewer", "Question"]
 
 log = logging.getLogger(__name__)
+_failures = ThrottledWarning(log)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +63,10 @@ class AccessReviewer:
         allowed_ttl: float = SUCCESS_TTL,
         denied_ttl: float = FAILURE_TTL,
         cache: ReviewCache[bool] | None = None,
+        pool: ReviewPool | None = None,
     ) -> None:
         self.api = AuthorizationV1Api(api_client)
+        self.pool = pool if pool is not None else ReviewPool()
         self.allowed_ttl = allowed_ttl
         self.denied_ttl = denied_ttl
         self.cache: ReviewCache[bool] = cache if cache is not None else ReviewCache()
@@ -72,7 +75,7 @@ class AccessReviewer:
         """Whether ``user`` may do ``question``; ReviewUnavailableError if it cannot be asked."""
 
         async def ask() -> tuple[bool, float]:
-            allowed = await asyncio.to_thread(self._review, user, question)
+            allowed = await self.pool.run(lambda: self._review(user, question))
             return allowed, (self.allowed_ttl if allowed else self.denied_ttl)
 
         return await self.cache.get((user, question), ask)
@@ -103,6 +106,6 @@ class AccessReviewer:
         except Exception as exc:
             status = getattr(exc, "status", None)
             reason = f"the API server answered {status}" if status else type(exc).__name__
-            log.warning("SubjectAccessReview for %r failed: %s", user.username, reason)
+            _failures.warning("SubjectAccessReview for %r failed: %s", user.username, reason)
             raise ReviewUnavailableError(reason) from None
         return bool(answer.status is not None and answer.status.allowed)

@@ -23,7 +23,7 @@ from .access import Question
 from .callers import Caller, KubernetesAuth, RejectedTokenError
 from .tokens import ReviewUnavailableError
 
-__all__ = ["OPEN_PATHS", "AuthMiddleware", "bearer_token", "caller_of"]
+__all__ = ["OPEN_PATHS", "AuthMiddleware", "authorization_param", "bearer_token", "caller_of"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,22 @@ def bearer_token(value: str | None) -> str:
         return ""
     scheme, _, token = value.strip().partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def authorization_param(params: object) -> str | None:
+    """The ``Authorization`` value of a connection_init payload, its key in any case.
+
+    Header names are case-insensitive, and clients send either spelling. Two
+    spellings with different values are ambiguous: no token is taken from them.
+    """
+    if not isinstance(params, dict):
+        return None
+    values = {
+        value
+        for key, value in params.items()
+        if isinstance(key, str) and key.lower() == "authorization" and isinstance(value, str)
+    }
+    return values.pop() if len(values) == 1 else None
 
 
 def caller_of(connection: HTTPConnection) -> Caller | None:

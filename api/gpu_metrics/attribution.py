@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graph_schema.interfaces import Cluster
-from graph_schema.joins import join_pod
+from graph_schema.joins import join_process
 from graph_schema.records import PodRecord
 from node_resolver.models import GpuProcess, GpuSample, NodeSnapshot
 
@@ -25,8 +25,9 @@ __all__ = [
 ]
 
 # Why memory belongs to no pod: a process in no container, a container the
-# cache does not know (e.g. its pod is gone), a PID the agent could not read.
-UNATTRIBUTED_REASONS = ("host_process", "unknown_container", "unresolved")
+# cache does not know (e.g. its pod is gone), a PID the agent could not read,
+# a process whose cgroup names a pod bound to another node (never that pod's).
+UNATTRIBUTED_REASONS = ("host_process", "unknown_container", "unresolved", "pod_on_other_node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,9 @@ def _container_name(pod: PodRecord, container_id: str | None) -> str:
     return "" if container is None else container.name
 
 
-def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) -> None:
+def _attribute_gpu(
+    cluster: Cluster, node_name: str, gpu: GpuSample, result: NodeAttribution
+) -> None:
     lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
     # Memory in no pod is only known where every process was listed: a list
     # that failed would make it read 0 (and silence the leftover-process alert).
@@ -110,9 +113,12 @@ def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) ->
         ref = process.container
         container_id = (ref.container_id or None) if ref else None
         pod_uid = (ref.pod_uid or None) if ref else None
-        pod = join_pod(cluster, pod_uid, container_id) if ref else None
+        joined = join_process(cluster, node_name, pod_uid, container_id) if ref else None
+        pod = joined.pod if joined is not None else None
         if pod is None:
-            lost[unattributed_reason(process)] += process.used_memory_bytes or 0
+            elsewhere = joined is not None and joined.elsewhere is not None
+            reason = "pod_on_other_node" if elsewhere else unattributed_reason(process)
+            lost[reason] += process.used_memory_bytes or 0
             continue
         mig = process.mig_device_uuid or ""
         key = ContainerKey(
@@ -134,9 +140,10 @@ def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) ->
         entry[1].add(mig or gpu.uuid)
 
 
-def attribute_node(cluster: Cluster, snapshot: NodeSnapshot) -> NodeAttribution:
-    """Every process of ``snapshot`` joined to its pod and container, or counted as no pod's."""
+def attribute_node(cluster: Cluster, node_name: str, snapshot: NodeSnapshot) -> NodeAttribution:
+    """Every process of ``snapshot``, fetched from ``node_name``'s agent, joined to its pod
+    (bound to that node) and container, or counted as no pod's."""
     result = NodeAttribution()
     for gpu in snapshot.sample.gpus:
-        _attribute_gpu(cluster, gpu, result)
+        _attribute_gpu(cluster, node_name, gpu, result)
     return result

@@ -113,7 +113,8 @@ class _Families:
             "gpugraph_gpu_unattributed_memory_bytes",
             "GPU memory of processes in no cached pod, by reason: host_process (in no "
             "container), unknown_container (a container the cache does not know), "
-            "unresolved (the PID could not be read). None for a GPU whose process list failed.",
+            "unresolved (the PID could not be read), pod_on_other_node (its cgroup names a pod "
+            "bound to another node). None for a GPU whose process list failed.",
             ("node", "gpu", "gpu_uuid", "reason"),
         )
         self.unrequested = g(
@@ -158,7 +159,7 @@ class _Families:
             return
         self.snapshot_age.add_metric([node], result.age_seconds)
         sample = result.snapshot.sample
-        attributed = attribute_node(cluster, result.snapshot)
+        attributed = attribute_node(cluster, node, result.snapshot)
         for key, usage in attributed.containers.items():
             labels = [
                 node,

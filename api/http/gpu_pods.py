@@ -37,8 +37,10 @@ def _error(status: int, message: str, **details: object) -> Response:
     return json_response(status, {"error": message, **details})
 
 
-def gpu_pods_response(view: VisibleCluster, snapshot: NodeSnapshot) -> dict[str, object]:
-    """The original ``GetGpuPodsResponse`` JSON for one node's snapshot, as ``view`` sees it.
+def gpu_pods_response(
+    view: VisibleCluster, node_name: str, snapshot: NodeSnapshot
+) -> dict[str, object]:
+    """The original ``GetGpuPodsResponse`` JSON for ``node_name``'s snapshot, as ``view`` sees it.
 
     A caller without ``list nodes`` gets only the GPUs running one of its pods.
     """
@@ -55,7 +57,11 @@ def gpu_pods_response(view: VisibleCluster, snapshot: NodeSnapshot) -> dict[str,
             ref = process.container
             # Joined on the whole cache, as the graph joins: a process in another
             # tenant's pod must not pass for one of the caller's.
-            pod = None if ref is None else join_pod(view.raw, ref.pod_uid, ref.container_id)
+            pod = (
+                None
+                if ref is None
+                else join_pod(view.raw, node_name, ref.pod_uid, ref.container_id)
+            )
             if pod is None or not view.sees_namespace(pod.namespace):
                 continue
             used = process.used_memory_bytes
@@ -133,6 +139,6 @@ def gpu_pods_endpoint(
                 f"{snapshot.sample.error}",
                 node=pod.node_name,
             )
-        return json_response(200, gpu_pods_response(cluster, snapshot))
+        return json_response(200, gpu_pods_response(cluster, pod.node_name, snapshot))
 
     return gpu_pods

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.agents.pool import AgentPool
 from api.gpu_metrics import GpuMetricsExporter
+from api.gpu_metrics.attribution import UNATTRIBUTED_REASONS
 from api.metrics import Metrics
 from graph_schema.records import NodeRecord
 from node_resolver.models import NodeSnapshot
@@ -157,7 +158,7 @@ def test_memory_in_no_pod_is_counted_by_reason(world: World) -> None:
     assert value(s, name, reason="unknown_container", **on_gpu1) == 3 * GiB
     # Every reason is present on every GPU, zero where nothing is lost.
     assert set(where(s, name, node="gpu-a", gpu="0").values()) == {0.0}
-    assert len(where(s, name)) == 4 * 3
+    assert len(where(s, name)) == 4 * len(UNATTRIBUTED_REASONS)
 
 
 @pytest.mark.parametrize(

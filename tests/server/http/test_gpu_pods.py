@@ -133,7 +133,8 @@ async def test_the_answer_shows_what_the_callers_view_may_see(
 ) -> None:
     world = SmallWorld()
     received = await world.agents.fetch("node-a")
-    answer = gpu_pods_response(VisibleCluster(world.cluster, scope), received.snapshot)
+    view = VisibleCluster(world.cluster, scope)
+    answer = gpu_pods_response(view, "node-a", received.snapshot)
     assert list(answer["GpuInfos"]) == [gpu_uuid("node-a", i) for i in infos]  # type: ignore[call-overload]
     gpu_pods = answer["GpuPods"]
     assert isinstance(gpu_pods, dict)

@@ -105,7 +105,8 @@ class StubApiServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and end every open watch."""
+        """Stop serving and end every open watch (and stalled review)."""
+        self.reviews.resume()
         self._store.stop()
         self._lister.release()
         for gate in self._watches_open.values():
