@@ -32,12 +32,12 @@ from tests.support.prometheus import (
     running_prometheus,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 NODES = 4
 JOB = "gpugraph"
 # The same two replicas without the chart's relabelings: what a per-pod scrape would do.
 PER_POD_JOB = "per-pod"
-# kube-state-metrics' series for the demo pods the README's join examples name
+# kube-state-metrics' series for the demo pods the docs' join examples name
 # (no kube-state-metrics runs here; these are its names and labels).
 KUBE_STATE_METRICS = "".join(
     f"{line}\n"
@@ -276,10 +276,10 @@ def test_every_dashboard_panel_returns_data(prometheus: Prometheus) -> None:
                 assert narrowed in ([], [({}, "0")]), f"{title} ignores ${name}: {promql}"
 
 
-def readme_promql() -> list[str]:
-    """The queries of the README's PromQL examples, each after its comment."""
-    section = README.read_text().split("## Prometheus and Grafana", 1)[1]
-    block = section.split("```promql\n", 1)[1].split("```", 1)[0]
+def documented_promql() -> list[str]:
+    """The queries of docs/metrics.md's PromQL examples, each after its comment."""
+    block = METRICS_DOC.read_text().split("**PromQL examples.**", 1)[1]
+    block = block.split("```promql\n", 1)[1].split("```", 1)[0]
     queries: list[str] = []
     for chunk in block.split("\n\n"):
         lines = [line for line in chunk.splitlines() if not line.startswith("#")]
@@ -287,8 +287,8 @@ def readme_promql() -> list[str]:
     return queries
 
 
-def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
-    queries = readme_promql()
+def test_the_documented_promql_examples_run(prometheus: Prometheus) -> None:
+    queries = documented_promql()
     assert len(queries) >= 4
     results = [prometheus.query(q) for q in queries]
     shared, orphaned, owners, by_team, down = results[:5]
