@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from graph_schema import NodeRecord, PodRecord
 from graph_schema.interfaces import Cluster
 from node_resolver.auth import TokenFile
+from node_resolver.version import version
 
 from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
 from .app import create_app
@@ -156,6 +157,7 @@ def warn_if_open(settings: Settings) -> None:
 
 async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+    log.info("gpugraph %s serving on %s (auth %s)", version(), settings.listen, settings.auth_mode)
     warn_if_open(settings)
     async with running(settings) as services:
         server = UvicornServer(uvicorn_config(services.app, settings))
