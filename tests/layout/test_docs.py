@@ -65,3 +65,12 @@ def test_the_checks_see_the_links_they_check() -> None:
     assert documents <= targets, f"README.md does not link {sorted(documents - targets)}"
     assert "docs/gpu-map.png" in targets
     assert "example-queries-answers-from-gpugraph-demo" in heading_anchors(README)
+
+
+def test_every_make_target_the_readme_runs_exists() -> None:
+    blocks = "\n".join(re.findall(r"^```sh\n(.*?)^```", README.read_text(), re.S | re.M))
+    targets = set(re.findall(r"^make ([\w-]+)", blocks, re.M))
+    assert {"demo", "test", "release-check", "release-image", "release-krew"} <= targets
+    makefile = (ROOT / "Makefile").read_text()
+    defined = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    assert targets <= defined, f"the README runs make {sorted(targets - defined)}"
