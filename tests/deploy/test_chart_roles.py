@@ -8,11 +8,14 @@ answered by the stub API server.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import pytest
+import yaml
 from kubernetes.client import ApiClient
 
 from api.auth import AccessReviewer, KubernetesAuth, TokenReviewer
@@ -31,6 +34,7 @@ NAMESPACE_VIEWER = f"{RELEASE}-gpugraph-namespace-viewer"
 TOP = f"{RELEASE}-gpugraph-top"
 SERVICE = f"{RELEASE}-gpugraph"
 TENANT = "research"
+ROOT = Path(__file__).resolve().parents[2]
 
 # With and without command lines: the agents send them only with exposeCmdline,
 # and pods/exec is kubectl exec itself, so the roles grant it only then.
@@ -173,3 +177,28 @@ async def test_the_roles_show_everything_they_are_for_and_every_rule_counts(
         whole = await decide.user(rules)
         for rule in rules:
             assert await decide.user(tuple(r for r in rules if r != rule)) != whole, rule
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/auth.md"])
+def test_the_documented_bindings_name_roles_a_gpugraph_release_renders(
+    chart: helm.Chart, document: str
+) -> None:
+    # The docs install the chart as release gpugraph in namespace gpugraph.
+    out = chart.render({}, name="gpugraph", namespace="gpugraph", is_install=True)
+    docs = [
+        d
+        for path, text in out.items()
+        if path.endswith(".yaml")
+        for d in yaml.safe_load_all(text)
+        if d
+    ]
+    kinds = {d["metadata"]["name"]: d["kind"] for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    text = (ROOT / document).read_text()
+    bound = re.findall(r"--(clusterrole|role)=(\S+)", text)
+    assert {name for _, name in bound} >= {
+        "gpugraph-viewer",
+        "gpugraph-namespace-viewer",
+        "gpugraph-top",
+    }
+    for flag, name in bound:
+        assert kinds.get(name) == ("ClusterRole" if flag == "clusterrole" else "Role"), name
