@@ -269,6 +269,28 @@ def _add_delegated(
     sub.set_defaults(handler=run_command)
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the installed package's version, read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the installed gpugraph's version and exit")
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, default=argparse.SUPPRESS, **kwargs
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from node_resolver.version import version
+
+        print(f"gpugraph {version()}")  # on stdout, as argparse's own "version" action
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``gpugraph`` argument parser; with ``command``, only that subcommand is complete.
 
@@ -281,6 +303,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="gpugraph",
         description="Which pod, and which process inside it, is using this GPU.",
     )
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_delegated(
         subparsers,

@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from graph_schema.interfaces import Cluster
 from graph_schema.records import NodeRecord, PodRecord
 from node_resolver.auth import TokenFile
+from node_resolver.version import version
 
 from .agents.discovery import Discovery, NodeIpDiscovery, PodIpDiscovery
 from .agents.pool import AgentPool
@@ -160,6 +161,7 @@ def warn_if_open(settings: Settings) -> None:
 
 async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+    log.info("gpugraph %s serving on %s (auth %s)", version(), settings.listen, settings.auth_mode)
     warn_if_open(settings)
     async with services_running(settings) as services:
         server = UvicornServer(uvicorn_config(services.app, settings))

@@ -22,6 +22,7 @@ from .gpu_source import GpuSource
 from .nvml import NvmlGpuSource, NvmlUnavailableError
 from .pids import RESOLVER_KINDS, build_resolver
 from .sampler import Sampler
+from .version import version
 
 log = logging.getLogger("node_resolver")
 
@@ -180,11 +181,12 @@ async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None)
     try:
         async with agent_running(sampler, listen, token=token) as server:
             log.info(
-                LISTENING + "%s (node %s, scanning every %gs%s)",
+                LISTENING + "%s (node %s, scanning every %gs%s; gpugraph %s)",
                 server.address,
                 sampler.node_name,
                 sampler.interval,
                 ", token required" if token else "",
+                version(),
             )
             await stopping.wait()
             log.info("stopping")

@@ -72,6 +72,9 @@ MISSING_LIBRARY_HINT = (
     "agent pod was started without the NVIDIA container runtime (set runtimeClassName: nvidia "
     "or make it the default runtime) or without the environment that makes the runtime mount "
     "the driver: NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (or =all). "
+    "A runtime that ignores that variable in unprivileged pods "
+    "(accept-nvidia-visible-devices-envvar-when-unprivileged=false), a CDI-only runtime or "
+    "GKE's driver install needs the Helm chart's agent.nvml.mode (docs/nvml.md). "
     "Use --nvml-fake PATH to run without a GPU."
 )
 

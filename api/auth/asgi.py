@@ -19,7 +19,7 @@ from starlette.types import Scope as AsgiScope
 from ..http import cluster_map
 from ..http.graphiql import STATIC_URL
 from ..http.responses import json_response
-from .access import Question
+from .access import GET_METRICS
 from .callers import Caller, KubernetesAuth, RejectedTokenError
 from .tokens import ReviewUnavailableError
 
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 OPEN_PATHS = ("/healthz", "/readyz", *cluster_map.OPEN_PAGES)
 OPEN_PREFIXES = (STATIC_URL.rstrip("/") + "/", cluster_map.STATIC_URL.rstrip("/") + "/")
 CALLER_KEY = "gpugraph.caller"
-METRICS = Question.get_url("/metrics")
 
 
 def bearer_token(value: str | None) -> str:
@@ -124,7 +123,7 @@ class AuthMiddleware:
     async def _check(self, path: str, token: str, scope: AsgiScope) -> Response | None:
         try:
             caller = await self.auth.authenticate(token)
-            if path == "/metrics" and not await self.auth.may(caller.user, METRICS):
+            if path == "/metrics" and not await self.auth.may(caller.user, GET_METRICS):
                 return json_response(403, {"error": "get on /metrics is not allowed"})
         except RejectedTokenError as exc:
             return unauthorized(str(exc))

@@ -1,4 +1,4 @@
-"""Attributed snapshots as Prometheus metric families, named as the README's table lists.
+"""Attributed snapshots as Prometheus metric families, named as docs/metrics.md's table lists.
 
 Label names follow kube-state-metrics (``namespace``, ``pod``, ``container``,
 ``node``), so ``group_left`` joins with ``kube_pod_info`` and

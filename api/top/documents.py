@@ -1,4 +1,4 @@
-"""The stable ``-o json`` / ``-o yaml`` shapes of each view (documented in the README)."""
+"""The stable ``-o json`` / ``-o yaml`` shapes of each view (documented in docs/top.md)."""
 
 from __future__ import annotations
 

@@ -289,12 +289,14 @@ async def test_stop_runs_every_step_even_when_one_fails(tmp_path: Path) -> None:
 
 
 README = (ROOT / "README.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
 
 
-def readme_section(title: str) -> str:
-    start = README.index(title)
-    end = README.find("\n#", start + len(title))
-    return README[start : end if end >= 0 else None]
+def configuration_section(title: str) -> str:
+    """The part of docs/configuration.md under ``title``, up to the next heading."""
+    start = CONFIGURATION.index(title)
+    end = CONFIGURATION.find("\n#", start + len(title))
+    return CONFIGURATION[start : end if end >= 0 else None]
 
 
 def test_readme_opens_with_exactly_the_two_commands() -> None:
@@ -305,18 +307,18 @@ def test_readme_opens_with_exactly_the_two_commands() -> None:
 
 
 @pytest.mark.parametrize("command", ["agent", "serve", "top", "demo"])
-def test_readme_documents_every_flag(command: str) -> None:
+def test_the_configuration_reference_documents_every_flag(command: str) -> None:
     from api.cli import build_parser
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     sub = subparsers.choices[command]
-    section = readme_section(f"### `gpugraph {command}`")
+    section = configuration_section(f"## `gpugraph {command}`")
     for action in sub._actions:
         for option in action.option_strings:
             if option in ("-h", "--help"):
                 continue
-            assert f"`{option}" in section, f"README lacks {command} {option}"
+            assert f"`{option}" in section, f"docs/configuration.md lacks {command} {option}"
 
 
 def test_readme_shows_the_demos_example_queries() -> None:
@@ -328,10 +330,10 @@ def test_readme_shows_the_demos_example_queries() -> None:
         assert body in README
 
 
-def test_readme_shows_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> None:
+def test_the_docs_show_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> None:
     from api.demo.scenario import build_cluster
 
-    section = readme_section("#### Looking at the demo's cluster with kubectl")
+    section = configuration_section("### Looking at the demo's cluster with kubectl")
     line = re.search(r"^  kubectl +kubectl --kubeconfig (\S+) get pods -A$", section, re.M)
     assert line is not None and line[1].endswith("/kubeconfig")
     output = re.search(r"^\$ kubectl --kubeconfig \S+ get pods -A\n(.*?)```", section, re.M | re.S)

@@ -113,6 +113,9 @@ def test_default_install_renders_every_kind(chart: helm.Chart) -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # gpugraph-viewer, for people (bound by the operator)
+            "ClusterRole",  # gpugraph-namespace-viewer, likewise
+            "Role",  # gpugraph-top: kubectl gpugraph top through the API server's proxy
             "ClusterRoleBinding",
             "ClusterRoleBinding",  # system:auth-delegator, for TokenReview/SubjectAccessReview
             "ConfigMap",  # the Grafana dashboard
@@ -280,7 +283,10 @@ def test_probes(chart: helm.Chart) -> None:
 
 def test_rbac_is_exactly_read_only_pods_and_nodes(chart: helm.Chart) -> None:
     docs = render(chart)
-    role = one(docs, "ClusterRole")
+    server = [
+        d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "server"
+    ]
+    role = one(server, "ClusterRole")
     assert len(role["rules"]) == 1
     rule = role["rules"][0]
     assert rule["apiGroups"] == [""]

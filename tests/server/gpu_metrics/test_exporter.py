@@ -391,10 +391,10 @@ def test_scrapes_within_the_ttl_share_one_agent_call_per_node(world: World) -> N
     assert sorted(calls) == ["gpu-a", "gpu-b"]
 
 
-def test_the_readmes_per_replica_regex_keeps_the_servers_own_series_only(world: World) -> None:
-    """README: a PodMonitor keeping these names sees each replica's health, no GPU series."""
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    (regex,) = re.findall(r'action: keep, regex: "([^"]+)"', readme)
+def test_the_docs_per_replica_regex_keeps_the_servers_own_series_only(world: World) -> None:
+    """docs/metrics.md: a PodMonitor keeping these names sees each replica's health only."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    (regex,) = re.findall(r'action: keep, regex: "([^"]+)"', doc)
     own = {name for name, _ in parse(Metrics().render())}
     gpu = {name for name, _ in world.scrape(dcgm_names=True)}
     assert own and gpu

@@ -103,7 +103,7 @@ def test_a_bad_server_is_one_line_and_exit_1(server: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("gpugraph top: error:"), result.stderr
 
 
-# The documented -o json/yaml contract (README, "The JSON and YAML shapes"): within
+# The documented -o json/yaml contract (docs/top.md, "The JSON and YAML shapes"): within
 # gpugraph.top/v1 fields are only added, so these sets may grow but never lose a key.
 CONTRACT = {
     "gpus": (
