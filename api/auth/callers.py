@@ -114,6 +114,11 @@ class Caller:
     # Kept to re-review it; never logged or shown (repr=False).
     token: str = field(repr=False)
 
+    @property
+    def username(self) -> str:
+        """The Kubernetes username the TokenReview gave the token."""
+        return self.user.username
+
     async def current_scope(self) -> Scope:
         """The scope now; AccessEndedError once the token no longer passes."""
         try:

@@ -1,5 +1,4 @@
 // The side panel: one GPU's processes, and the list of pods to highlight.
-import { podColor } from "./colors.js";
 import { celsius, count, esc, gib, percent } from "./format.js";
 import { markers, memoryText } from "./tiles.js";
 import { podKey } from "./model.js";
@@ -13,20 +12,21 @@ function graphiqlLink(config, uuid) {
   return `<a class="graphiql" href="${esc(`${config.graphiqlPath}#${hash}`)}" target="_blank" rel="noopener">Open this GPU's query in GraphiQL</a>`;
 }
 
-// ``after`` is HTML, written by the caller.
-function podButton(pod, selected, after = "") {
+// ``color`` is one of the palette's (colors.js); ``after`` is HTML, written by the caller.
+function podButton(pod, color, selected, after = "") {
   const key = podKey(pod);
-  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${podColor(key)}"></span><span>${esc(pod.namespace)}/<wbr>${esc(pod.name)}</span>${after}</button>`;
+  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${color}"></span><span>${esc(pod.namespace)}/<wbr>${esc(pod.name)}</span>${after}</button>`;
 }
 
 /** The details of one GPU: its numbers, markers and processes. */
 export function detailsHtml(entry, node, config, selectedPod, pinned) {
   const { gpu, info } = entry;
+  const colors = new Map(info.pods.map((pod) => [pod.key, pod.color]));
   const rows = [...(gpu.processes ?? [])]
     .sort((a, b) => (b.usedMemoryBytes ?? 0) - (a.usedMemoryBytes ?? 0))
     .map(
       (p) =>
-        `<tr><td>${p.pid}</td><td>${p.pod ? podButton(p.pod, selectedPod) : '<span class="nopod-text">no pod</span>'}</td>` +
+        `<tr><td>${p.pid}</td><td>${p.pod ? podButton(p.pod, colors.get(podKey(p.pod)), selectedPod) : '<span class="nopod-text">no pod</span>'}</td>` +
         `<td>${esc(p.container?.name ?? "\u2013")}</td><td>${gib(p.usedMemoryBytes)}</td><td>${percent(p.smUtilization)}</td></tr>`,
     )
     .join("");
@@ -56,7 +56,7 @@ export function podsHtml(pods, selectedPod) {
     .map((pod) => {
       const where = count(pod.gpus.length, "GPU") + (pod.nodes.size > 1 ? ` on ${pod.nodes.size} nodes` : "");
       const flag = pod.gpuRequest ? "" : ' <span class="mark m-unreq" title="no GPU request">!</span>';
-      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
+      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, pod.color, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
     });
   return items.join("");
 }
