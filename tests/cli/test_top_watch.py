@@ -7,6 +7,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 
 import pexpect
 import pytest
@@ -169,6 +170,9 @@ def test_watch_into_a_pipe_prints_one_whole_frame_per_update(demo: RunningDemo) 
     )
     assert child.stdout is not None
     lines: list[str] = []
+    # A watch that holds its output back would block readline for good: end it.
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.start()
     try:
         # readline returns as each line is printed; the child flushes every frame.
         for line in iter(child.stdout.readline, ""):
@@ -178,8 +182,9 @@ def test_watch_into_a_pipe_prints_one_whole_frame_per_update(demo: RunningDemo) 
         child.send_signal(signal.SIGINT)
         rest, err = child.communicate(timeout=30)
     finally:
+        watchdog.cancel()
         child.kill()
-    assert child.returncode == 0, (child.returncode, err)
+    assert child.returncode == 0, (child.returncode, lines, err)
     assert "Traceback" not in err
     text = "\n".join(lines)
     stamps = [line for line in lines if re.fullmatch(r"update \d+ at \d\d:\d\d:\d\d", line)]
