@@ -26,8 +26,9 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
     .sort((a, b) => (b.usedMemoryBytes ?? 0) - (a.usedMemoryBytes ?? 0))
     .map(
       (p) =>
-        `<tr><td>${p.pid}</td><td>${p.pod ? podButton(p.pod, colors.get(podKey(p.pod)), selectedPod) : '<span class="nopod-text">no pod</span>'}</td>` +
-        `<td>${esc(p.container?.name ?? "\u2013")}</td><td>${gib(p.usedMemoryBytes)}</td><td>${percent(p.smUtilization)}</td></tr>`,
+        // The container goes under its pod, so the pod's name has the width to itself.
+        `<tr><td>${p.pid}</td><td>${p.pod ? podButton(p.pod, colors.get(podKey(p.pod)), selectedPod) : '<span class="nopod-text">no pod</span>'}` +
+        `<span class="ctr">${esc(p.container?.name ?? "\u2013")}</span></td><td>${gib(p.usedMemoryBytes)}</td><td>${percent(p.smUtilization)}</td></tr>`,
     )
     .join("");
   const hidden = gpu.hiddenProcessCount
@@ -43,8 +44,8 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
     `<p>${esc(gpu.name ?? "")} &middot; ${percent(gpu.utilizationGpu)} &middot; ${celsius(gpu.temperatureC)} &middot; ${memoryText(info)}</p>` +
     (gpu.error ? `<p class="down-note">GPU error: ${esc(gpu.error)}</p>` : "") +
     (marks ? `<ul class="marks">${marks}</ul>` : "") +
-    `<table class="procs"><thead><tr><th>PID</th><th>Pod</th><th>Container</th><th>Memory</th><th>SM</th></tr></thead>` +
-    `<tbody>${rows || '<tr><td colspan="5">no processes</td></tr>'}</tbody></table>${hidden}` +
+    `<table class="procs"><thead><tr><th>PID</th><th>Pod, container</th><th>Memory</th><th>SM</th></tr></thead>` +
+    `<tbody>${rows || '<tr><td colspan="4">no processes</td></tr>'}</tbody></table>${hidden}` +
     graphiqlLink(config, gpu.uuid)
   );
 }
@@ -56,7 +57,7 @@ export function podsHtml(pods, selectedPod) {
     .map((pod) => {
       const where = count(pod.gpus.length, "GPU") + (pod.nodes.size > 1 ? ` on ${pod.nodes.size} nodes` : "");
       const flag = pod.gpuRequest ? "" : ' <span class="mark m-unreq" title="no GPU request">!</span>';
-      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, pod.color, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
+      return `<li data-ns="${esc(pod.namespace)}" data-pod="${esc(pod.key)}">${podButton(pod, pod.color, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
     });
   return items.join("");
 }

@@ -136,7 +136,10 @@ export function nodeHtml(node, gpus) {
   }
   return (
     `<section class="node${node.down ? " down" : ""}" data-node="${esc(node.name)}" aria-label="node ${esc(node.name)}">` +
-    `<h2><span class="n-name">${esc(node.name)}</span> <span class="n-status" title="${esc(nodeStatus(node))}">${esc(nodeStatus(node))}</span></h2>` +
+    `<h2><span class="n-name">${esc(node.name)}</span>` +
+    // Shown while filters are on: what its GPUs hold is not known.
+    `<span class="mark m-unknown n-unknown" title="its agent is down: whether it matches the filters is not known">unknown</span>` +
+    ` <span class="n-status" title="${esc(nodeStatus(node))}">${esc(nodeStatus(node))}</span></h2>` +
     `<div class="tiles" role="group" aria-label="GPUs of ${esc(node.name)}">${tiles.join("")}</div></section>`
   );
 }
