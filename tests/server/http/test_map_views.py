@@ -6,6 +6,9 @@ the map at 1400 and 800 px wide go to ``test-output/``.
 
 from __future__ import annotations
 
+import itertools
+import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from tests.support.map_assets import require_map_assets
 pytestmark = pytest.mark.browser
 
 NODES, GPUS = 4, 4
-WIDE, NARROW = (1400, 900), (800, 700)
+WIDE, NARROW = (1400, 900), (800, 600)
 # Where a click pins a tile: its corner, not a pod's part of its bar (which selects the pod).
 CORNER = {"x": 4, "y": 4}
 
@@ -33,6 +36,29 @@ def demo() -> Iterator[LiveDemo]:
     require_map_assets()
     with live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5) as running:
         yield running
+
+
+def _lab(css: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of a computed ``rgb(r, g, b)`` colour."""
+    found = re.fullmatch(r"rgb\((\d+), (\d+), (\d+)\)", css)
+    assert found is not None, css
+
+    def linear(c: float) -> float:
+        return ((c + 0.055) / 1.055) ** 2.4 if c > 0.04045 else c / 12.92
+
+    r, g, b = (linear(int(found[i]) / 255) for i in (1, 2, 3))
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def _distance(first: str, second: str) -> float:
+    return math.dist(_lab(first), _lab(second))
 
 
 def _visible_tiles(page: Any) -> set[str]:
@@ -79,7 +105,9 @@ def test_the_pods_of_one_node_have_colours_of_their_own(demo: LiveDemo, tmp_path
         assert swatches[pod] == colour  # the list's swatch is the tile's colour
     assert by_node.keys() == _pods_by_node(demo).keys()
     for node, colours in by_node.items():
-        assert len(set(colours.values())) == len(colours), (node, colours)
+        # Apart to the eye, not only as strings: at least 30 in CIELAB (CIE76).
+        for (a, first), (b, second) in itertools.combinations(colours.items(), 2):
+            assert _distance(first, second) >= 30, (node, a, first, b, second)
     assert len(by_node["gpu-node-0"]) == 3  # two inference replicas and a training worker
     assert browser.problems == []
 
@@ -189,6 +217,16 @@ def _in_view(page: Any, selector: str) -> bool:
     return inside
 
 
+def _lines(page: Any, selector: str) -> list[int]:
+    """How many lines of text each element matching ``selector`` takes."""
+    lines: list[int] = page.eval_on_selector_all(
+        selector,
+        """els => els.map(e => { const range = document.createRange();
+            range.selectNodeContents(e); return range.getClientRects().length; })""",
+    )
+    return lines
+
+
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1400px", "800px"])
 def test_the_details_stay_in_view_and_pids_stay_on_one_line(
     demo: LiveDemo, tmp_path: Path, viewport: tuple[int, int]
@@ -198,27 +236,23 @@ def test_the_details_stay_in_view_and_pids_stay_on_one_line(
     with chromium(tmp_path / "profile", viewport=viewport) as browser:
         page = _open_map(browser, demo.url)
         _wait_ticks(page, 1)
-        # The last GPU of the last node with one: the page scrolled to its bottom.
-        last = page.locator(".tile[data-uuid]").last
-        last.click(position=CORNER)
-        assert _in_view(page, "#details") and _in_view(page, ".tile.pinned")
-        assert (last.get_attribute("data-uuid") or "") in page.inner_text("#details")
-        # The orphan's PID has five digits; every PID cell holds one line.
-        page.locator(f'section[data-node="{orphan_node}"] .tile[data-uuid]').nth(1).click(
-            position=CORNER
-        )
+        # The first GPU and the last (the board scrolled to its end): the details beside both.
+        for tile in (page.locator(".tile[data-uuid]").first, page.locator(".tile[data-uuid]").last):
+            tile.click(position=CORNER)
+            assert (tile.get_attribute("data-uuid") or "") in page.inner_text("#details")
+            assert _in_view(page, "#details") and _in_view(page, ".tile.pinned")
+        # The orphan's PID has five digits; the shared GPU's rows name two pods.
+        orphan = page.locator(f'section[data-node="{orphan_node}"] .tile[data-uuid]').nth(1)
+        orphan.click(position=CORNER)
         page.locator("#details td", has_text=str(orphan_pid)).wait_for(timeout=TIMEOUT_MS)
+        assert _lines(page, "#details .procs td:first-child") == [1]
         _tile(page, shared_uuid).click(position=CORNER)
         page.locator("#details .procs tbody tr").nth(1).wait_for(timeout=TIMEOUT_MS)
-        lines: list[int] = page.eval_on_selector_all(
-            "#details .procs td:first-child",
-            """els => els.map(e => { const range = document.createRange();
-                range.selectNodeContents(e); return range.getClientRects().length; })""",
-        )
-        assert lines and all(n == 1 for n in lines), lines
+        assert _lines(page, "#details .procs td:first-child") == [1, 1]
+        # Memory and SM too: numbers never break.
+        assert set(_lines(page, "#details .procs td:nth-child(n+3)")) == {1}
         assert _in_view(page, "#details")
-        width = viewport[0]
-        screenshot(page, tmp_path, f"map-{width}.png", full_page=False)
+        screenshot(page, tmp_path, f"map-{viewport[0]}.png", full_page=False)
     assert browser.problems == []
 
 
