@@ -471,7 +471,7 @@ class Demo:
         return "\n".join(lines)
 
     def _top_token(self) -> str:
-        """With auth on, the admin's ``--token`` for the banner's top line: the kubeconfig has none."""
+        """With auth on, the admin's ``--token`` for the top line: the kubeconfig has no token."""
         if not (self.config.auth and self.api is not None):
             return ""
         return f" --token {self.api.reviews.token_of('admin')}"

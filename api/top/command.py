@@ -190,7 +190,9 @@ async def _live(
             count += 1
             if live is None:
                 live = stack.enter_context(
-                    Live(frame(snapshot), console=console, auto_refresh=False, redirect_stdout=False)
+                    Live(
+                        frame(snapshot), console=console, auto_refresh=False, redirect_stdout=False
+                    )
                 )
                 stack.enter_context(quit_key(asyncio.current_task()))
             else:

@@ -12,10 +12,14 @@ from .errors import TopError
 from .flags import DEFAULT_SORT
 
 # How the server names a node whose agent did not answer, in a subscription tick's errors
-# (graph_schema's AgentUnavailableError and NodeSampleError messages).
+# (graph_schema's AgentUnavailableError and NodeSampleError messages), and what of the
+# message the down line keeps before the reason (it names the node and says "agent down").
 _DOWN_MESSAGES = (
-    re.compile(r"^agent on node '(?P<node>[^']+)' unavailable: (?P<reason>.*)$", re.S),
-    re.compile(r"^GPU sampling failed on node '(?P<node>[^']+)': (?P<reason>.*)$", re.S),
+    (re.compile(r"^agent on node '(?P<node>[^']+)' unavailable: (?P<reason>.*)$", re.S), ""),
+    (
+        re.compile(r"^GPU sampling failed on node '(?P<node>[^']+)': (?P<reason>.*)$", re.S),
+        "GPU sampling failed: ",
+    ),
 )
 
 
@@ -82,11 +86,10 @@ def down_node(node: str, message: str) -> DownNode:
 
     The line that shows it already names the node and says the agent is down.
     """
-    for pattern in _DOWN_MESSAGES:
+    for pattern, kept in _DOWN_MESSAGES:
         match = pattern.match(message)
         if match and match["node"] == node:
-            reason = match["reason"]
-            return DownNode(node, reason if pattern is _DOWN_MESSAGES[0] else f"GPU sampling failed: {reason}")
+            return DownNode(node, kept + match["reason"])
     return DownNode(node, message)
 
 
@@ -204,7 +207,7 @@ def down_from_errors(errors: Sequence[Mapping[str, Any]]) -> tuple[list[DownNode
     down, other = [], []
     for error in errors:
         message = str(error.get("message", ""))
-        for pattern in _DOWN_MESSAGES:
+        for pattern, _ in _DOWN_MESSAGES:
             match = pattern.match(message)
             if match:
                 down.append(down_node(match["node"], message))

@@ -194,9 +194,7 @@ def test_a_namespace_shows_only_the_down_nodes_of_its_pods(
         assert "research/notebook-alice" in research or "notebook-alice" in research
         assert lines_with(research, "agent down") == []
         training = top(capsys, demo, view, "-n", "ml-training")
-        assert [line.split(":")[0] for line in lines_with(training, "agent down")] == [
-            "gpu-node-3"
-        ]
+        assert [line.split(":")[0] for line in lines_with(training, "agent down")] == ["gpu-node-3"]
 
 
 @pytest.mark.parametrize(

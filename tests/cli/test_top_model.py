@@ -33,8 +33,9 @@ def snapshot() -> Snapshot:
 def test_a_pod_on_a_down_node_has_unknown_use_not_zero() -> None:
     doc = document("pods", model.apply(snapshot(), model.Filters()), "name")
     pods = {p["name"]: p for p in doc["pods"]}
-    assert pods["stranded"] | {"gpusUsed": None, "memoryBytes": None, "smPercent": None} == (
-        pods["stranded"]
+    assert (
+        pods["stranded"] | {"gpusUsed": None, "memoryBytes": None, "smPercent": None}
+        == (pods["stranded"])
     )
     assert pods["stranded"]["unrequested"] is None
     # Known values stay numbers, and a requesting pod using nothing on an up node is 0.

@@ -80,7 +80,9 @@ def _pods_by_node(demo: LiveDemo) -> dict[str, set[str]]:
     nodes: dict[str, set[str]] = {}
     for gpu in body["data"]["gpus"]:
         pods = nodes.setdefault(gpu["node"]["name"], set())
-        pods.update(f"{p['pod']['namespace']}/{p['pod']['name']}" for p in gpu["processes"] if p["pod"])
+        pods.update(
+            f"{p['pod']['namespace']}/{p['pod']['name']}" for p in gpu["processes"] if p["pod"]
+        )
     return nodes
 
 
