@@ -68,7 +68,16 @@ function signature(gpu) {
 function errorFor(errors, node) {
   const quoted = `'${node}'`;
   const error = errors.find((e) => String(e.message).includes(quoted));
-  return error ? error.message : null;
+  return error ? downReason(node, String(error.message)) : null;
+}
+
+/**
+ * Why a node is down, without "agent on node 'x' unavailable: ": the page
+ * already names the node and says its agent is down.
+ */
+export function downReason(node, message) {
+  const prefix = `agent on node '${node}' unavailable: `;
+  return message.startsWith(prefix) ? message.slice(prefix.length) : message;
 }
 
 export class ClusterModel {
@@ -122,7 +131,7 @@ export class ClusterModel {
         name: node.name,
         capacity: node.gpuCapacity ?? 0,
         down,
-        reason: down ? agent.error || "its agent did not answer" : null,
+        reason: down ? downReason(node.name, agent.error || "") || "its agent did not answer" : null,
         gpus: [],
       };
       if (node.gpus) {
