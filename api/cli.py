@@ -265,6 +265,7 @@ def _add_delegated(
         sub.set_defaults(handler=unavailable)
         return
     add_arguments, run_command = loaded
+    sub.set_defaults(parser=sub)
     add_arguments(sub)
     sub.set_defaults(handler=run_command)
 
@@ -348,7 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in arguments if not a.startswith("-")), "")
     parser = build_parser(command)
-    args = parser.parse_args(arguments)
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:
+        # The subcommand's own usage, not the top-level one, says what it takes.
+        sub: argparse.ArgumentParser = getattr(args, "parser", parser)
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 

@@ -15,6 +15,7 @@ from graphql import GraphQLError
 from node_resolver.models import NodeSnapshot
 
 from .interfaces import ClusterView, Received, SnapshotSource
+from .scope import Viewer
 
 __all__ = ["Operation"]
 
@@ -27,6 +28,11 @@ class Operation(Protocol[GpuT]):
     @property
     def cluster(self) -> ClusterView:
         """The Kubernetes cache as the caller may see it: filtered already."""
+        ...
+
+    @property
+    def viewer(self) -> Viewer | None:
+        """The caller as the server authenticated it; None when it checks no tokens."""
         ...
 
     @property

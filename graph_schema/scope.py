@@ -61,6 +61,11 @@ class Viewer(Protocol):
         """Who the caller is (its Kubernetes username): what per-caller caps count by."""
         ...
 
+    @property
+    def username(self) -> str:
+        """The caller's Kubernetes username, from its TokenReview."""
+        ...
+
     async def current_scope(self) -> Scope:
         """The caller's scope now: re-checked once its reviews expire.
 

@@ -123,6 +123,11 @@ class Caller:
         """The Kubernetes username: per-caller caps count by it, whatever token it uses."""
         return self.user.username
 
+    @property
+    def username(self) -> str:
+        """The Kubernetes username the TokenReview gave the token."""
+        return self.user.username
+
     async def current_scope(self) -> Scope:
         """The scope now; AccessEndedError once the token no longer passes."""
         try:

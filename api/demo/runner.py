@@ -335,7 +335,7 @@ class Demo:
             f"  gpu-pods   {self.base_url}/gpu-pods?worker_id={self.cluster.worker[1]}",
             f"  metrics    {self.base_url}/metrics",
             f"  kubectl    kubectl --kubeconfig {self.kubeconfig} get pods -A",
-            f"  top        gpugraph top --kubeconfig {self.kubeconfig}",
+            f"  top        gpugraph top --kubeconfig {self.kubeconfig}{self._top_token()}",
         ]
         if not (graphiql.assets_present() and cluster_map.assets_present()):
             lines.append(
@@ -370,6 +370,12 @@ class Demo:
             lines += [f"--- example {n} ---", query, ""]
         lines.append("Press Ctrl-C to stop.")
         return "\n".join(lines)
+
+    def _top_token(self) -> str:
+        """With auth on, the admin's ``--token`` for the top line: the kubeconfig has no token."""
+        if not (self.config.auth and self.api is not None):
+            return ""
+        return f" --token {self.api.reviews.token_of('admin')}"
 
     async def _stop_agents(self) -> None:
         self.agents = []

@@ -33,10 +33,12 @@ fragment MapGpu on Gpu {
 """
 
 # Every node with its agent's state and GPUs: the first picture, and again
-# when the set of GPUs changes (a node joins, or its agent comes back).
+# when the set of GPUs changes (a node joins, or its agent comes back); and who
+# the caller is, for the header's "Signed in as".
 SNAPSHOT_QUERY = (
     """\
 query ClusterMap {
+  viewer { username }
   nodes {
     name
     gpuCapacity

@@ -95,7 +95,8 @@ def test_every_gpu_of_the_up_nodes_is_a_tile_and_the_down_node_is_greyed(
         down = page.locator(f'section[data-node="{cluster.down_node}"]')
         assert "down" in (down.get_attribute("class") or "")
         reason = down.locator(".n-status").inner_text()
-        assert reason.startswith(f"agent down: agent on node '{cluster.down_node}' unavailable")
+        # Said once: the reason follows without "agent on node '...' unavailable" again.
+        assert reason.startswith("agent down: UNAVAILABLE") and cluster.down_node not in reason
         slots = down.locator(".tile")
         assert slots.count() == GPUS  # its nvidia.com/gpu capacity, as placeholders
         assert "grayscale" in slots.first.evaluate("el => getComputedStyle(el).filter")
@@ -320,7 +321,7 @@ def test_an_agent_that_stops_greys_its_node_without_a_reload(tmp_path: Path) -> 
         demo.run(agent.server.stop(0))
         page.wait_for_selector(f'section.down[data-node="{agent.node.name}"]', timeout=TIMEOUT_MS)
         reason = node.locator(".n-status").inner_text()
-        assert reason.startswith(f"agent down: agent on node '{agent.node.name}' unavailable")
+        assert reason.startswith("agent down: ") and agent.node.name not in reason
         # Its tiles stay, greyed, with their last numbers; the other node's do not.
         tiles = node.locator(".tile[data-uuid]")
         assert tiles.count() == 2

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -425,3 +426,18 @@ def test_a_client_certificate_kubeconfig_says_why_it_needs_a_token(
     transport = HttpTransport(replace(with_token, url=proxied, client_cert=None))
     answer = transport.execute("{ pods { namespace } }", {})
     assert {p["namespace"] for p in answer["data"]["pods"]} == {"research"}
+def test_the_auth_demos_top_line_works_as_printed(auth_demo: AuthDemo) -> None:
+    found = re.search(r"^  top +gpugraph top (.+)$", auth_demo.running.text(), re.M)
+    assert found, auth_demo.running.text()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRAPH_")}
+    result = subprocess.run(
+        [*gpugraph_command(), "top", "pods", *shlex.split(found[1]), "-o", "json"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    # The admin's token: every namespace.
+    assert namespaces(json.loads(result.stdout)) == EVERY_NAMESPACE
