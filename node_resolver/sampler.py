@@ -13,9 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from .allocations import node_allocations
 from .gpu_source import GpuSource
-from .models import NodeSample, NodeSnapshot
+from .models import NodeAllocations, NodeSample, NodeSnapshot
 from .pids import PidResolver
+from .pod_resources import PodResourcesPoller
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,7 @@ class Sampler:
         node_name: str,
         interval: float = 1.0,
         clock: Callable[[], float] = time.time,
+        pod_resources: PodResourcesPoller | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
@@ -49,6 +52,8 @@ class Sampler:
         self.node_name = node_name
         self.interval = interval
         self._clock = clock
+        # Polls the kubelet in its own thread; a scan only reads its last answer.
+        self.pod_resources = pod_resources
         self._latest: NodeSnapshot | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -84,6 +89,8 @@ class Sampler:
         """Start the sampling thread; the first scan begins at once."""
         if self._thread is not None:
             raise RuntimeError("sampler already started")
+        if self.pod_resources is not None:
+            self.pod_resources.start()
         self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._thread.start()
 
@@ -94,6 +101,8 @@ class Sampler:
         driver call) is left behind in its daemon thread rather than blocking shutdown.
         """
         self._stop.set()
+        if self.pod_resources is not None:
+            self.pod_resources.stop(0)
         if self._thread is None:
             return
         limit = self.interval + STOP_GRACE_SECONDS if timeout is None else timeout
@@ -112,12 +121,32 @@ class Sampler:
             sample = NodeSample(error=f"GPU scan failed: {type(exc).__name__}: {exc}")
         else:
             self._resolve(sample)
-        snapshot = NodeSnapshot(node_name=self.node_name, sample=sample, sampled_at=sampled_at)
+        snapshot = NodeSnapshot(
+            node_name=self.node_name,
+            sample=sample,
+            sampled_at=sampled_at,
+            allocations=self._allocations(sample),
+        )
         self._latest = snapshot
         self.scans += 1
         if not self._ready.is_set():
             self._set_ready()
         return snapshot
+
+    def _allocations(self, sample: NodeSample) -> NodeAllocations | None:
+        poller = self.pod_resources
+        if poller is None:
+            return None
+        state = poller.state()
+        if state.answer is None:
+            return NodeAllocations(available=False, reason=state.reason)
+        try:
+            return node_allocations(
+                state.answer.containers, sample.gpus, age_seconds=poller.age_of(state.answer)
+            )
+        except Exception as exc:
+            log.exception("mapping the kubelet's allocations failed")
+            return NodeAllocations(available=False, reason=f"mapping failed: {exc}")
 
     def _set_ready(self) -> None:
         with self._ready_lock:
