@@ -122,7 +122,7 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     metrics = Metrics()
     pool = build_pool(settings, cache, metrics)
     configuration = load_kube_config(str(settings.kubeconfig) if settings.kubeconfig else None)
-    watcher = ClusterWatcher(cache, configuration)
+    watcher = ClusterWatcher(cache, configuration, gpu_resources=settings.gpus)
     auth = None
     if settings.auth_mode == "kubernetes":
         auth = kubernetes_auth(
