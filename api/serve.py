@@ -128,7 +128,7 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
         auth = kubernetes_auth(
             configuration, cache, audiences=settings.auth_audiences, ttl=settings.auth_cache_ttl
         )
-    app = create_app(settings, cache, pool, metrics=metrics, auth=auth)
+    app = create_app(settings, cache, pool, metrics=metrics, auth=auth, dra=cache.dra)
     departed = DepartedNodes(
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
     )

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graph_schema.allocations import (
+    AllocationRules,
+    AllocationTable,
+    AllocationVerdict,
+    allocation_table,
+    judge_process,
+)
 from graph_schema.interfaces import Cluster
 from graph_schema.joins import join_pod
 from graph_schema.records import PodRecord
@@ -70,6 +77,9 @@ class NodeAttribution:
     unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
     # pod uid -> (pod, the GPUs or MIG devices its processes use)
     pod_devices: dict[str, tuple[PodRecord, set[str]]] = field(default_factory=dict)
+    # (namespace, pod, container, gpu uuid) of containers running on a GPU they were not given
+    # (the allocation verdict NOT_ALLOCATED; UNKNOWN is never counted).
+    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
 
 
 def unattributed_reason(process: GpuProcess) -> str:
@@ -100,7 +110,9 @@ def _container_name(pod: PodRecord, container_id: str | None) -> str:
     return "" if container is None else container.name
 
 
-def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) -> None:
+def _attribute_gpu(
+    cluster: Cluster, gpu: GpuSample, result: NodeAttribution, table: AllocationTable
+) -> None:
     lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
     # Memory in no pod is only known where every process was listed: a list
     # that failed would make it read 0 (and silence the leftover-process alert).
@@ -132,11 +144,21 @@ def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) ->
         if entry is None:
             entry = result.pod_devices[pod.uid] = (pod, set())
         entry[1].add(mig or gpu.uuid)
+        if judge_process(table, pod, process, gpu.uuid) is AllocationVerdict.NOT_ALLOCATED:
+            result.unallocated.add((pod.namespace, pod.name, key.container, gpu.uuid))
 
 
-def attribute_node(cluster: Cluster, snapshot: NodeSnapshot) -> NodeAttribution:
-    """Every process of ``snapshot`` joined to its pod and container, or counted as no pod's."""
+def attribute_node(
+    cluster: Cluster, snapshot: NodeSnapshot, rules: AllocationRules | None = None
+) -> NodeAttribution:
+    """Every process of ``snapshot`` joined to its pod and container, or counted as no pod's.
+
+    Each process is judged against the node's allocations by the join GraphQL uses.
+    """
     result = NodeAttribution()
+    table = allocation_table(
+        snapshot.node_name, snapshot, cluster, rules if rules is not None else AllocationRules()
+    )
     for gpu in snapshot.sample.gpus:
-        _attribute_gpu(cluster, gpu, result)
+        _attribute_gpu(cluster, gpu, result, table)
     return result
