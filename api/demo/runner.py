@@ -77,6 +77,8 @@ class DemoConfig:
     # Kubernetes auth through the stub's TokenReview/SubjectAccessReview; off by
     # default, so the first look needs no token.
     auth: bool = False
+    # The MIG mixed, time-sliced and DRA nodes, on top of ``nodes``.
+    allocation_nodes: bool = True
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -256,7 +258,11 @@ class Demo:
 
     def __post_init__(self) -> None:
         try:
-            self.cluster = build_cluster(self.config.nodes, self.config.gpus_per_node)
+            self.cluster = build_cluster(
+                self.config.nodes,
+                self.config.gpus_per_node,
+                allocation_nodes=self.config.allocation_nodes,
+            )
         except ValueError as exc:
             raise DemoError(str(exc)) from None
 

@@ -184,8 +184,13 @@ def _node_ip(index: int) -> str:
     return f"127.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
 
 
-def build_cluster(nodes: int = 4, gpus_per_node: int = 8) -> DemoCluster:
-    """The demo cluster for ``nodes`` nodes of ``gpus_per_node`` GPUs each."""
+def build_cluster(
+    nodes: int = 4, gpus_per_node: int = 8, *, allocation_nodes: bool = True
+) -> DemoCluster:
+    """The demo cluster for ``nodes`` nodes of ``gpus_per_node`` GPUs each.
+
+    ``allocation_nodes`` adds the MIG mixed, time-sliced and DRA nodes (two GPUs each).
+    """
     if nodes < MIN_NODES:
         raise ValueError(f"the demo needs at least {MIN_NODES} nodes, got {nodes}")
     if gpus_per_node < MIN_GPUS:
@@ -314,8 +319,11 @@ def build_cluster(nodes: int = 4, gpus_per_node: int = 8) -> DemoCluster:
         )
         for i, name in enumerate(names)
     )
-    extra, claims, slices = _allocation_nodes(b, len(names))
-    demo_nodes += extra
+    claims: tuple[dict[str, Any], ...] = ()
+    slices: tuple[dict[str, Any], ...] = ()
+    if allocation_nodes:
+        extra, claims, slices = _allocation_nodes(b, len(names))
+        demo_nodes += extra
     node_objects = tuple(make_node(n.name, n.ip, gpus=len(n.gpus)) for n in demo_nodes)
     return DemoCluster(
         nodes=demo_nodes,
