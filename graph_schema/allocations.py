@@ -48,6 +48,7 @@ __all__ = [
     "AllocationTable",
     "AllocationVerdict",
     "DraCatalog",
+    "LazyTable",
     "allocation_table",
     "judge_process",
     "pod_gpu_request",
@@ -384,3 +385,51 @@ def judge_process(
         container.name if container is not None else None,
         gpu_uuid,
     )
+
+
+class LazyTable:
+    """A node's allocation table, built on first use: queries that ask no allocation field
+    (the full-cluster query, most of /metrics' neighbours) never pay for the join."""
+
+    __slots__ = ("_args", "_table")
+
+    def __init__(
+        self,
+        node_name: str,
+        snapshot: NodeSnapshot | None,
+        cluster: Cluster,
+        rules: AllocationRules,
+    ) -> None:
+        self._args: tuple[str, NodeSnapshot | None, Cluster, AllocationRules] | None = (
+            node_name,
+            snapshot,
+            cluster,
+            rules,
+        )
+        self._table: AllocationTable | None = None
+
+    @classmethod
+    def of(cls, table: AllocationTable) -> LazyTable:
+        """A LazyTable over a table already built."""
+        lazy = cls.__new__(cls)
+        lazy._args, lazy._table = None, table
+        return lazy
+
+    def get(self) -> AllocationTable:
+        """The table, built now if it was not yet."""
+        if self._table is None:
+            assert self._args is not None
+            self._table = allocation_table(*self._args)
+            self._args = None
+        return self._table
+
+    def verdict(
+        self, pod: PodRecord | None, in_pod: bool, container_id: str | None, gpu_uuid: str
+    ) -> AllocationVerdict:
+        """``AllocationTable.verdict`` for a process known by its pod and container ID."""
+        container = (
+            pod.container_with_id(container_id) if pod is not None and container_id else None
+        )
+        return self.get().verdict(
+            pod, in_pod, container.name if container is not None else None, gpu_uuid
+        )

@@ -20,6 +20,7 @@ from .allocations import (
     AllocationRule,
     AllocationSource,
     AllocationVerdict,
+    LazyTable,
     pod_gpu_request,
 )
 from .errors import GraphUserError, NotReadyError
@@ -224,8 +225,8 @@ class Gpu:
         default=0,
         description="GPU memory used by the processes withheld from this caller.",
     )
-    # Every allocation on this GPU; ``allocations`` shows the caller's share.
-    allocation_records: strawberry.Private[tuple[Allocation, ...]] = ()
+    # The node's allocations, joined on first use; ``allocations`` shows the caller's share.
+    allocations_of_node: strawberry.Private[LazyTable | None] = None
 
     @classmethod
     async def resolve_reference(cls, info: Info, uuid: str) -> Gpu | None:
@@ -246,7 +247,9 @@ class Gpu:
     )
     def allocations(self, info: Info) -> list[GpuAllocation]:
         ctx = context_of(info)
-        shown, _ = ctx.cluster.split_owned(self.allocation_records, _owner)
+        table = self.allocations_of_node
+        records = table.get().for_gpu(self.uuid) if table is not None else []
+        shown, _ = ctx.cluster.split_owned(records, _owner)
         ctx.charge(len(shown))
         return [GpuAllocation.of(a) for a in shown]
 
@@ -280,13 +283,23 @@ class GpuProcess:
         description="The pod it belongs to, joined on pod UID, falling back to container ID; "
         "null when the pod is not in the cache (a host process, or a pod already gone)."
     )
-    allocation: AllocationVerdict = strawberry.field(
-        default=AllocationVerdict.UNKNOWN,
-        description="Whether its container was given this GPU (or a MIG device on it).",
+
+    @strawberry.field(
+        description="Whether its container was given this GPU (or a MIG device on it)."
     )
-    allocation_rule: AllocationRule = strawberry.field(
-        default=AllocationRule.SPEC, description="Which rule decided ``allocation``."
-    )
+    def allocation(self) -> AllocationVerdict:
+        table = self.gpu.allocations_of_node
+        if table is None:
+            return AllocationVerdict.UNKNOWN
+        record = self.pod.record if self.pod is not None else None
+        return table.verdict(record, self.pod_uid is not None, self.container_id, self.gpu.uuid)
+
+    @strawberry.field(description="Which rule decided ``allocation``.")
+    def allocation_rule(self) -> AllocationRule:
+        table = self.gpu.allocations_of_node
+        if table is None:
+            return AllocationRule.SPEC
+        return table.get().rule(self.pod.record if self.pod is not None else None)
 
     @strawberry.field(description="The pod's container it runs in.")
     def container(self) -> Container | None:

@@ -12,8 +12,8 @@ from .allocations import (
     AllocationRules,
     AllocationSource,
     AllocationTable,
+    LazyTable,
     allocation_table,
-    judge_process,
 )
 from .interfaces import Cluster
 from .joins import join_pod
@@ -56,9 +56,9 @@ def build_gpu(
     sample: GpuSample,
     node_name: str,
     joiner: PodJoiner,
-    allocations: AllocationTable | None = None,
+    allocations: LazyTable | None = None,
 ) -> Gpu:
-    """One Gpu, with its processes joined to their pods and judged against ``allocations``."""
+    """One Gpu, with its processes joined to their pods (judged against ``allocations`` on use)."""
     table = allocations if allocations is not None else _NO_TABLE
     processes: list[GpuProcess] = []
     gpu = Gpu(
@@ -92,14 +92,13 @@ def build_gpu(
         ),
         processes=processes,
         node_name=node_name,
-        allocation_records=tuple(table.for_gpu(sample.uuid)),
+        allocations_of_node=table,
     )
     for p in sample.processes:
         ref = p.container
         container_id = (ref.container_id or None) if ref else None
         pod_uid = (ref.pod_uid or None) if ref else None
         pod = joiner.pod(pod_uid, container_id)
-        record = pod.record if pod is not None else None
         processes.append(
             GpuProcess(
                 pid=p.pid,
@@ -114,22 +113,20 @@ def build_gpu(
                 cmdline=p.cmdline,
                 gpu=gpu,
                 pod=pod,
-                allocation=judge_process(table, record, p, sample.uuid),
-                allocation_rule=table.rule(record),
             )
         )
     return gpu
 
 
 # Judges every process UNKNOWN: for GPUs built without allocation data.
-_NO_TABLE = AllocationTable(AllocationSource.NONE, reason="no allocation data")
+_NO_TABLE = LazyTable.of(AllocationTable(AllocationSource.NONE, reason="no allocation data"))
 
 
 def build_gpus(
     node_name: str,
     snapshot: NodeSnapshot,
     joiner: PodJoiner,
-    allocations: AllocationTable | None = None,
+    allocations: LazyTable | None = None,
 ) -> list[Gpu]:
     """Every GPU of a node's snapshot as graph objects, processes joined to pods."""
     return [build_gpu(s, node_name, joiner, allocations) for s in snapshot.sample.gpus]
@@ -140,7 +137,7 @@ class _NodeViews:
     snapshot: NodeSnapshot
     gpus: list[Gpu]
     pods: dict[str, Pod]
-    allocations: AllocationTable
+    allocations: LazyTable
 
 
 class ViewCache:
@@ -168,7 +165,7 @@ class ViewCache:
         if cached is not None and cached.snapshot is snapshot:
             return cached.gpus
         joiner = PodJoiner(cluster, cached.pods if cached is not None else None)
-        allocations = allocation_table(node_name, snapshot, cluster, self.rules)
+        allocations = LazyTable(node_name, snapshot, cluster, self.rules)
         gpus = build_gpus(node_name, snapshot, joiner, allocations)
         self.max_gpus_per_node = max(self.max_gpus_per_node, len(gpus))
         for gpu in gpus:
@@ -183,7 +180,7 @@ class ViewCache:
         if snapshot is None:
             return allocation_table(node_name, None, cluster, self.rules)
         self.gpus(node_name, snapshot, cluster)
-        return self._by_node[node_name].allocations
+        return self._by_node[node_name].allocations.get()
 
     def forget(self, node_name: str) -> None:
         """Drop a node's objects (e.g. when the node leaves the cluster)."""

@@ -65,11 +65,24 @@ def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapsh
     )
 
 
+# The last containers encoded, and their messages: an unchanged kubelet answer (the very
+# tuple, which the poller and the sampler keep while nothing changes) is encoded once, not
+# once per scan. Holding the tuple keeps its identity from being reused.
+_encoded: tuple[object, list[agent_pb2.ContainerAllocation]] | None = None
+
+
 def _allocations_to_proto(
     allocations: NodeAllocations | None,
 ) -> agent_pb2.DeviceAllocations | None:
+    global _encoded
     if allocations is None:
         return None
+    cached = _encoded
+    if cached is not None and cached[0] is allocations.containers:
+        containers = cached[1]
+    else:
+        containers = [_container_to_proto(c) for c in allocations.containers]
+        _encoded = (allocations.containers, containers)
     return agent_pb2.DeviceAllocations(
         state=(
             agent_pb2.ALLOCATION_SOURCE_STATE_POD_RESOURCES
@@ -78,26 +91,27 @@ def _allocations_to_proto(
         ),
         reason=allocations.reason or "",
         age_seconds=allocations.age_seconds,
-        containers=[
-            agent_pb2.ContainerAllocation(
-                namespace=c.namespace,
-                pod=c.pod,
-                container=c.container,
-                devices=[
-                    agent_pb2.DeviceAllocation(
-                        mechanism=_MECHANISM_TO_PROTO[d.mechanism],
-                        resource=d.resource,
-                        device_id=d.device_id,
-                        gpu_uuid=d.gpu_uuid or "",
-                        mig_device_uuid=d.mig_device_uuid or "",
-                        shared=d.shared,
-                        driver=d.driver or "",
-                        pool=d.pool or "",
-                    )
-                    for d in c.devices
-                ],
+        containers=containers,
+    )
+
+
+def _container_to_proto(c: ContainerAllocations) -> agent_pb2.ContainerAllocation:
+    return agent_pb2.ContainerAllocation(
+        namespace=c.namespace,
+        pod=c.pod,
+        container=c.container,
+        devices=[
+            agent_pb2.DeviceAllocation(
+                mechanism=_MECHANISM_TO_PROTO[d.mechanism],
+                resource=d.resource,
+                device_id=d.device_id,
+                gpu_uuid=d.gpu_uuid or "",
+                mig_device_uuid=d.mig_device_uuid or "",
+                shared=d.shared,
+                driver=d.driver or "",
+                pool=d.pool or "",
             )
-            for c in allocations.containers
+            for d in c.devices
         ],
     )
 

@@ -186,6 +186,10 @@ class PodResourcesPoller:
             # Anything else (a malformed message) costs this call, not the agent.
             self._failed(f"kubelet PodResources answer unusable: {type(exc).__name__}: {exc}")
             return
+        previous = self._answer
+        if previous is not None and containers == previous.containers:
+            # The same object while nothing changed: the scans map it to GPUs once.
+            containers = previous.containers
         self._answer = KubeletAnswer(containers, self._clock())
         self._reason = None
         if self._logged is not None:

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from .allocations import node_allocations
 from .gpu_source import GpuSource
@@ -54,6 +55,8 @@ class Sampler:
         self._clock = clock
         # Polls the kubelet in its own thread; a scan only reads its last answer.
         self.pod_resources = pod_resources
+        # The last answer mapped to GPUs, kept while neither it nor the GPUs change.
+        self._mapped: tuple[object, tuple[object, ...], NodeAllocations] | None = None
         self._latest: NodeSnapshot | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -140,13 +143,21 @@ class Sampler:
         state = poller.state()
         if state.answer is None:
             return NodeAllocations(available=False, reason=state.reason)
+        age = poller.age_of(state.answer)
+        containers = state.answer.containers
+        gpus = tuple(
+            (g.uuid, g.minor_number, tuple(m.uuid for m in g.mig_devices)) for g in sample.gpus
+        )
+        mapped = self._mapped
+        if mapped is not None and mapped[0] is containers and mapped[1] == gpus:
+            return replace(mapped[2], age_seconds=age)
         try:
-            return node_allocations(
-                state.answer.containers, sample.gpus, age_seconds=poller.age_of(state.answer)
-            )
+            allocations = node_allocations(containers, sample.gpus, age_seconds=age)
         except Exception as exc:
             log.exception("mapping the kubelet's allocations failed")
             return NodeAllocations(available=False, reason=f"mapping failed: {exc}")
+        self._mapped = (containers, gpus, allocations)
+        return allocations
 
     def _set_ready(self) -> None:
         with self._ready_lock:

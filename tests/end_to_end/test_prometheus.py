@@ -322,6 +322,7 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         "GpuMemoryOutsideAnyPod": ("node", "gpu"),
         "GpuUsedWithoutRequest": ("namespace", "pod"),
         "GpugraphAgentDown": ("node",),
+        "GpuUsedWithoutAllocation": ("namespace", "pod", "container"),
     }
     found = {
         a["alert"]: {
@@ -332,8 +333,11 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
     }
     assert found == {
         "GpuMemoryOutsideAnyPod": {("gpu-node-0", "1")},
+        # Not the MIG, time-sliced or DRA pods: they request what they use.
         "GpuUsedWithoutRequest": {("research", "notebook-alice")},
         "GpugraphAgentDown": {("gpu-node-3",)},
+        # Given GPU 1 by its kubelet, it runs on GPU 0.
+        "GpuUsedWithoutAllocation": {("inference", "chat-api-1", "triton")},
     }
 
 

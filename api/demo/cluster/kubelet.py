@@ -85,9 +85,7 @@ class _Lister(podresources_pb2_grpc.PodResourcesListerServicer):
 
     def List(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.kubelet._enter()
-        return podresources_pb2.ListPodResourcesResponse(
-            pod_resources=pod_resources(self.kubelet.data(), dynamic=not self.kubelet.old)
-        )
+        return self.kubelet.list_response()
 
     def GetAllocatableResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.kubelet._enter()
@@ -135,6 +133,7 @@ class FakeKubelet:
         self._data: Mapping[str, Any] = data or {"pods": []}
         self._path = Path(path) if path is not None else None
         self.old = old
+        self._response: tuple[Mapping[str, Any], Any] | None = None
         self._open = threading.Event()
         self._open.set()
         self._server: grpc.Server | None = None
@@ -152,6 +151,20 @@ class FakeKubelet:
     def set_data(self, data: Mapping[str, Any]) -> None:
         """Replace what the kubelet reports."""
         self._data = data
+
+    def list_response(self) -> Any:
+        """The List answer; built once per data set in code (a file is read every call)."""
+        if self._path is not None:
+            return podresources_pb2.ListPodResourcesResponse(
+                pod_resources=pod_resources(self.data(), dynamic=not self.old)
+            )
+        cached = self._response
+        if cached is None or cached[0] is not self._data:
+            response = podresources_pb2.ListPodResourcesResponse(
+                pod_resources=pod_resources(self._data, dynamic=not self.old)
+            )
+            cached = self._response = (self._data, response)
+        return cached[1]
 
     def hang(self) -> None:
         """Make calls block (a kubelet that accepts but never answers)."""
