@@ -110,7 +110,9 @@ class AllocationRules:
     gpus: GpuResources = field(default_factory=GpuResources)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs several times more, and tables are built
+# per snapshot (never mutated after).
+@dataclass(slots=True)
 class Allocation:
     """One device given to one container (``container`` None: to the pod, no container named)."""
 
@@ -256,6 +258,7 @@ def _claim_allocations(pod: PodRecord, dra: DraCatalog, gpus: GpuResources) -> I
 def _kubelet_allocations(
     allocations: NodeAllocations, dra: DraCatalog | None, gpus: GpuResources
 ) -> Iterable[tuple[_ContainerKey, Allocation | None]]:
+    is_gpu: dict[tuple[bool, str], bool] = {}
     for c in allocations.containers:
         key: _ContainerKey = (c.namespace, c.pod, c.container)
         yield key, None
@@ -281,11 +284,18 @@ def _kubelet_allocations(
                     mig_device_uuid=mig,
                     driver=d.driver,
                     pool=d.pool,
-                    is_gpu=gpus.is_gpu_driver(d.driver or "")
-                    if is_dra
-                    else gpus.is_gpu(d.resource),
+                    is_gpu=_is_gpu(
+                        is_gpu, gpus, is_dra, (d.driver or "") if is_dra else d.resource
+                    ),
                 ),
             )
+
+
+def _is_gpu(memo: dict[tuple[bool, str], bool], gpus: GpuResources, dra: bool, name: str) -> bool:
+    found = memo.get((dra, name))
+    if found is None:
+        found = memo[(dra, name)] = gpus.is_gpu_driver(name) if dra else gpus.is_gpu(name)
+    return found
 
 
 def _dra_key(a: Allocation) -> tuple[object, ...]:
