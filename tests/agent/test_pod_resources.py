@@ -34,7 +34,13 @@ from node_resolver.pod_resources import (
     PodResourcesPoller,
 )
 from node_resolver.sampler import Sampler
-from tests.support.agents import AllAliveResolver, gpu_json, nvml_json, start_agent_thread
+from tests.support.agents import (
+    AllAliveResolver,
+    gpu_json,
+    nvml_json,
+    start_agent_process,
+    start_agent_thread,
+)
 from tests.support.polling import eventually
 
 GPU0, GPU1 = "GPU-00000000-0000-0000-0000-000000000000", "GPU-11111111-1111-1111-1111-111111111111"
@@ -339,3 +345,58 @@ def test_agent_without_kubelet_sends_the_reason(sockdir: Path, nvml: FakeGpuSour
     client.close()
     assert snapshot.allocations is not None and not snapshot.allocations.available
     assert snapshot.sample.gpus, "the GPUs are served all the same"
+
+
+def test_the_agent_command_reads_the_socket_its_flag_names(sockdir: Path, tmp_path: Path) -> None:
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0, [], uuid=GPU0, minorNumber=0)]))
+    with FakeKubelet(sockdir / "kubelet.sock", data=PODS):
+        agent = start_agent_process(
+            nvml,
+            log_path=tmp_path / "agent.log",
+            extra_args=["--pod-resources-socket", str(sockdir / "kubelet.sock")],
+        )
+        with agent:
+
+            async def fetch() -> NodeSnapshot:
+                async with AgentClient(agent.address) as c:
+                    return await c.get_snapshot(timeout=10)
+
+            snapshot = eventually(
+                lambda: (s := asyncio.run(fetch())).allocations and s.allocations.available and s,
+                what="the kubelet's answer through the agent command",
+            )
+    assert snapshot.allocations is not None
+    devices = _by_pod(snapshot.allocations.containers)
+    assert devices[("plain", "main")][0].gpu_uuid == GPU0
+
+
+def test_the_agent_command_without_a_kubelet_logs_once_and_serves(
+    sockdir: Path, tmp_path: Path
+) -> None:
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0, [], uuid=GPU0)]))
+    absent = str(sockdir / "absent.sock")
+    with start_agent_process(
+        nvml, log_path=tmp_path / "agent.log", extra_args=["--pod-resources-socket", absent]
+    ) as agent:
+
+        async def fetch() -> NodeSnapshot:
+            async with AgentClient(agent.address) as c:
+                return await c.get_snapshot(timeout=10)
+
+        snapshot = eventually(
+            lambda: (
+                (s := asyncio.run(fetch())).allocations
+                and absent in (s.allocations.reason or "")
+                and s
+            ),
+            what="the reason in the reply",
+        )
+        assert snapshot.sample.gpus[0].uuid == GPU0
+        assert snapshot.allocations is not None and absent in (snapshot.allocations.reason or "")
+        # Logged once, not once per poll.
+        eventually(lambda: "no allocation data" in agent.logs(), what="the log line")
+        scans_later = eventually(lambda: asyncio.run(fetch()).sampled_at > snapshot.sampled_at)
+        assert scans_later
+        assert agent.logs().count("no allocation data") == 1
