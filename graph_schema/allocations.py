@@ -34,7 +34,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from node_resolver.models import AllocationMechanism, GpuProcess, NodeAllocations, NodeSnapshot
+from node_resolver.models import (
+    AllocationMechanism,
+    ContainerAllocations,
+    GpuProcess,
+    NodeAllocations,
+    NodeSnapshot,
+)
 
 from .gpu_resources import GpuResources
 from .interfaces import Cluster
@@ -150,11 +156,15 @@ class AllocationTable:
     by_gpu: dict[str, list[Allocation]] = field(default_factory=dict)
     by_pod: dict[tuple[str, str], list[Allocation]] = field(default_factory=dict)
     by_container: dict[_ContainerKey, list[Allocation]] = field(default_factory=dict)
-    # The kubelet's listing (POD_RESOURCES only): pods and containers it knows.
-    listed_pods: set[tuple[str, str]] = field(default_factory=set)
-    listed_containers: set[_ContainerKey] = field(default_factory=set)
+    # The kubelet's listing (POD_RESOURCES only), every container it knows. Its
+    # device-plugin devices are judged from these records directly and copied into
+    # ``allocations`` only when a listing asks (most queries never do).
+    kubelet: dict[_ContainerKey, ContainerAllocations] = field(default_factory=dict)
+    gpus: GpuResources = field(default_factory=GpuResources)
     # Pods on the node with a DRA claim the cache cannot show.
     unresolved_pods: set[tuple[str, str]] = field(default_factory=set)
+    _plugin_indexed: bool = True
+    _gpu_names: dict[str, bool] = field(default_factory=dict)
 
     def add(self, allocation: Allocation) -> None:
         """Index one allocation."""
@@ -188,15 +198,22 @@ class AllocationTable:
         if self.source is AllocationSource.NONE or container is None:
             return AllocationVerdict.UNKNOWN
         key = (pod.namespace, pod.name, container)
-        if self.source is AllocationSource.POD_RESOURCES and key not in self.listed_containers:
+        listed = self.kubelet.get(key)
+        if self.source is AllocationSource.POD_RESOURCES and listed is None:
             return AllocationVerdict.UNKNOWN
-        given = [a for a in self.by_container.get(key, ()) if a.is_gpu]
-        if any(a.gpu_uuid == gpu_uuid for a in given):
+        # (GPU UUID or None) of each GPU device: the kubelet's device-plugin ones, then DRA's.
+        given = [
+            d.gpu_uuid
+            for d in (listed.devices if listed is not None else ())
+            if d.mechanism is AllocationMechanism.DEVICE_PLUGIN and self._is_gpu(d.resource)
+        ]
+        given += [a.gpu_uuid for a in self.by_container.get(key, ()) if a.is_gpu]
+        if gpu_uuid in given:
             return AllocationVerdict.ALLOCATED
         if key[:2] in self.unresolved_pods:
             # A claim the pod names that the cache lacks (not made yet, or already gone).
             return AllocationVerdict.UNKNOWN
-        if any(a.gpu_uuid is None for a in given):
+        if None in given:
             # A GPU device that matches none of the node's GPUs: it could be this one.
             return AllocationVerdict.UNKNOWN
         if any(a.is_gpu for a in self.by_container.get((key[0], key[1], None), ())):
@@ -209,11 +226,42 @@ class AllocationTable:
 
     def for_gpu(self, gpu_uuid: str) -> list[Allocation]:
         """The allocations on this GPU (or a MIG device of it)."""
+        self._index_plugin()
         return self.by_gpu.get(gpu_uuid, [])
 
     def for_pod(self, namespace: str, name: str) -> list[Allocation]:
         """The pod's allocations, GPU or not."""
+        self._index_plugin()
         return self.by_pod.get((namespace, name), [])
+
+    def _is_gpu(self, resource: str) -> bool:
+        found = self._gpu_names.get(resource)
+        if found is None:
+            found = self._gpu_names[resource] = self.gpus.is_gpu(resource)
+        return found
+
+    def _index_plugin(self) -> None:
+        """Copy the kubelet's device-plugin devices into the listing, once."""
+        if self._plugin_indexed:
+            return
+        self._plugin_indexed = True
+        for c in self.kubelet.values():
+            for d in c.devices:
+                if d.mechanism is AllocationMechanism.DEVICE_PLUGIN:
+                    self.add(
+                        Allocation(
+                            namespace=c.namespace,
+                            pod=c.pod,
+                            container=c.container,
+                            mechanism=d.mechanism,
+                            resource=d.resource,
+                            device_id=d.device_id,
+                            shared=d.shared,
+                            gpu_uuid=d.gpu_uuid,
+                            mig_device_uuid=d.mig_device_uuid,
+                            is_gpu=self._is_gpu(d.resource),
+                        )
+                    )
 
 
 def _slice_gpu(device: SliceDeviceRecord | None) -> tuple[str | None, str | None]:
@@ -255,47 +303,34 @@ def _claim_allocations(pod: PodRecord, dra: DraCatalog, gpus: GpuResources) -> I
                 )
 
 
-def _kubelet_allocations(
+def _kubelet_dra(
     allocations: NodeAllocations, dra: DraCatalog | None, gpus: GpuResources
-) -> Iterable[tuple[_ContainerKey, Allocation | None]]:
-    is_gpu: dict[tuple[bool, str], bool] = {}
+) -> Iterable[Allocation]:
+    """The kubelet's DRA devices (few: device-plugin ones are judged from the records)."""
     for c in allocations.containers:
-        key: _ContainerKey = (c.namespace, c.pod, c.container)
-        yield key, None
         for d in c.devices:
+            if d.mechanism is not AllocationMechanism.DRA:
+                continue
             gpu, mig = d.gpu_uuid, d.mig_device_uuid
-            is_dra = d.mechanism is AllocationMechanism.DRA
-            if is_dra and dra is not None and d.driver and d.pool:
+            if dra is not None and d.driver and d.pool:
                 # The slice knows MIG devices and other drivers' names the agent cannot map.
                 published = _slice_gpu(dra.device(d.driver, d.pool, d.device_id))
                 if published[0] is not None:
                     gpu, mig = published
-            yield (
-                key,
-                Allocation(
-                    namespace=c.namespace,
-                    pod=c.pod,
-                    container=c.container,
-                    mechanism=d.mechanism,
-                    resource=d.resource,
-                    device_id=d.device_id,
-                    shared=d.shared,
-                    gpu_uuid=gpu,
-                    mig_device_uuid=mig,
-                    driver=d.driver,
-                    pool=d.pool,
-                    is_gpu=_is_gpu(
-                        is_gpu, gpus, is_dra, (d.driver or "") if is_dra else d.resource
-                    ),
-                ),
+            yield Allocation(
+                namespace=c.namespace,
+                pod=c.pod,
+                container=c.container,
+                mechanism=d.mechanism,
+                resource=d.resource,
+                device_id=d.device_id,
+                shared=d.shared,
+                gpu_uuid=gpu,
+                mig_device_uuid=mig,
+                driver=d.driver,
+                pool=d.pool,
+                is_gpu=gpus.is_gpu_driver(d.driver or ""),
             )
-
-
-def _is_gpu(memo: dict[tuple[bool, str], bool], gpus: GpuResources, dra: bool, name: str) -> bool:
-    found = memo.get((dra, name))
-    if found is None:
-        found = memo[(dra, name)] = gpus.is_gpu_driver(name) if dra else gpus.is_gpu(name)
-    return found
 
 
 def _dra_key(a: Allocation) -> tuple[object, ...]:
@@ -323,23 +358,17 @@ def allocation_table(
     kubelet = snapshot.allocations if snapshot is not None else None
     dra_served = dra is not None and dra.served is True
     if kubelet is not None and kubelet.available:
-        table = AllocationTable(AllocationSource.POD_RESOURCES)
+        table = AllocationTable(AllocationSource.POD_RESOURCES, gpus=gpus)
     elif dra is not None and dra_served and dra.has_slices_on(node_name):
-        table = AllocationTable(AllocationSource.API_ONLY)
+        table = AllocationTable(AllocationSource.API_ONLY, gpus=gpus)
     else:
         return _no_data(snapshot)
     merged: dict[tuple[object, ...], Allocation] = {}
-    plain: list[Allocation] = []
     if kubelet is not None and kubelet.available:
-        for key, allocation in _kubelet_allocations(kubelet, dra, gpus):
-            table.listed_pods.add((key[0], key[1]))
-            table.listed_containers.add(key)
-            if allocation is None:
-                continue
-            if allocation.mechanism is AllocationMechanism.DRA:
-                merged[_dra_key(allocation)] = allocation
-            else:
-                plain.append(allocation)
+        table.kubelet = {(c.namespace, c.pod, c.container): c for c in kubelet.containers}
+        table._plugin_indexed = False
+        for allocation in _kubelet_dra(kubelet, dra, gpus):
+            merged[_dra_key(allocation)] = allocation
     for pod in cluster.pods(node_name=node_name):
         if not pod.resource_claims:
             continue
@@ -357,7 +386,7 @@ def allocation_table(
             elif allocation.shared and not known.shared:
                 # Only the claim says the device is shared; the kubelet's entry stays.
                 merged[dra_key] = replace(known, shared=True)
-    for allocation in (*plain, *merged.values()):
+    for allocation in merged.values():
         table.add(allocation)
     return table
 
