@@ -216,9 +216,15 @@ class PodResourcesPoller:
         return max(0.0, self._clock() - answer.received_at)
 
     def start(self) -> None:
-        """Start polling; the first call is made at once."""
+        """Call the kubelet once now (bounded by the call's deadline), then poll in a thread.
+
+        The first call is made before returning so that the first scan, which
+        the sampler starts next, already carries the kubelet's answer: with a
+        long scan interval it would otherwise wait a whole interval for it.
+        """
         if self._thread is not None:
             raise RuntimeError("poller already started")
+        self.poll()
         self._thread = threading.Thread(target=self._run, name="pod-resources", daemon=True)
         self._thread.start()
 
@@ -229,6 +235,5 @@ class PodResourcesPoller:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.interval):
             self.poll()
-            self._stop.wait(self.interval)

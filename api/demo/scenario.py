@@ -399,6 +399,8 @@ def _pod_of(b: _Builder, uid: str) -> tuple[str, str, str]:
 MIG_NODE = "gpu-mig-0"
 SHARED_NODE = "gpu-ts-0"
 DRA_NODE = "gpu-dra-0"
+# The nodes build_cluster adds on top of ``nodes`` (with allocation_nodes).
+ALLOCATION_NODES = (MIG_NODE, SHARED_NODE, DRA_NODE)
 DRA_DRIVER = "gpu.nvidia.com"
 
 

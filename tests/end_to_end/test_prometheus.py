@@ -21,6 +21,7 @@ import helm_python as helm
 import httpx
 import pytest
 
+from api.demo.scenario import ALLOCATION_NODES
 from tests.support.chart import CHART, one, render
 from tests.support.demo_process import RunningDemo, free_port, ready_demo
 from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
@@ -34,6 +35,8 @@ from tests.support.prometheus import (
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NODES = 4
+# The demo's MIG, time-sliced and DRA nodes come on top of --nodes, all up.
+ALL_NODES = NODES + len(ALLOCATION_NODES)
 JOB = "gpugraph"
 # The same two replicas without the chart's relabelings: what a per-pod scrape would do.
 PER_POD_JOB = "per-pod"
@@ -145,8 +148,8 @@ def prometheus(
     with running_prometheus(tmp_path_factory.mktemp("prometheus"), free_port(), jobs) as prom:
         eventually(
             lambda: (
-                len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == NODES
-                and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * NODES
+                len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == ALL_NODES
+                and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * ALL_NODES
                 and prom.query("kube_pod_info")
             ),
             60,
@@ -223,7 +226,7 @@ def test_the_down_node_is_agent_up_0(demo: RunningDemo, prometheus: Prometheus) 
         for s in prometheus.query(f'gpugraph_agent_up{{job="{JOB}"}}')
     }
     assert {node for node, v in up.items() if v == 0} == down
-    assert sum(up.values()) == NODES - 1
+    assert sum(up.values()) == ALL_NODES - 1
     # No other GPU series for that node (the server's own agent-call counters have it).
     (node,) = down
     gpu_series = f'{{job="{JOB}", node="{node}", __name__=~"gpugraph_(gpu|container|pod)_.*"}}'
@@ -292,8 +295,16 @@ def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
     assert len(queries) >= 4
     results = [prometheus.query(q) for q in queries]
     shared, orphaned, owners, by_team, down = results[:5]
-    # The demo's shared GPU: the two inference pods (once per job).
-    assert {s["metric"]["pod"] for s in shared} == {"chat-api-0", "chat-api-1"}
+    # The demo's shared GPUs (once per job): the two inference pods on one GPU, two
+    # time-sliced replicas, two MIG devices of one GPU.
+    assert {s["metric"]["pod"] for s in shared} == {
+        "chat-api-0",
+        "chat-api-1",
+        "embed-0",
+        "embed-1",
+        "mig-notebook-0",
+        "mig-notebook-1",
+    }
     assert {(s["metric"]["node"], s["metric"]["reason"]) for s in orphaned} == {
         ("gpu-node-0", "host_process")
     }
