@@ -190,7 +190,30 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "with dcgm-exporter's labels, for dashboards built on them (default off: they "
         "collide where dcgm-exporter runs too)",
     )
+    gpus = parser.add_argument_group("gpu requests")
+    gpus.add_argument(
+        "--gpu-resources",
+        type=_names,
+        default=d.gpu_resources,
+        metavar="NAME,…",
+        help="resource names that count as GPU requests; a trailing * covers a family "
+        f"(default: {','.join(d.gpu_resources)})",
+    )
+    gpus.add_argument(
+        "--gpu-dra-drivers",
+        type=_names,
+        default=d.gpu_dra_drivers,
+        metavar="DRIVER,…",
+        help=f"DRA drivers whose devices are GPUs (default: {','.join(d.gpu_dra_drivers)})",
+    )
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=d.log_level)
+
+
+def _names(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected at least one name")
+    return names
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

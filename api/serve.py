@@ -127,13 +127,13 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
     metrics = Metrics()
     pool = build_pool(settings, cache, metrics)
     configuration = load_kube_config(str(settings.kubeconfig) if settings.kubeconfig else None)
-    watcher = ClusterWatcher(cache, configuration)
+    watcher = ClusterWatcher(cache, configuration, gpu_resources=settings.gpus)
     auth = None
     if settings.auth_mode == "kubernetes":
         auth = kubernetes_auth(
             configuration, cache, audiences=settings.auth_audiences, ttl=settings.auth_cache_ttl
         )
-    app = create_app(settings, cache, pool, metrics=metrics, auth=auth)
+    app = create_app(settings, cache, pool, metrics=metrics, auth=auth, dra=cache.dra)
     departed = DepartedNodes(
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from graph_schema.gpu_resources import DEFAULT_GPU_DRA_DRIVERS, DEFAULT_GPU_RESOURCES, GpuResources
 from graph_schema.limits import SchemaLimits
 from graph_schema.selectors import LabelSelectorError, parse_label_selector
 from node_resolver.address import AGENT_PORT, join_host_port
@@ -63,6 +64,14 @@ class Settings:
     auth_cache_ttl: float = 60.0
     # Also export dcgm-exporter's names (off: they collide where it runs too).
     metrics_dcgm_names: bool = False
+    # What counts as a GPU request: resource names ("*" suffix: a family) and DRA drivers.
+    gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
+    gpu_dra_drivers: tuple[str, ...] = DEFAULT_GPU_DRA_DRIVERS
+
+    @property
+    def gpus(self) -> GpuResources:
+        """The GPU resource names and DRA drivers, as the cache and the join read them."""
+        return GpuResources(self.gpu_resources, self.gpu_dra_drivers)
 
     def __post_init__(self) -> None:
         # The one place where settings are checked; the command line reports

@@ -109,6 +109,9 @@ LIST_SIZES: dict[tuple[str, str], SizeRule] = {
     ("Pod", "gpuProcesses"): lambda s, f: s.gpus_per_node * s.processes_per_gpu,
     ("Pod", "gpus"): lambda s, f: s.gpus_per_node,
     ("Container", "gpuProcesses"): lambda s, f: s.gpus_per_node * s.processes_per_gpu,
+    # One per container given the GPU (a MIG device or a time-sliced replica each).
+    ("Gpu", "allocations"): lambda s, f: max(s.processes_per_gpu, MAX_MIG_DEVICES),
+    ("Pod", "gpuAllocations"): lambda s, f: s.gpus_per_node * s.containers_per_pod,
 }
 
 

@@ -14,6 +14,7 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
+from .allocations import AllocationRules, AllocationTable
 from .interfaces import ClusterView, Received, SnapshotSource
 from .scope import Viewer
 
@@ -63,4 +64,13 @@ class Operation(Protocol[GpuT]):
 
     async def gpu(self, uuid: str) -> GpuT | None:
         """The GPU with this UUID on any node the caller may see, or None."""
+        ...
+
+    @property
+    def allocation_rules(self) -> AllocationRules:
+        """The claims and GPU resource names the allocation join reads."""
+        ...
+
+    async def allocations(self, node_name: str) -> AllocationTable:
+        """The node's allocation table (unfiltered: filter its records through ``cluster``)."""
         ...

@@ -21,6 +21,7 @@ from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
 from .nvml import NvmlGpuSource, NvmlUnavailableError
 from .pids import RESOLVER_KINDS, build_resolver
+from .pod_resources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient, PodResourcesPoller
 from .sampler import Sampler
 from .version import version
 
@@ -96,6 +97,13 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_CONTAINERD_NAMESPACE})",
     )
     parser.add_argument(
+        "--pod-resources-socket",
+        default=DEFAULT_POD_RESOURCES_SOCKET,
+        metavar="PATH",
+        help="the kubelet's PodResources socket, for which device each container was given; "
+        f"empty to not ask (default: {DEFAULT_POD_RESOURCES_SOCKET})",
+    )
+    parser.add_argument(
         "--interval",
         default=1.0,
         type=positive_seconds,
@@ -164,13 +172,24 @@ def run_agent(args: argparse.Namespace) -> int:
         containerd_namespace=args.containerd_namespace,
         expose_cmdline=args.expose_cmdline,
     )
-    sampler = Sampler(source, resolver, node_name=args.node_name, interval=args.interval)
+    kubelet = PodResourcesClient(args.pod_resources_socket) if args.pod_resources_socket else None
+    sampler = Sampler(
+        source,
+        resolver,
+        node_name=args.node_name,
+        interval=args.interval,
+        pod_resources=(
+            PodResourcesPoller(kubelet.list, interval=args.interval) if kubelet else None
+        ),
+    )
     try:
         return asyncio.run(_serve(sampler, args.listen, token))
     finally:
         sampler.stop()
         source.close()
         resolver.close()
+        if kubelet is not None:
+            kubelet.close()
 
 
 async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None) -> int:

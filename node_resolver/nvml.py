@@ -269,6 +269,9 @@ class NvmlGpuSource:
     def _fill(self, gpu: GpuSample, handle: Any) -> None:
         nvml = self._nvml
         gpu.name = self._read(gpu, ("name",), lambda: _text(nvml.nvmlDeviceGetName(handle)))
+        gpu.minor_number = self._read(
+            gpu, ("minor_number",), lambda: int(nvml.nvmlDeviceGetMinorNumber(handle))
+        )
         memory = self._read(
             gpu, ("memory_total_bytes", "memory_used_bytes"), self._memory_info, handle
         )

@@ -35,17 +35,23 @@ from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.pids import build_resolver
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
+from node_resolver.cli import positive_seconds
+from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 
 from ..http.cluster_map import MAP_PATH
 from ..http.uvicorn_server import UvicornServer
 from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
+from .cluster.kubelet import FakeKubelet
 from .gpus import GPU_NAME, fake_nvml_document
 from .proc_tree import write_proc_tree
 from .queries import example_queries
 from .scenario import DemoCluster, DemoNode, build_cluster
 
 __all__ = ["Demo", "DemoConfig", "DemoError", "run_demo_async"]
+
+# sun_path is 108 bytes, NUL included.
+_MAX_SOCKET_PATH = 100
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,8 @@ class DemoConfig:
     # Kubernetes auth through the stub's TokenReview/SubjectAccessReview; off by
     # default, so the first look needs no token.
     auth: bool = False
+    # The MIG mixed, time-sliced and DRA nodes, on top of ``nodes``.
+    allocation_nodes: bool = True
 
 
 async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> int:
@@ -151,7 +159,11 @@ class Demo:
 
     def __post_init__(self) -> None:
         try:
-            self.cluster = build_cluster(self.config.nodes, self.config.gpus_per_node)
+            self.cluster = build_cluster(
+                self.config.nodes,
+                self.config.gpus_per_node,
+                allocation_nodes=self.config.allocation_nodes,
+            )
         except ValueError as exc:
             raise DemoError(str(exc)) from None
 
@@ -176,7 +188,12 @@ class Demo:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32))
         self.api = StubApiServer()
-        self.api.load(pods=self.cluster.pods, nodes=self.cluster.node_objects)
+        self.api.load(
+            pods=self.cluster.pods,
+            nodes=self.cluster.node_objects,
+            claims=self.cluster.claims,
+            slices=self.cluster.slices,
+        )
         self.api.start()
         write_kubeconfig(str(self.kubeconfig), self.api.url)
         self._add_service()
@@ -221,11 +238,23 @@ class Demo:
         write_proc_tree(proc_root, node.processes)
         nvml = workdir / "nvml.json"
         write_fake_nvml(nvml, fake_nvml_document(node, 0.0))
+        # The node's kubelet: its PodResources API on a unix socket, as the agent reads it.
+        socket = str(workdir / "kubelet.sock")
+        if len(socket) > _MAX_SOCKET_PATH:
+            # A unix socket's path must fit in 108 bytes; a deep TMPDIR would not.
+            short = tempfile.mkdtemp(prefix="gpugraph-kubelet-", dir="/tmp")
+            self._agent_steps.callback(shutil.rmtree, short, ignore_errors=True)
+            socket = str(Path(short) / "kubelet.sock")
+        kubelet = FakeKubelet(socket, data=node.kubelet or {"pods": []}).start()
+        self._agent_steps.callback(kubelet.stop)
+        client = PodResourcesClient(socket)
+        self._agent_steps.callback(client.close)
         sampler = Sampler(
             FakeGpuSource(nvml),
             build_resolver("cgroup", proc_root=str(proc_root)),
             node_name=node.name,
             interval=self.config.interval,
+            pod_resources=PodResourcesPoller(client.list, interval=self.config.interval),
         )
         server = await self._agent_steps.enter_async_context(
             _closing_source(
@@ -364,6 +393,10 @@ class Demo:
             f"  no pod        PID {orphan_pid} on {orphan_node} holds GPU memory outside any pod",
             f"  unrequested   pod {'/'.join(cluster.unrequested)} uses a GPU it never requested",
             f"  agent down    {cluster.down_node}: its gpus are null, with an error naming it",
+            f"  not allocated pod {'/'.join(cluster.misallocated)} runs on a GPU its kubelet did "
+            "not give it (example 4)",
+            "  allocations   MIG, time-sliced and DRA (template claims) nodes: "
+            "kubectl get resourceclaims,resourceslices -A",
         ]
         lines += ["", "Paste one of these into GraphiQL:", ""]
         for n, query in enumerate(example_queries(cluster), 1):

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graph_schema.allocations import (
+    AllocationRules,
+    AllocationTable,
+    AllocationVerdict,
+    allocation_table,
+    judge_process,
+)
 from graph_schema.interfaces import Cluster
 from graph_schema.joins import join_process
 from graph_schema.records import PodRecord
@@ -71,6 +78,9 @@ class NodeAttribution:
     unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
     # pod uid -> (pod, the GPUs or MIG devices its processes use)
     pod_devices: dict[str, tuple[PodRecord, set[str]]] = field(default_factory=dict)
+    # (namespace, pod, container, gpu uuid) of containers running on a GPU they were not given
+    # (the allocation verdict NOT_ALLOCATED; UNKNOWN is never counted).
+    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
 
 
 def unattributed_reason(process: GpuProcess) -> str:
@@ -102,7 +112,7 @@ def _container_name(pod: PodRecord, container_id: str | None) -> str:
 
 
 def _attribute_gpu(
-    cluster: Cluster, node_name: str, gpu: GpuSample, result: NodeAttribution
+    cluster: Cluster, node_name: str, gpu: GpuSample, result: NodeAttribution, table: AllocationTable
 ) -> None:
     lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
     # Memory in no pod is only known where every process was listed: a list
@@ -138,12 +148,22 @@ def _attribute_gpu(
         if entry is None:
             entry = result.pod_devices[pod.uid] = (pod, set())
         entry[1].add(mig or gpu.uuid)
+        if judge_process(table, pod, process, gpu.uuid) is AllocationVerdict.NOT_ALLOCATED:
+            result.unallocated.add((pod.namespace, pod.name, key.container, gpu.uuid))
 
 
-def attribute_node(cluster: Cluster, node_name: str, snapshot: NodeSnapshot) -> NodeAttribution:
+def attribute_node(
+    cluster: Cluster, node_name: str, snapshot: NodeSnapshot, rules: AllocationRules | None = None
+) -> NodeAttribution:
     """Every process of ``snapshot``, fetched from ``node_name``'s agent, joined to its pod
-    (bound to that node) and container, or counted as no pod's."""
+    (bound to that node) and container, or counted as no pod's.
+
+    Each process is judged against the node's allocations by the join GraphQL uses.
+    """
     result = NodeAttribution()
+    table = allocation_table(
+        snapshot.node_name, snapshot, cluster, rules if rules is not None else AllocationRules()
+    )
     for gpu in snapshot.sample.gpus:
-        _attribute_gpu(cluster, node_name, gpu, result)
+        _attribute_gpu(cluster, node_name, gpu, result, table)
     return result

@@ -26,6 +26,7 @@ fragment MapGpu on Gpu {
     pid
     usedMemoryBytes
     smUtilization
+    allocation
     container { name }
     pod { namespace name gpuRequest }
   }
@@ -81,6 +82,7 @@ query Gpu($uuid: String!) {
       name
       usedMemoryBytes
       smUtilization
+      allocation
       container { name image }
       pod { namespace name gpuRequest node { name } }
     }

@@ -41,6 +41,7 @@ def gpus_document(snapshot: Snapshot) -> dict[str, Any]:
                         "memoryBytes": p.memory_bytes,
                         "smPercent": p.sm_percent,
                         "unrequested": p.unrequested,
+                        "allocation": p.allocation,
                     }
                     for p in g.processes
                 ],

@@ -50,6 +50,8 @@ class ProcessRow:
     memory_bytes: int | None
     sm_percent: int | None
     unrequested: bool = False
+    # The allocation verdict: ALLOCATED, NOT_ALLOCATED, NO_POD or UNKNOWN (None: not asked).
+    allocation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,7 @@ def gpu_rows(gpus: Iterable[Mapping[str, Any]]) -> list[GpuRow]:
                 container=(p.get("container") or {}).get("name"),
                 memory_bytes=p.get("usedMemoryBytes"),
                 sm_percent=p.get("smUtilization"),
+                allocation=p.get("allocation"),
             )
             for p in gpu.get("processes") or ()
         )
@@ -318,6 +321,7 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
                 sm_percent=p.sm_percent,
                 unrequested=p.pod is not None
                 and len(used.get(p.pod.uid, ())) > (p.pod.gpu_request or 0),
+                allocation=p.allocation,
             )
             for p in gpu.processes
             if wanted(p)

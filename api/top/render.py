@@ -14,6 +14,9 @@ from .model import DownNode, Snapshot, node_rows, pod_rows
 from .text import printable
 
 UNREQUESTED = "UNREQUESTED"
+# A process on a GPU its container was not given, and one whose node has no allocation data.
+NOT_ALLOCATED = "✗ NOT ALLOCATED"
+ALLOCATION_UNKNOWN = "?"
 NO_POD = "(no pod)"
 # A value the server could not know (the node's agent is down), as kubectl top shows one.
 UNKNOWN = "<unknown>"
@@ -182,6 +185,10 @@ def gpu_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
                 who = Text(f"PID {p.pid} {p.pod.key} [{p.container or '-'}]")
                 if p.unrequested:
                     who.append(f" {UNREQUESTED}", style="bold red")
+                if p.allocation == "NOT_ALLOCATED":
+                    who.append(f" {NOT_ALLOCATED}", style="bold magenta")
+                elif p.allocation == "UNKNOWN":
+                    who.append(f" {ALLOCATION_UNKNOWN}", style="dim")
             process_cells: list[Cell] = [
                 "",
                 "",

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpugraph/agent/v1/agent.proto\x12\x11gpugraph.agent.v1\"\x14\n\x12GetSnapshotRequest\"\xe5\x01\n\x08Snapshot\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1b\n\x0e\x64river_version\x18\x02 \x01(\tH\x00\x88\x01\x01\x12 \n\x13\x63uda_driver_version\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12$\n\x04gpus\x18\x04 \x03(\x0b\x32\x16.gpugraph.agent.v1.Gpu\x12\x12\n\nsampled_at\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ge_seconds\x18\x06 \x01(\x01\x12\r\n\x05\x65rror\x18\x07 \x01(\tB\x11\n\x0f_driver_versionB\x16\n\x14_cuda_driver_version\"\xbe\x05\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x11\n\x04name\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1f\n\x12memory_total_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x05 \x01(\x04H\x02\x88\x01\x01\x12\x1c\n\x0futilization_gpu\x18\x06 \x01(\rH\x03\x88\x01\x01\x12\x1f\n\x12utilization_memory\x18\x07 \x01(\rH\x04\x88\x01\x01\x12\x1a\n\rtemperature_c\x18\x08 \x01(\x05H\x05\x88\x01\x01\x12\x1e\n\x11power_usage_watts\x18\t \x01(\x01H\x06\x88\x01\x01\x12\x1e\n\x11power_limit_watts\x18\n \x01(\x01H\x07\x88\x01\x01\x12\x18\n\x0bmig_enabled\x18\x0b \x01(\x08H\x08\x88\x01\x01\x12\x31\n\x0bmig_devices\x18\x0c \x03(\x0b\x32\x1c.gpugraph.agent.v1.MigDevice\x12-\n\tprocesses\x18\r \x03(\x0b\x32\x1a.gpugraph.agent.v1.Process\x12\r\n\x05\x65rror\x18\x0e \x01(\t\x12=\n\x0c\x66ield_errors\x18\x0f \x03(\x0b\x32\'.gpugraph.agent.v1.Gpu.FieldErrorsEntry\x1a\x32\n\x10\x46ieldErrorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_nameB\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_utilization_gpuB\x15\n\x13_utilization_memoryB\x10\n\x0e_temperature_cB\x14\n\x12_power_usage_wattsB\x14\n\x12_power_limit_wattsB\x0e\n\x0c_mig_enabled\"\x82\x02\n\tMigDevice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x1f\n\x12memory_total_bytes\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1c\n\x0fgpu_instance_id\x18\x05 \x01(\rH\x02\x88\x01\x01\x12 \n\x13\x63ompute_instance_id\x18\x06 \x01(\rH\x03\x88\x01\x01\x42\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_gpu_instance_idB\x16\n\x14_compute_instance_id\"\xb9\x02\n\x07Process\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x11\n\x04name\x18\x02 \x01(\tH\x00\x88\x01\x01\x12,\n\x04type\x18\x03 \x01(\x0e\x32\x1e.gpugraph.agent.v1.ProcessType\x12\x1e\n\x11used_memory_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1b\n\x0esm_utilization\x18\x05 \x01(\rH\x02\x88\x01\x01\x12\x14\n\x0c\x63ontainer_id\x18\x06 \x01(\t\x12\x0f\n\x07pod_uid\x18\x07 \x01(\t\x12\x0f\n\x07runtime\x18\x08 \x01(\t\x12\x17\n\x0fmig_device_uuid\x18\t \x01(\t\x12\x14\n\x07\x63mdline\x18\n \x01(\tH\x03\x88\x01\x01\x42\x07\n\x05_nameB\x14\n\x12_used_memory_bytesB\x11\n\x0f_sm_utilizationB\n\n\x08_cmdline*w\n\x0bProcessType\x12\x1c\n\x18PROCESS_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14PROCESS_TYPE_COMPUTE\x10\x01\x12\x19\n\x15PROCESS_TYPE_GRAPHICS\x10\x02\x12\x15\n\x11PROCESS_TYPE_BOTH\x10\x03\x32^\n\tNodeAgent\x12Q\n\x0bGetSnapshot\x12%.gpugraph.agent.v1.GetSnapshotRequest\x1a\x1b.gpugraph.agent.v1.Snapshotb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpugraph/agent/v1/agent.proto\x12\x11gpugraph.agent.v1\"\x14\n\x12GetSnapshotRequest\"\xa0\x02\n\x08Snapshot\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1b\n\x0e\x64river_version\x18\x02 \x01(\tH\x00\x88\x01\x01\x12 \n\x13\x63uda_driver_version\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12$\n\x04gpus\x18\x04 \x03(\x0b\x32\x16.gpugraph.agent.v1.Gpu\x12\x12\n\nsampled_at\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ge_seconds\x18\x06 \x01(\x01\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x39\n\x0b\x61llocations\x18\x1e \x01(\x0b\x32$.gpugraph.agent.v1.DeviceAllocationsB\x11\n\x0f_driver_versionB\x16\n\x14_cuda_driver_version\"\xea\x05\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x11\n\x04name\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1f\n\x12memory_total_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x05 \x01(\x04H\x02\x88\x01\x01\x12\x1c\n\x0futilization_gpu\x18\x06 \x01(\rH\x03\x88\x01\x01\x12\x1f\n\x12utilization_memory\x18\x07 \x01(\rH\x04\x88\x01\x01\x12\x1a\n\rtemperature_c\x18\x08 \x01(\x05H\x05\x88\x01\x01\x12\x1e\n\x11power_usage_watts\x18\t \x01(\x01H\x06\x88\x01\x01\x12\x1e\n\x11power_limit_watts\x18\n \x01(\x01H\x07\x88\x01\x01\x12\x18\n\x0bmig_enabled\x18\x0b \x01(\x08H\x08\x88\x01\x01\x12\x31\n\x0bmig_devices\x18\x0c \x03(\x0b\x32\x1c.gpugraph.agent.v1.MigDevice\x12-\n\tprocesses\x18\r \x03(\x0b\x32\x1a.gpugraph.agent.v1.Process\x12\r\n\x05\x65rror\x18\x0e \x01(\t\x12=\n\x0c\x66ield_errors\x18\x0f \x03(\x0b\x32\'.gpugraph.agent.v1.Gpu.FieldErrorsEntry\x12\x19\n\x0cminor_number\x18\x1e \x01(\rH\t\x88\x01\x01\x1a\x32\n\x10\x46ieldErrorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_nameB\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_utilization_gpuB\x15\n\x13_utilization_memoryB\x10\n\x0e_temperature_cB\x14\n\x12_power_usage_wattsB\x14\n\x12_power_limit_wattsB\x0e\n\x0c_mig_enabledB\x0f\n\r_minor_number\"\x82\x02\n\tMigDevice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x1f\n\x12memory_total_bytes\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1c\n\x0fgpu_instance_id\x18\x05 \x01(\rH\x02\x88\x01\x01\x12 \n\x13\x63ompute_instance_id\x18\x06 \x01(\rH\x03\x88\x01\x01\x42\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_gpu_instance_idB\x16\n\x14_compute_instance_id\"\xb9\x02\n\x07Process\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x11\n\x04name\x18\x02 \x01(\tH\x00\x88\x01\x01\x12,\n\x04type\x18\x03 \x01(\x0e\x32\x1e.gpugraph.agent.v1.ProcessType\x12\x1e\n\x11used_memory_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1b\n\x0esm_utilization\x18\x05 \x01(\rH\x02\x88\x01\x01\x12\x14\n\x0c\x63ontainer_id\x18\x06 \x01(\t\x12\x0f\n\x07pod_uid\x18\x07 \x01(\t\x12\x0f\n\x07runtime\x18\x08 \x01(\t\x12\x17\n\x0fmig_device_uuid\x18\t \x01(\t\x12\x14\n\x07\x63mdline\x18\n \x01(\tH\x03\x88\x01\x01\x42\x07\n\x05_nameB\x14\n\x12_used_memory_bytesB\x11\n\x0f_sm_utilizationB\n\n\x08_cmdline\"\xad\x01\n\x11\x44\x65viceAllocations\x12\x37\n\x05state\x18\x01 \x01(\x0e\x32(.gpugraph.agent.v1.AllocationSourceState\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0b\x61ge_seconds\x18\x03 \x01(\x01\x12:\n\ncontainers\x18\x04 \x03(\x0b\x32&.gpugraph.agent.v1.ContainerAllocation\"~\n\x13\x43ontainerAllocation\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x34\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32#.gpugraph.agent.v1.DeviceAllocation\"\xcb\x01\n\x10\x44\x65viceAllocation\x12\x39\n\tmechanism\x18\x01 \x01(\x0e\x32&.gpugraph.agent.v1.AllocationMechanism\x12\x10\n\x08resource\x18\x02 \x01(\t\x12\x11\n\tdevice_id\x18\x03 \x01(\t\x12\x10\n\x08gpu_uuid\x18\x04 \x01(\t\x12\x17\n\x0fmig_device_uuid\x18\x05 \x01(\t\x12\x0e\n\x06shared\x18\x06 \x01(\x08\x12\x0e\n\x06\x64river\x18\x07 \x01(\t\x12\x0c\n\x04pool\x18\x08 \x01(\t*w\n\x0bProcessType\x12\x1c\n\x18PROCESS_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14PROCESS_TYPE_COMPUTE\x10\x01\x12\x19\n\x15PROCESS_TYPE_GRAPHICS\x10\x02\x12\x15\n\x11PROCESS_TYPE_BOTH\x10\x03*\x8d\x01\n\x15\x41llocationSourceState\x12\'\n#ALLOCATION_SOURCE_STATE_UNSPECIFIED\x10\x00\x12)\n%ALLOCATION_SOURCE_STATE_POD_RESOURCES\x10\x01\x12 \n\x1c\x41LLOCATION_SOURCE_STATE_NONE\x10\x02*\x81\x01\n\x13\x41llocationMechanism\x12$\n ALLOCATION_MECHANISM_UNSPECIFIED\x10\x00\x12&\n\"ALLOCATION_MECHANISM_DEVICE_PLUGIN\x10\x01\x12\x1c\n\x18\x41LLOCATION_MECHANISM_DRA\x10\x02\x32^\n\tNodeAgent\x12Q\n\x0bGetSnapshot\x12%.gpugraph.agent.v1.GetSnapshotRequest\x1a\x1b.gpugraph.agent.v1.Snapshotb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,20 +34,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GPU_FIELDERRORSENTRY']._loaded_options = None
   _globals['_GPU_FIELDERRORSENTRY']._serialized_options = b'8\001'
-  _globals['_PROCESSTYPE']._serialized_start=1588
-  _globals['_PROCESSTYPE']._serialized_end=1707
+  _globals['_PROCESSTYPE']._serialized_start=2201
+  _globals['_PROCESSTYPE']._serialized_end=2320
+  _globals['_ALLOCATIONSOURCESTATE']._serialized_start=2323
+  _globals['_ALLOCATIONSOURCESTATE']._serialized_end=2464
+  _globals['_ALLOCATIONMECHANISM']._serialized_start=2467
+  _globals['_ALLOCATIONMECHANISM']._serialized_end=2596
   _globals['_GETSNAPSHOTREQUEST']._serialized_start=52
   _globals['_GETSNAPSHOTREQUEST']._serialized_end=72
   _globals['_SNAPSHOT']._serialized_start=75
-  _globals['_SNAPSHOT']._serialized_end=304
-  _globals['_GPU']._serialized_start=307
-  _globals['_GPU']._serialized_end=1009
-  _globals['_GPU_FIELDERRORSENTRY']._serialized_start=784
-  _globals['_GPU_FIELDERRORSENTRY']._serialized_end=834
-  _globals['_MIGDEVICE']._serialized_start=1012
-  _globals['_MIGDEVICE']._serialized_end=1270
-  _globals['_PROCESS']._serialized_start=1273
-  _globals['_PROCESS']._serialized_end=1586
-  _globals['_NODEAGENT']._serialized_start=1709
-  _globals['_NODEAGENT']._serialized_end=1803
+  _globals['_SNAPSHOT']._serialized_end=363
+  _globals['_GPU']._serialized_start=366
+  _globals['_GPU']._serialized_end=1112
+  _globals['_GPU_FIELDERRORSENTRY']._serialized_start=870
+  _globals['_GPU_FIELDERRORSENTRY']._serialized_end=920
+  _globals['_MIGDEVICE']._serialized_start=1115
+  _globals['_MIGDEVICE']._serialized_end=1373
+  _globals['_PROCESS']._serialized_start=1376
+  _globals['_PROCESS']._serialized_end=1689
+  _globals['_DEVICEALLOCATIONS']._serialized_start=1692
+  _globals['_DEVICEALLOCATIONS']._serialized_end=1865
+  _globals['_CONTAINERALLOCATION']._serialized_start=1867
+  _globals['_CONTAINERALLOCATION']._serialized_end=1993
+  _globals['_DEVICEALLOCATION']._serialized_start=1996
+  _globals['_DEVICEALLOCATION']._serialized_end=2199
+  _globals['_NODEAGENT']._serialized_start=2598
+  _globals['_NODEAGENT']._serialized_end=2692
 # @@protoc_insertion_point(module_scope)

@@ -22,7 +22,7 @@ import helm_python as helm
 import httpx
 import pytest
 
-from api.demo import build_cluster
+from api.demo.scenario import ALLOCATION_NODES, build_cluster
 from tests.support.chart import CHART, one, render
 from tests.support.demo_process import RunningDemo, free_port, ready_demo
 from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
@@ -36,6 +36,8 @@ from tests.support.prometheus import (
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 NODES = 4
+# The demo's MIG, time-sliced and DRA nodes come on top of --nodes, all up.
+ALL_NODES = NODES + len(ALLOCATION_NODES)
 JOB = "gpugraph"
 # The same two replicas without the chart's relabelings: what a per-pod scrape would do.
 PER_POD_JOB = "per-pod"
@@ -188,8 +190,8 @@ def prometheus(
     with running_prometheus(tmp_path_factory.mktemp("prometheus"), free_port(), jobs) as prom:
         eventually(
             lambda: (
-                len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == NODES
-                and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * NODES
+                len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == ALL_NODES
+                and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * ALL_NODES
                 and prom.query("kube_pod_info")
                 and prom.query("DCGM_FI_DEV_XID_ERRORS")
             ),
@@ -267,7 +269,7 @@ def test_the_down_node_is_agent_up_0(demo: RunningDemo, prometheus: Prometheus) 
         for s in prometheus.query(f'gpugraph_agent_up{{job="{JOB}"}}')
     }
     assert {node for node, v in up.items() if v == 0} == down
-    assert sum(up.values()) == NODES - 1
+    assert sum(up.values()) == ALL_NODES - 1
     # No other GPU series for that node (the server's own agent-call counters have it).
     (node,) = down
     gpu_series = f'{{job="{JOB}", node="{node}", __name__=~"gpugraph_(gpu|container|pod)_.*"}}'
@@ -336,8 +338,16 @@ def test_the_documented_promql_examples_run(prometheus: Prometheus) -> None:
     assert len(queries) >= 6
     results = [prometheus.query(q) for q in queries]
     shared, orphaned, owners, by_team, down, xid = results[:6]
-    # The demo's shared GPU: the two inference pods (once per job).
-    assert {s["metric"]["pod"] for s in shared} == {"chat-api-0", "chat-api-1"}
+    # The demo's shared GPUs (once per job): the two inference pods on one GPU, two
+    # time-sliced replicas, two MIG devices of one GPU.
+    assert {s["metric"]["pod"] for s in shared} == {
+        "chat-api-0",
+        "chat-api-1",
+        "embed-0",
+        "embed-1",
+        "mig-notebook-0",
+        "mig-notebook-1",
+    }
     assert {(s["metric"]["node"], s["metric"]["reason"]) for s in orphaned} == {
         ("gpu-node-0", "host_process")
     }
@@ -371,6 +381,7 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         "GpuMemoryOutsideAnyPod": ("node", "gpu"),
         "GpuUsedWithoutRequest": ("namespace", "pod"),
         "GpugraphAgentDown": ("node",),
+        "GpuUsedWithoutAllocation": ("namespace", "pod", "container"),
     }
     found = {
         a["alert"]: {
@@ -381,8 +392,11 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
     }
     assert found == {
         "GpuMemoryOutsideAnyPod": {("gpu-node-0", "1")},
+        # Not the MIG, time-sliced or DRA pods: they request what they use.
         "GpuUsedWithoutRequest": {("research", "notebook-alice")},
         "GpugraphAgentDown": {("gpu-node-3",)},
+        # Given GPU 1 by its kubelet, it runs on GPU 0.
+        "GpuUsedWithoutAllocation": {("inference", "chat-api-1", "triton")},
     }
 
 

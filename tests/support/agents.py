@@ -39,6 +39,7 @@ from node_resolver.client import AgentClient
 from node_resolver.gpu_source import GpuSource
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess
+from node_resolver.pod_resources import PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
 
@@ -205,6 +206,7 @@ def start_agent_thread(
     token: str | Callable[[], str] | None = None,
     interval: float = 0.2,
     wait_serving: bool = True,
+    pod_resources: PodResourcesPoller | None = None,
 ) -> AgentThread:
     """Run ``agent_running`` for ``source`` on ``host``, a free port, in a thread.
 
@@ -212,7 +214,11 @@ def start_agent_thread(
     ``wait_serving=False`` once listening.
     """
     sampler = Sampler(
-        source, resolver or AllAliveResolver(), node_name=node_name, interval=interval
+        source,
+        resolver or AllAliveResolver(),
+        node_name=node_name,
+        interval=interval,
+        pod_resources=pod_resources,
     )
     loop = asyncio.new_event_loop()
     started: Future[tuple[AgentServer, asyncio.Event]] = Future()

@@ -13,6 +13,8 @@ import contextlib
 import gc
 import itertools
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,12 +28,14 @@ from starlette.applications import Starlette
 from websockets.typing import Subprotocol
 
 from api.demo.cluster.fake_proc import kubelet_cgroup, remove_process, write_process
+from api.demo.cluster.kubelet import FakeKubelet
 from api.demo.cluster.manifests import container_id_for
 from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
 from node_resolver.agent import agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.pids import CgroupResolver
+from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
 
@@ -67,10 +71,14 @@ class Gpu:
     utilization: int = 50
     memory_total: int = 141 * GIB
     processes: list[tuple[int, int]] = field(default_factory=list)
+    # MIG device UUIDs (MIG mode on when any); processes[i] runs on mig_of[pid] if given.
+    mig_devices: list[str] = field(default_factory=list)
+    mig_of: dict[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The fake NVML file's entry for this GPU."""
         return {
+            "minorNumber": self.index,
             "index": self.index,
             "uuid": self.uuid,
             "name": self.name,
@@ -81,9 +89,18 @@ class Gpu:
             "temperatureC": 40,
             "powerUsageWatts": 300.0,
             "powerLimitWatts": 700.0,
-            "migEnabled": False,
+            "migEnabled": bool(self.mig_devices),
+            "migDevices": [
+                {"index": i, "uuid": uuid, "gpuInstanceId": i + 1, "computeInstanceId": 0}
+                for i, uuid in enumerate(self.mig_devices)
+            ],
             "processes": [
-                {"pid": pid, "usedMemoryBytes": used, "type": "COMPUTE"}
+                {
+                    "pid": pid,
+                    "usedMemoryBytes": used,
+                    "type": "COMPUTE",
+                    "migDeviceUuid": self.mig_of.get(pid),
+                }
                 for pid, used in self.processes
             ],
         }
@@ -102,9 +119,14 @@ class AgentNode:
         procs: Sequence[Proc] = (),
         token: str | None = None,
         interval: float = 0.1,
+        kubelet: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.ip = ip
+        # The fake kubelet's PodResources data; None: no kubelet socket at all.
+        self.kubelet_data = kubelet
+        self.kubelet: FakeKubelet | None = None
+        self._socket_dir: Path | None = None
         self.token = token
         self.interval = interval
         self.dir = workdir / name
@@ -161,13 +183,23 @@ class AgentNode:
 
     async def start(self) -> None:
         """Start serving and sampling; returns once sampled. A restart reuses the port."""
+        # A unix socket path must fit in 108 bytes; the workdir's may not.
+        if self._socket_dir is None:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
+        socket_path = str(self._socket_dir / "kubelet.sock")
+        if self.kubelet_data is not None and self.kubelet is None:
+            self.kubelet = FakeKubelet(socket_path, data=self.kubelet_data).start()
+        kubelet_socket = self.kubelet.socket_path if self.kubelet is not None else socket_path
+        client = PodResourcesClient(kubelet_socket)
         sampler = Sampler(
             FakeGpuSource(self.nvml_path),
             CgroupResolver(proc_root=str(self.proc_root)),
             node_name=self.name,
             interval=self.interval,
+            pod_resources=PodResourcesPoller(client.list, interval=self.interval),
         )
         stack = contextlib.AsyncExitStack()
+        stack.callback(client.close)
         # grace=None: stopping is like a killed process, connections drop at once.
         server = await stack.enter_async_context(
             agent_running(
@@ -189,6 +221,12 @@ class AgentNode:
         if self._running is not None:
             await self._running.aclose()
             self._running = None
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
 
 def node_ips(count: int) -> list[str]:
@@ -321,13 +359,22 @@ class GraphTestCluster:
         self.port = 0
 
     def add_node(
-        self, name: str, gpus: Sequence[Gpu] = (), procs: Sequence[Proc] = ()
+        self,
+        name: str,
+        gpus: Sequence[Gpu] = (),
+        procs: Sequence[Proc] = (),
+        kubelet: Mapping[str, Any] | None = None,
     ) -> AgentNode:
-        """A node on the stub server with an agent (started by ``start``)."""
+        """A node on the stub server with an agent (started by ``start``).
+
+        ``kubelet`` is the node's fake kubelet PodResources data; None: no kubelet socket.
+        """
         from api.demo.cluster.manifests import make_node
 
         ip = node_ips(len(self.agents) + 1)[-1]
-        agent = AgentNode(name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token)
+        agent = AgentNode(
+            name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token, kubelet=kubelet
+        )
         self.agents[name] = agent
         self.stub.add_node(make_node(name, ip, gpus=len(gpus)))
         return agent

@@ -34,7 +34,9 @@ NODES, GPUS = 3, 4
 @pytest.fixture(scope="module")
 def demo() -> Iterator[LiveDemo]:
     require_map_assets()
-    with live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5) as running:
+    with live_demo(
+        nodes=NODES, gpus_per_node=GPUS, interval=0.5, allocation_nodes=False
+    ) as running:
         yield running
 
 
@@ -367,7 +369,9 @@ def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: 
     require_chromium()
     require_map_assets()
     with (
-        live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5, auth=True) as demo,
+        live_demo(
+            nodes=NODES, gpus_per_node=GPUS, interval=0.5, auth=True, allocation_nodes=False
+        ) as demo,
         chromium(tmp_path / "profile") as browser,
     ):
         reviews = demo.demo.api.reviews  # type: ignore[union-attr]
@@ -427,7 +431,9 @@ def _signed_in_with_short_reviews(
         Demo, "settings", lambda demo: dataclasses.replace(settings(demo), auth_cache_ttl=1.0)
     )
     with (
-        live_demo(nodes=NODES, gpus_per_node=2, interval=0.5, auth=True) as demo,
+        live_demo(
+            nodes=NODES, gpus_per_node=2, interval=0.5, auth=True, allocation_nodes=False
+        ) as demo,
         chromium(tmp_path / "profile") as browser,
     ):
         api = demo.demo.api

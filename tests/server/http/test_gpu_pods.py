@@ -23,8 +23,20 @@ EXPECTED_NODE_0 = {
     "GpuPods": {
         "GPU-node-0-0": {
             "pidPods": [
-                {"pid": 1001, "processName": "python", "UsedGpuMemory": 3072, "pod": "worker-0"},
-                {"pid": 1002, "processName": "python", "UsedGpuMemory": 5120, "pod": "worker-1"},
+                {
+                    "pid": 1001,
+                    "processName": "python",
+                    "UsedGpuMemory": 3072,
+                    "pod": "worker-0",
+                    "allocation": "UNKNOWN",
+                },
+                {
+                    "pid": 1002,
+                    "processName": "python",
+                    "UsedGpuMemory": 5120,
+                    "pod": "worker-1",
+                    "allocation": "UNKNOWN",
+                },
             ]
         }
     },
@@ -63,6 +75,7 @@ async def test_returns_the_original_shape_for_the_worker_pods_node(server: Serve
                         "processName": "torchrun",
                         "UsedGpuMemory": 7168,
                         "pod": "trainer-0",
+                        "allocation": "UNKNOWN",
                     }
                 ]
             }

@@ -81,7 +81,7 @@ def test_nodes_view_has_a_row_per_node_and_names_the_down_one(
     rows = {
         line.split()[0]: line
         for line in out.splitlines()[1:]
-        if line.startswith("gpu-") and "agent down" not in line
+        if line.startswith("gpu-node-") and "agent down" not in line
     }
     assert sorted(rows) == ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]
     assert rows["gpu-node-3"].split()[1] == "DOWN"
@@ -132,7 +132,16 @@ CONTRACT = {
         },
     ),
 }  # fmt: skip
-PROCESS_KEYS = {"pid", "name", "pod", "container", "memoryBytes", "smPercent", "unrequested"}
+PROCESS_KEYS = {
+    "pid",
+    "name",
+    "pod",
+    "container",
+    "memoryBytes",
+    "smPercent",
+    "unrequested",
+    "allocation",
+}
 
 
 @pytest.mark.parametrize("view", sorted(CONTRACT))

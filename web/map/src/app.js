@@ -46,6 +46,8 @@ const SKELETON = `
       <span><span class="mark m-mig">MIG</span>MIG</span>
       <span><span class="mark m-unreq">!</span>unrequested</span>
       <span><span class="mark m-nopod">\u2205</span>unattributed</span>
+      <span><span class="mark m-unalloc">\u2717</span>not allocated</span>
+      <span><span class="mark m-allocunk">?</span>no allocation data</span>
       <span><span class="mark m-err">ERR</span>GPU error</span>
       <span><span class="util-sample"></span>utilization</span>
     </section>

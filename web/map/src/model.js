@@ -42,6 +42,10 @@ export function describeGpu(gpu) {
     shared: list.length + (gpu.hiddenProcessCount > 0 ? 1 : 0) >= 2,
     unattributed: noPodBytes > 0,
     unrequested: list.some((pod) => !pod.gpuRequest),
+    // The kubelet gave this GPU to none of the containers running a process on it.
+    notAllocated: (gpu.processes ?? []).some((p) => p.allocation === "NOT_ALLOCATED"),
+    // A pod's process on a node without allocation data (only the spec rule speaks).
+    allocationUnknown: (gpu.processes ?? []).some((p) => p.pod && p.allocation === "UNKNOWN"),
     mig: Boolean(gpu.migEnabled),
   };
 }
@@ -49,7 +53,10 @@ export function describeGpu(gpu) {
 // Every value a tile draws, so an unchanged GPU is not redrawn.
 function signature(gpu) {
   const processes = (gpu.processes ?? [])
-    .map((p) => `${p.pid}:${p.usedMemoryBytes}:${p.smUtilization}:${p.pod ? podKey(p.pod) : ""}`)
+    .map(
+      (p) =>
+        `${p.pid}:${p.usedMemoryBytes}:${p.smUtilization}:${p.pod ? podKey(p.pod) : ""}:${p.allocation ?? ""}`,
+    )
     .join(",");
   return [
     gpu.memoryUsedBytes,

@@ -28,6 +28,8 @@ export function markers(info) {
   if (info.mig) marks.push(["m-mig", "MIG", "MIG enabled"]);
   if (info.unrequested) marks.push(["m-unreq", "!", "used by a pod that did not request a GPU"]);
   if (info.unattributed) marks.push(["m-nopod", "\u2205", "memory held by processes in no pod"]);
+  if (info.notAllocated) marks.push(["m-unalloc", "\u2717", "runs a process on a GPU its container was not given"]);
+  if (info.allocationUnknown) marks.push(["m-allocunk", "?", "a pod's process on a node with no allocation data"]);
   return marks;
 }
 
