@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 from api.kube.cache import ClusterCache  # noqa: E402
 from api.kube.parse import node_record, pod_record  # noqa: E402
 from bench.fleet import build_fleet, node_name  # noqa: E402
-from graph_schema.schema import build_schema  # noqa: E402
 from graph_schema.context import make_context  # noqa: E402
 from graph_schema.interfaces import Received  # noqa: E402
+from graph_schema.schema import build_schema  # noqa: E402
 from node_resolver.allocations import node_allocations  # noqa: E402
 from node_resolver.codec import _container_to_proto, snapshot_to_proto  # noqa: E402
 from node_resolver.models import (  # noqa: E402

@@ -33,10 +33,9 @@ from node_resolver.address import join_host_port
 from node_resolver.agent import agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.pids import build_resolver
+from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
-from node_resolver.cli import positive_seconds
-from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 
 from ..http.cluster_map import MAP_PATH
 from ..http.uvicorn_server import UvicornServer

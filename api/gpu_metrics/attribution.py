@@ -112,7 +112,11 @@ def _container_name(pod: PodRecord, container_id: str | None) -> str:
 
 
 def _attribute_gpu(
-    cluster: Cluster, node_name: str, gpu: GpuSample, result: NodeAttribution, table: AllocationTable
+    cluster: Cluster,
+    node_name: str,
+    gpu: GpuSample,
+    result: NodeAttribution,
+    table: AllocationTable,
 ) -> None:
     lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
     # Memory in no pod is only known where every process was listed: a list

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graph_schema import make_context
+from graph_schema.context import make_context
 from graph_schema.scope import EVERYTHING, Scope
 from tests.support.graph import SmallWorld
 

@@ -426,6 +426,8 @@ def test_a_client_certificate_kubeconfig_says_why_it_needs_a_token(
     transport = HttpTransport(replace(with_token, url=proxied, client_cert=None))
     answer = transport.execute("{ pods { namespace } }", {})
     assert {p["namespace"] for p in answer["data"]["pods"]} == {"research"}
+
+
 def test_the_auth_demos_top_line_works_as_printed(auth_demo: AuthDemo) -> None:
     found = re.search(r"^  top +gpugraph top (.+)$", auth_demo.running.text(), re.M)
     assert found, auth_demo.running.text()
