@@ -16,6 +16,10 @@ class Someone:
     username: str
     scope: Scope
 
+    @property
+    def identity(self) -> str:
+        return self.username
+
     async def current_scope(self) -> Scope:
         return self.scope
 
