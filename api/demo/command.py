@@ -94,6 +94,13 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         "embedded API server; prints a token of an admin and of a user who sees only "
         "the research namespace (default: open)",
     )
+    add_defaulted(
+        parser,
+        d,
+        "--allocation-nodes",
+        "add the MIG mixed, time-sliced and DRA nodes, each with its fake kubelet",
+        action=argparse.BooleanOptionalAction,
+    )
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -107,6 +114,7 @@ def run_demo(args: argparse.Namespace) -> int:
         interval=args.interval,
         log_level=args.log_level,
         auth=args.auth,
+        allocation_nodes=args.allocation_nodes,
     )
     logging.basicConfig(
         level=config.log_level.upper(),

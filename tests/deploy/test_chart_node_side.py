@@ -68,7 +68,12 @@ def test_env_is_the_default_and_asks_the_nvidia_runtime_by_variable(chart: helm.
     assert (env["NVIDIA_VISIBLE_DEVICES"], env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "utility")
     assert "LD_LIBRARY_PATH" not in env
     assert not any(k.startswith("cdi.k8s.io/") for k in agent["metadata"].get("annotations", {}))
-    assert set(mounts_of(agent)) == {"/host/proc", "/tmp", "/var/run/secrets/gpugraph"}
+    assert set(mounts_of(agent)) == {
+        "/host/proc",
+        "/tmp",
+        "/var/run/secrets/gpugraph",
+        "/run/gpugraph/pod-resources",
+    }
     assert agent["container"]["securityContext"]["privileged"] is False
 
 

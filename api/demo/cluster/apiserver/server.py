@@ -81,7 +81,9 @@ class StubApiServer:
         self._cond = self._store.cond
         self._lister = Lister(self._store)
         # Cleared to hold new watch requests (pause_watches), as the lister's gates hold lists.
-        self._watches_open = {PODS: threading.Event(), NODES: threading.Event()}
+        self._watches_open = {
+            r: threading.Event() for r in (PODS, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES)
+        }
         for gate in self._watches_open.values():
             gate.set()
         self.reviews = TokenReviews()
