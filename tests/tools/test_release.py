@@ -113,7 +113,7 @@ def test_the_installed_demo_serves_and_stops(venv: Path, tmp_path: Path) -> None
         cwd=venv.parent,
     ) as demo:  # fmt: skip
         answer = demo.query("{ nodes { name } }")
-        assert [n["name"] for n in answer["data"]["nodes"]][:1] == ["gpu-node-0"]
+        assert "gpu-node-0" in [n["name"] for n in answer["data"]["nodes"]]
         metrics = httpx.get(f"{demo.url}/metrics", timeout=10).text
         assert f'gpugraph_build_info{{version="{project_version()}"}} 1.0' in metrics
         # The map's assets came with the wheel when this checkout had built them.

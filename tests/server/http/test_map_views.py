@@ -34,7 +34,9 @@ CORNER = {"x": 4, "y": 4}
 def demo() -> Iterator[LiveDemo]:
     require_chromium()
     require_map_assets()
-    with live_demo(nodes=NODES, gpus_per_node=GPUS, interval=0.5) as running:
+    with live_demo(
+        nodes=NODES, gpus_per_node=GPUS, interval=0.5, allocation_nodes=False
+    ) as running:
         yield running
 
 
