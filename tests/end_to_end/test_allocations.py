@@ -215,6 +215,9 @@ async def test_every_mechanism_end_to_end(mechanisms: GraphTestCluster) -> None:
             # The DRA cache and the first kubelet answers come in the background.
             if sources.get("node-dra") != "POD_RESOURCES" or sources.get("node-api") != "API_ONLY":
                 return None
+            # The claims reflector syncs apart from the slices' (which API_ONLY needs).
+            if (result["data"].get("pod") or {}).get("gpuRequest") is None:
+                return None
             return result
 
         result = await eventually_async(settled, timeout=20, what="every node's allocation data")
