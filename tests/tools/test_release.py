@@ -125,8 +125,10 @@ def test_the_installed_demo_serves_and_stops(venv: Path, tmp_path: Path) -> None
 
 def test_the_image_is_built_for_both_platforms_and_pushed() -> None:
     dry = subprocess.run(
-        ["make", "-n", "release-image", "IMAGE=registry.example/gpugraph"],
+        ["make", "--no-print-directory", "-n", "release-image", "IMAGE=registry.example/gpugraph"],
         cwd=ROOT,
+        # Run from `make test`, the outer make's MAKEFLAGS would print directory lines.
+        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
         capture_output=True,
         text=True,
         check=True,
