@@ -15,8 +15,11 @@ from graph_schema.scope import AccessEndedError, Scope
 
 from .access import LIST_NODES, AccessReviewer, Question
 from .review_cache import ReviewCache
-from .review_pool import ReviewPool
+from .review_pool import REVIEW_WORKERS, ReviewPool
 from .tokens import MAX_TOKEN_LENGTH, SUCCESS_TTL, ReviewUnavailableError, TokenReviewer, UserInfo
+
+# Half the review pool's workers: room is left for other callers' reviews.
+NAMESPACE_REVIEWS_AT_ONCE = REVIEW_WORKERS // 2
 
 __all__ = [
     "AuthUnavailableError",
@@ -104,7 +107,15 @@ class KubernetesAuth:
     ) -> frozenset[str]:
         """The namespaces among ``namespaces`` where ``user`` may do ``question(namespace)``."""
         ordered = sorted(namespaces)
-        answers = await asyncio.gather(*(self.access.allowed(user, question(n)) for n in ordered))
+        # One caller's per-namespace questions must not fill the bounded review pool by
+        # themselves (it answers 503 when full), however many namespaces the cluster has.
+        gate = asyncio.Semaphore(NAMESPACE_REVIEWS_AT_ONCE)
+
+        async def ask(namespace: str) -> bool:
+            async with gate:
+                return await self.access.allowed(user, question(namespace))
+
+        answers = await asyncio.gather(*(ask(n) for n in ordered))
         return frozenset(n for n, ok in zip(ordered, answers, strict=True) if ok)
 
 
