@@ -16,6 +16,7 @@ from graph_schema.interfaces import Cluster
 from node_resolver.auth import TokenFile
 
 from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
+from .agents.pod_names import PodNamePusher
 from .app import create_app
 from .auth import kubernetes_auth
 from .http.uvicorn_server import UvicornServer
@@ -109,6 +110,7 @@ class Services:
     pool: AgentPool
     metrics: Metrics
     app: Starlette
+    pod_names: PodNamePusher | None = None
 
 
 @contextlib.asynccontextmanager
@@ -133,12 +135,18 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
     )
     stop_pruning = cache.subscribe(departed.on_change)
+    # Agents learn their pods' names from the watch, so their history names pods.
+    pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop())
+    stop_naming = cache.subscribe(pod_names.on_change)
+    pod_names.start()
     _tune_gc_once_ready(cache)
     watcher.start()
     try:
-        yield Services(cache, watcher, pool, metrics, app)
+        yield Services(cache, watcher, pool, metrics, app, pod_names)
     finally:
         log.info("shutting down: closing agent channels and the Kubernetes watch")
+        stop_naming()
+        await pod_names.stop()
         stop_pruning()
         await pool.close()
         await asyncio.to_thread(watcher.stop)

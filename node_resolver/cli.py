@@ -13,14 +13,24 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from .address import split_host_port
 from .agent import running
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
+from .history.durations import parse_duration
+from .history.log import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_RETENTION,
+    HistoryLog,
+    HistorySettings,
+    read_boot_id,
+)
 from .nvml import NvmlGpuSource, NvmlUnavailableError
 from .pids import RESOLVER_KINDS, build_resolver
+from .pod_names import PodNames
 from .sampler import Sampler
 
 log = logging.getLogger("node_resolver")
@@ -51,6 +61,25 @@ def positive_seconds(value: str) -> float:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
     return seconds
+
+
+def duration_seconds(value: str) -> float:
+    """argparse type for a duration such as 30d or 12h, in seconds."""
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_bytes(value: str) -> int:
+    """argparse type for a positive number of bytes."""
+    try:
+        size = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected plain bytes, got {value!r}") from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return size
 
 
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +147,27 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         help="send each process's full command line (it can carry secrets)",
     )
     parser.add_argument(
+        "--history-dir",
+        metavar="DIR",
+        help="keep the occupancy log (who held which GPU, when) in a SQLite file here; "
+        "without it history is off",
+    )
+    parser.add_argument(
+        "--history-retention",
+        default=parse_duration(DEFAULT_RETENTION),
+        type=duration_seconds,
+        metavar="DURATION",
+        help=f"drop ended records older than this, e.g. 30d or 12h (default: {DEFAULT_RETENTION})",
+    )
+    parser.add_argument(
+        "--history-max-bytes",
+        default=DEFAULT_MAX_BYTES,
+        type=positive_bytes,
+        metavar="BYTES",
+        help="the log's size on disk, WAL included; the oldest records go first "
+        f"(default: {DEFAULT_MAX_BYTES})",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=str.upper,
@@ -168,22 +218,48 @@ def run_agent(args: argparse.Namespace) -> int:
         containerd_namespace=args.containerd_namespace,
         expose_cmdline=args.expose_cmdline,
     )
-    sampler = Sampler(source, resolver, node_name=args.node_name, interval=args.interval)
+    history = build_history(args)
+    sampler = Sampler(
+        source,
+        resolver,
+        node_name=args.node_name,
+        interval=args.interval,
+        on_scan=history.observe if history is not None else None,
+    )
     try:
-        return asyncio.run(_serve(sampler, args.listen, token))
+        return asyncio.run(_serve(sampler, args.listen, token, history))
     finally:
         sampler.stop()
         source.close()
         resolver.close()
 
 
-async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None) -> int:
+def build_history(args: argparse.Namespace) -> HistoryLog | None:
+    """The occupancy log the flags ask for; None without --history-dir."""
+    if not args.history_dir:
+        return None
+    settings = HistorySettings(
+        directory=Path(args.history_dir),
+        retention_seconds=args.history_retention,
+        max_bytes=args.history_max_bytes,
+    )
+    return HistoryLog(settings, boot_id=read_boot_id(args.proc_root), pod_names=PodNames())
+
+
+async def _serve(
+    sampler: Sampler,
+    listen: str,
+    token: Callable[[], str] | None,
+    history: HistoryLog | None = None,
+) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     try:
-        async with running(sampler, listen, token=token, grace=STOP_GRACE_SECONDS) as server:
+        async with running(
+            sampler, listen, token=token, grace=STOP_GRACE_SECONDS, history=history
+        ) as server:
             log.info(
                 LISTENING + "%s (node %s, scanning every %gs%s)",
                 server.address,

@@ -14,7 +14,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -45,6 +45,7 @@ class AgentClientLike(Protocol):
 
 
 ClientFactory = Callable[[str, "str | None"], AgentClientLike]
+T = TypeVar("T")
 
 
 # gRPC shares subchannels (connections) between channels to the same address
@@ -182,6 +183,33 @@ class AgentPool:
             log.warning("agent on node %s answers again", node_name)
             self._backoff.forget(node_name)
         return _Stamped(snapshot, self._clock())
+
+    async def call(
+        self, node_name: str, method: Callable[[AgentClientLike], Awaitable[T]], *, what: str
+    ) -> T:
+        """Run ``method`` on the node's agent channel (history, pod names).
+
+        Skips a node in backoff, as snapshots do, and turns every failure into
+        AgentUnavailableError; a failure here leaves the snapshot path's backoff
+        alone (a history call may fail for its own reasons, e.g. an old agent).
+        """
+        if self._closed:
+            raise AgentUnavailableError(node_name, "the agent pool is shut down")
+        blocked = self._backoff.blocked(node_name)
+        if blocked is not None:
+            error, left = blocked
+            raise AgentUnavailableError(node_name, f"{error} (next retry in {left:.1f} s)")
+        try:
+            address = self.discovery.address(node_name)
+        except AddressUnknownError as exc:
+            raise AgentUnavailableError(node_name, str(exc)) from None
+        client = await self._client_for(node_name, address)
+        try:
+            return await method(client)
+        except Exception as exc:
+            reason = f"{what}: {_describe(exc, self.timeout)} (agent at {address})"
+            log.debug("agent on node %s: %s", node_name, reason)
+            raise AgentUnavailableError(node_name, reason) from None
 
     async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
         token = self._token.current() if isinstance(self._token, TokenFile) else self._token

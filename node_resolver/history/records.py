@@ -1,0 +1,129 @@
+"""What the occupancy log holds and how it is asked: records, queries, usage rows."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+from dataclasses import dataclass
+
+__all__ = [
+    "GIB",
+    "HistoryQuery",
+    "OccupancyRecord",
+    "UsageGroup",
+    "UsageQuery",
+    "UsageRow",
+]
+
+GIB = float(1 << 30)
+
+
+@dataclass(slots=True)
+class OccupancyRecord:
+    """One process lifetime on one GPU (or MIG device), as accumulated scan by scan.
+
+    Memory and SM utilization are sampled and held: each scan's value counts
+    until the next scan, so the means are weighted by time, not by scans.
+    """
+
+    gpu_uuid: str
+    # "" when the process runs on the whole GPU.
+    mig_device_uuid: str
+    pid: int
+    # Clock ticks after boot; -1 when /proc did not give it.
+    start_ticks: int
+    boot_id: str
+    first_seen: float
+    last_seen: float
+    process_name: str = ""
+    container_id: str = ""
+    pod_uid: str = ""
+    pod_namespace: str = ""
+    pod_name: str = ""
+    container_name: str = ""
+    # True once the process left the GPU; its end is then ``last_seen``.
+    ended: bool = False
+    peak_memory_bytes: int = 0
+    last_memory_bytes: int | None = None
+    memory_byte_seconds: float = 0.0
+    memory_seconds: float = 0.0
+    last_sm_utilization: int | None = None
+    sm_percent_seconds: float = 0.0
+    sm_seconds: float = 0.0
+    allocation_verdict: str = ""
+    # The store's row id (0 until written); orders records that started together.
+    id: int = 0
+
+    @property
+    def device_uuid(self) -> str:
+        """The MIG device's UUID on a MIG slice, else the GPU's."""
+        return self.mig_device_uuid or self.gpu_uuid
+
+    @property
+    def end(self) -> float | None:
+        """When the process was last seen on the GPU; None while it runs."""
+        return self.last_seen if self.ended else None
+
+    @property
+    def mean_memory_bytes(self) -> float | None:
+        """Time-weighted mean GPU memory; the one reading when there was only one."""
+        if self.memory_seconds > 0:
+            return self.memory_byte_seconds / self.memory_seconds
+        return None if self.last_memory_bytes is None else float(self.last_memory_bytes)
+
+    @property
+    def mean_sm_utilization(self) -> float | None:
+        """Time-weighted mean SM utilization (percent), where NVML gave it."""
+        if self.sm_seconds > 0:
+            return self.sm_percent_seconds / self.sm_seconds
+        return None if self.last_sm_utilization is None else float(self.last_sm_utilization)
+
+    @property
+    def gpu_seconds(self) -> float:
+        """How long the process held the GPU, first seen to last seen."""
+        return max(0.0, self.last_seen - self.first_seen)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """Records overlapping [since, until), oldest first, after a page cursor."""
+
+    since: float
+    until: float | None = None
+    gpu_uuids: Collection[str] = ()
+    pod_uids: Collection[str] = ()
+    namespaces: Collection[str] = ()
+    limit: int = 500
+    # (first_seen, id) of the last record of the previous page.
+    after: tuple[float, int] | None = None
+
+
+class UsageGroup(enum.Enum):
+    """What usage rows are summed by."""
+
+    NAMESPACE = "NAMESPACE"
+    POD = "POD"
+    NODE = "NODE"
+    GPU = "GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageQuery:
+    """GPU-seconds and GiB-seconds over [since, until), summed by ``group_by``."""
+
+    since: float
+    until: float
+    group_by: frozenset[UsageGroup] = frozenset()
+    namespaces: Collection[str] = ()
+
+
+@dataclass(slots=True)
+class UsageRow:
+    """One group's sums; a key is None where the query did not group by it."""
+
+    namespace: str | None
+    pod_name: str | None
+    gpu_uuid: str | None
+    gpu_seconds: float
+    memory_gib_seconds: float
+    node_name: str | None = None
