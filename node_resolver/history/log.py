@@ -190,7 +190,7 @@ class HistoryLog:
         """Records overlapping the query's range (after a flush, so the latest scan counts)."""
         self.flush()
         with self._flush_lock:
-            return self.store.history(query, self._clock())
+            return self.store.history(query)
 
     def usage(self, query: UsageQuery) -> list[UsageRow]:
         """GPU- and GiB-seconds over the query's range, grouped."""

@@ -244,11 +244,13 @@ class HistoryStore:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def history(self, query: HistoryQuery, now: float) -> list[OccupancyRecord]:
+    def history(self, query: HistoryQuery) -> list[OccupancyRecord]:
         """Up to ``query.limit`` records overlapping the range, by (first seen, id)."""
-        until = query.until if query.until is not None else now + 1.0
-        where = ["o.first_seen < ?", "o.last_seen >= ?"]
-        args: list[Any] = [until, query.since]
+        where = ["o.last_seen >= ?"]
+        args: list[Any] = [query.since]
+        if query.until is not None:
+            where.append("o.first_seen < ?")
+            args.append(query.until)
         if query.after is not None:
             where.append("(o.first_seen > ? OR (o.first_seen = ? AND o.id > ?))")
             args += [query.after[0], query.after[0], query.after[1]]

@@ -14,7 +14,7 @@ import gc
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,9 @@ from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
 from node_resolver.agent import running as agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.history.log import HistoryLog, HistorySettings, read_boot_id
 from node_resolver.pids import CgroupResolver
+from node_resolver.pod_names import PodNames
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
 
@@ -102,14 +104,23 @@ class AgentNode:
         procs: Sequence[Proc] = (),
         token: str | None = None,
         interval: float = 0.1,
+        history: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
+        # The sampler's clock: what the occupancy log takes for "now".
+        self.clock = clock
         self.ip = ip
         self.token = token
         self.interval = interval
         self.dir = workdir / name
         self.proc_root = self.dir / "proc"
         self.proc_root.mkdir(parents=True, exist_ok=True)
+        # With history on: the occupancy log's directory, and the log while running.
+        self.history_dir: Path | None = self.dir / "history" if history else None
+        self.history: HistoryLog | None = None
+        if history:
+            self.set_boot_id("boot-1")
         self.nvml_path = self.dir / "nvml.json"
         self.port = 0
         self.gpus = list(gpus)
@@ -146,6 +157,12 @@ class AgentNode:
         """Make ``pid`` exit."""
         remove_process(self.proc_root, pid)
 
+    def set_boot_id(self, boot_id: str) -> None:
+        """Write the node's boot ID (a new one is a reboot, to the occupancy log)."""
+        path = self.proc_root / "sys" / "kernel" / "random" / "boot_id"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(boot_id + "\n")
+
     def write_gpus(self, gpus: Sequence[Gpu] | None = None) -> None:
         """(Re)write the fake NVML file; the agent picks changes up on its next scan."""
         if gpus is not None:
@@ -161,17 +178,35 @@ class AgentNode:
 
     async def start(self) -> None:
         """Start serving and sampling; returns once sampled. A restart reuses the port."""
+        history = None
+        if self.history_dir is not None:
+            settings = HistorySettings(self.history_dir, retention_seconds=30 * 86400.0,
+                                       flush_interval=0.2)  # fmt: skip
+            history = HistoryLog(
+                settings,
+                boot_id=read_boot_id(str(self.proc_root)),
+                pod_names=PodNames(),
+                clock=self.clock,
+            )
+        self.history = history
         sampler = Sampler(
             FakeGpuSource(self.nvml_path),
             CgroupResolver(proc_root=str(self.proc_root)),
             node_name=self.name,
             interval=self.interval,
+            clock=self.clock,
+            on_scan=history.observe if history is not None else None,
         )
         stack = contextlib.AsyncExitStack()
         # grace=None: stopping is like a killed process, connections drop at once.
         server = await stack.enter_async_context(
             agent_running(
-                sampler, f"{self.ip}:{self.port}", token=self.token, grace=None, join_timeout=5.0
+                sampler,
+                f"{self.ip}:{self.port}",
+                token=self.token,
+                grace=None,
+                join_timeout=5.0,
+                history=history,
             )
         )
         if not await asyncio.to_thread(sampler.wait_ready, 10.0):
@@ -310,11 +345,13 @@ class GraphTestCluster:
     /proc tree and fake NVML file, so the agent maps them to those pods.
     """
 
-    def __init__(self, workdir: Path, *, token: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, token: str | None = None, history: bool = False) -> None:
         from api.demo.cluster import StubApiServer
 
         self.workdir = workdir
         self.token = token
+        # Agents keep an occupancy log (in their node's directory).
+        self.history = history
         self.stub = StubApiServer(bookmark_interval=0.5)
         self.agents: dict[str, AgentNode] = {}
         self.kubeconfig = workdir / "kubeconfig"
@@ -327,7 +364,9 @@ class GraphTestCluster:
         from api.demo.cluster.manifests import make_node
 
         ip = node_ips(len(self.agents) + 1)[-1]
-        agent = AgentNode(name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token)
+        agent = AgentNode(
+            name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token, history=self.history
+        )
         self.agents[name] = agent
         self.stub.add_node(make_node(name, ip, gpus=len(gpus)))
         return agent
@@ -409,7 +448,9 @@ async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterat
         gc.set_threshold(*thresholds)
 
 
-def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestCluster:
+def standard_cluster(
+    workdir: Path, *, token: str | None = None, history: bool = False
+) -> GraphTestCluster:
     """The cluster most server tests use (not yet started).
 
     - node-0: GPU-node-0-0 shared by ml/worker-0 (PID 1001, 3 GiB) and
@@ -423,7 +464,7 @@ def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestClu
     """
     from api.demo.cluster.manifests import pod_uid_for
 
-    cluster = GraphTestCluster(workdir, token=token)
+    cluster = GraphTestCluster(workdir, token=token, history=history)
     worker0 = pod_uid_for("ml", "worker-0")
     worker1 = pod_uid_for("ml", "worker-1")
     trainer = pod_uid_for("team-b", "trainer-0")
