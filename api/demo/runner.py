@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import errno
 import logging
 import os
@@ -42,6 +43,15 @@ from ..http.uvicorn_server import UvicornServer
 from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document
+from .history import (
+    DELETED_POD,
+    FINISHED_POD,
+    HISTORY_QUERY,
+    backfill,
+    deleted_pod_uid,
+    history_log,
+    with_deleted_pod,
+)
 from .proc_tree import write_proc_tree
 from .queries import example_queries
 from .scenario import MIN_GPUS, MIN_NODES, DemoCluster, DemoNode, build_cluster
@@ -190,6 +200,7 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
         serving = asyncio.create_task(demo.serve(), name="gpugraph-server")
         url = await demo.wait_ready(serving)
         if url is not None:
+            await demo.delete_running_pod()
             print(demo.banner(url), file=stream, flush=True)
         await asyncio.wait({serving}, timeout=None)
         if not demo.stopping.is_set():
@@ -251,7 +262,9 @@ class Demo:
 
     def __post_init__(self) -> None:
         try:
-            self.cluster = build_cluster(self.config.nodes, self.config.gpus_per_node)
+            cluster = build_cluster(self.config.nodes, self.config.gpus_per_node)
+            # History's scenario: a pod that is deleted while its process runs.
+            self.cluster = with_deleted_pod(cluster)
         except ValueError as exc:
             raise DemoError(str(exc)) from None
 
@@ -321,11 +334,16 @@ class Demo:
         write_proc_tree(proc_root, node.processes)
         nvml = workdir / "nvml.json"
         write_fake_nvml(nvml, fake_nvml_document(node, 0.0))
+        # Each agent keeps its occupancy log in the demo's temp dir; the first has a past.
+        history = history_log(workdir, proc_root)
+        if node is self.cluster.nodes[0]:
+            await asyncio.to_thread(backfill, history, self.cluster)
         sampler = Sampler(
             FakeGpuSource(nvml),
             build_resolver("cgroup", proc_root=str(proc_root)),
             node_name=node.name,
             interval=self.config.interval,
+            on_scan=history.observe,
         )
         server = await self._agent_steps.enter_async_context(
             _closing_source(
@@ -336,6 +354,7 @@ class Demo:
                     token=token,
                     grace=0.5,
                     join_timeout=5.0,
+                    history=history,
                 ),
             )
         )
@@ -351,6 +370,21 @@ class Demo:
                     write_fake_nvml(agent.workdir / "nvml.json", fake_nvml_document(agent.node, t))
                 except OSError as exc:
                     log.warning("cannot update the fake GPUs of %s: %s", agent.node.name, exc)
+
+    async def delete_running_pod(self) -> None:
+        """Delete the history scenario's pod while it runs, once its agent knows its name."""
+        uid = deleted_pod_uid(self.cluster)
+        first = self.cluster.nodes[0].name
+        agent = next((a for a in self.agents if a.node.name == first), None)
+        if agent is None or self.api is None:
+            return
+        deadline = time.monotonic() + READY_TIMEOUT
+        while agent.server.pod_names.get(uid) is None:
+            if time.monotonic() > deadline or self.stopping.is_set():
+                log.warning("the agent of %s was not told the pod names in time", first)
+                break
+            await asyncio.sleep(0.1)
+        self.api.delete_pod(*DELETED_POD)
 
     def settings(self) -> Settings:
         """The server's settings: node-ip discovery of the agents, the token, the stub cluster."""
@@ -463,10 +497,19 @@ class Demo:
             f"  no pod        PID {orphan_pid} on {orphan_node} holds GPU memory outside any pod",
             f"  unrequested   pod {'/'.join(cluster.unrequested)} uses a GPU it never requested",
             f"  agent down    {cluster.down_node}: its gpus are null, with an error naming it",
+            f"  history       pod {'/'.join(FINISHED_POD)} finished an hour ago and "
+            f"{'/'.join(DELETED_POD)} was deleted while running, both on {shared_node}'s GPU 1",
         ]
         lines += ["", "Paste one of these into GraphiQL:", ""]
         for n, query in enumerate(example_queries(cluster), 1):
             lines += [f"--- example {n} ---", query, ""]
+        since = datetime.datetime.fromtimestamp(time.time() - 86400, datetime.UTC)
+        history_gpu = cluster.nodes[0].gpus[1].uuid
+        lines += [
+            "--- history ---",
+            HISTORY_QUERY.format(uuid=history_gpu, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            "",
+        ]
         lines.append("Press Ctrl-C to stop.")
         return "\n".join(lines)
 
