@@ -19,7 +19,7 @@ from graphql import GraphQLError
 from node_resolver.models import NodeSnapshot
 
 from .errors import NodeSampleError, ResultBudgetError
-from .interfaces import Cluster, Received, SnapshotSource
+from .interfaces import Cluster, HistorySource, Received, SnapshotSource
 from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .records import NodeRecord, PodRecord
 from .scope import EVERYTHING, Scope, Viewer
@@ -53,6 +53,10 @@ class GraphContext:
         self._visible_nodes: tuple[frozenset[str] | None] | None = None
         self._scoped: dict[str, tuple[list[Gpu], list[Gpu]]] = {}
         self.snapshots = snapshots
+        # The pool reads the agents' occupancy logs too; other sources have no history.
+        self.history: HistorySource | None = (
+            snapshots if isinstance(snapshots, HistorySource) else None
+        )
         self.state = state
         self.request = request
         self.response = response

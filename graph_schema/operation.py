@@ -15,7 +15,7 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
-from .interfaces import Cluster, Received, SnapshotSource
+from .interfaces import Cluster, HistorySource, Received, SnapshotSource
 from .records import NodeRecord, PodRecord
 from .scope import Scope
 
@@ -35,6 +35,11 @@ class Operation(Protocol[GpuT]):
     @property
     def snapshots(self) -> SnapshotSource:
         """The agents' snapshots."""
+        ...
+
+    @property
+    def history(self) -> HistorySource | None:
+        """The agents' occupancy logs; None where the server cannot read them."""
         ...
 
     @property
@@ -61,6 +66,10 @@ class Operation(Protocol[GpuT]):
 
     def charge(self, items: int) -> None:
         """Count ``items`` more result objects; ResultBudgetError past the server's limit."""
+        ...
+
+    async def pace(self) -> None:
+        """Let other requests run when this operation has held the loop long enough."""
         ...
 
     async def received(self, node_name: str) -> Received:

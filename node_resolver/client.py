@@ -14,7 +14,7 @@ from grpc import aio
 from .auth import bearer_metadata
 from .codec import snapshot_from_proto
 from .generated import agent_pb2, agent_pb2_grpc
-from .history.records import HistoryQuery, OccupancyRecord, UsageGroup, UsageRow
+from .history.records import HistoryPage, HistoryQuery, UsageGroup, UsageRow
 from .history_codec import (
     pod_names_requests,
     record_from_proto,
@@ -53,20 +53,26 @@ class AgentClient:
 
     async def get_history(
         self, query: HistoryQuery, *, page_token: str = "", timeout: float
-    ) -> tuple[list[OccupancyRecord], str, str]:
-        """One page of the agent's occupancy log: (records, next page token, log status)."""
+    ) -> HistoryPage:
+        """One page of the agent's occupancy log."""
         request = agent_pb2.GetHistoryRequest(
             since=query.since,
             until=query.until,
             gpu_uuids=list(query.gpu_uuids),
             pod_uids=list(query.pod_uids),
             namespaces=list(query.namespaces),
+            pod_names=list(query.pod_names),
             limit=query.limit,
             page_token=page_token,
         )
         reply = await self._stub.GetHistory(request, timeout=timeout, metadata=self._metadata)
-        records = [record_from_proto(record) for record in reply.records]
-        return records, reply.next_page_token, reply.status
+        return HistoryPage(
+            node_name=reply.node_name,
+            records=[record_from_proto(record) for record in reply.records],
+            cursors=[record.cursor for record in reply.records],
+            next_page_token=reply.next_page_token,
+            status=reply.status,
+        )
 
     async def get_usage(
         self,

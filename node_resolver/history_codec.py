@@ -94,6 +94,7 @@ def history_query_from_proto(request: agent_pb2.GetHistoryRequest) -> HistoryQue
         gpu_uuids=_values("gpu_uuids", list(request.gpu_uuids)),
         pod_uids=_values("pod_uids", list(request.pod_uids)),
         namespaces=_values("namespaces", list(request.namespaces)),
+        pod_names=_values("pod_names", list(request.pod_names)),
         limit=min(request.limit, MAX_PAGE) if request.limit else DEFAULT_PAGE,
         after=_cursor(request.page_token),
     )
@@ -148,6 +149,7 @@ def record_to_proto(record: OccupancyRecord) -> agent_pb2.HistoryRecord:
         mean_memory_bytes=record.mean_memory_bytes,
         mean_sm_utilization=record.mean_sm_utilization,
         allocation_verdict=record.allocation_verdict,
+        cursor=page_token(record),
     )
 
 

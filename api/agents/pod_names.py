@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # How long changes gather before a push: pods start in bursts.
 BATCH_SECONDS = 0.5
 RESYNC_SECONDS = 300.0
+# A node whose push failed is tried again (its full set) after this long.
+RETRY_SECONDS = 3.0
 # Nodes pushed to at once.
 CONCURRENCY = 32
 
@@ -172,7 +174,7 @@ class PodNamePusher:
         try:
             await self._pool.call(node, put, what="PutPodNames")
         except AgentUnavailableError as exc:
-            # The periodic resync (or the agent's next event) tries again.
-            log.debug("pod names not pushed: %s", exc)
+            log.debug("pod names not pushed, retrying in %gs: %s", RETRY_SECONDS, exc)
+            self._loop.call_later(RETRY_SECONDS, self._mark, node, None)
             return
         self.pushed += len(names)

@@ -20,6 +20,13 @@ import grpc
 
 from graph_schema.interfaces import AgentUnavailableError, Received
 from node_resolver.auth import TokenFile
+from node_resolver.history.records import (
+    HistoryPage,
+    HistoryQuery,
+    UsageGroup,
+    UsageQuery,
+    UsageRow,
+)
 from node_resolver.models import NodeSnapshot
 
 from ..backoff import Backoff
@@ -41,6 +48,28 @@ class AgentClientLike(Protocol):
 
     def close(self) -> Awaitable[None] | None:
         """Close the channel."""
+        ...
+
+
+class HistoryClientLike(Protocol):
+    """What history reads need from an agent client (node_resolver.client.AgentClient)."""
+
+    async def get_history(
+        self, query: HistoryQuery, *, page_token: str = "", timeout: float
+    ) -> HistoryPage:
+        """One GetHistory page."""
+        ...
+
+    async def get_usage(
+        self,
+        since: float,
+        until: float | None,
+        group_by: frozenset[UsageGroup],
+        namespaces: list[str],
+        *,
+        timeout: float,
+    ) -> tuple[list[UsageRow], str]:
+        """One GetUsage call."""
         ...
 
 
@@ -210,6 +239,30 @@ class AgentPool:
             reason = f"{what}: {_describe(exc, self.timeout)} (agent at {address})"
             log.debug("agent on node %s: %s", node_name, reason)
             raise AgentUnavailableError(node_name, reason) from None
+
+    async def history_page(
+        self, node_name: str, query: HistoryQuery, page_token: str = ""
+    ) -> HistoryPage:
+        """One page of the node's occupancy log (graph_schema's HistorySource)."""
+        timeout = self.timeout
+
+        async def get(client: AgentClientLike) -> HistoryPage:
+            reader: HistoryClientLike = client  # type: ignore[assignment]
+            return await reader.get_history(query, page_token=page_token, timeout=timeout)
+
+        return await self.call(node_name, get, what="GetHistory")
+
+    async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
+        """The node's usage sums, grouped on the agent (graph_schema's HistorySource)."""
+        timeout = self.timeout
+
+        async def get(client: AgentClientLike) -> tuple[list[UsageRow], str]:
+            reader: HistoryClientLike = client  # type: ignore[assignment]
+            return await reader.get_usage(
+                query.since, query.until, query.group_by, list(query.namespaces), timeout=timeout
+            )
+
+        return await self.call(node_name, get, what="GetUsage")
 
     async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
         token = self._token.current() if isinstance(self._token, TokenFile) else self._token

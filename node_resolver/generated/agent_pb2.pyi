@@ -138,7 +138,7 @@ class Process(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[_Union[ProcessType, str]] = ..., used_memory_bytes: _Optional[int] = ..., sm_utilization: _Optional[int] = ..., container_id: _Optional[str] = ..., pod_uid: _Optional[str] = ..., runtime: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., cmdline: _Optional[str] = ...) -> None: ...
 
 class GetHistoryRequest(_message.Message):
-    __slots__ = ("since", "until", "gpu_uuids", "pod_uids", "namespaces", "limit", "page_token")
+    __slots__ = ("since", "until", "gpu_uuids", "pod_uids", "namespaces", "limit", "page_token", "pod_names")
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class GetHistoryRequest(_message.Message):
     NAMESPACES_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    POD_NAMES_FIELD_NUMBER: _ClassVar[int]
     since: float
     until: float
     gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
@@ -153,10 +154,11 @@ class GetHistoryRequest(_message.Message):
     namespaces: _containers.RepeatedScalarFieldContainer[str]
     limit: int
     page_token: str
-    def __init__(self, since: _Optional[float] = ..., until: _Optional[float] = ..., gpu_uuids: _Optional[_Iterable[str]] = ..., pod_uids: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    pod_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, since: _Optional[float] = ..., until: _Optional[float] = ..., gpu_uuids: _Optional[_Iterable[str]] = ..., pod_uids: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., pod_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HistoryRecord(_message.Message):
-    __slots__ = ("gpu_uuid", "mig_device_uuid", "pid", "process_name", "container_id", "pod_uid", "pod_namespace", "pod_name", "container_name", "first_seen", "last_seen", "ended", "peak_memory_bytes", "mean_memory_bytes", "mean_sm_utilization", "allocation_verdict")
+    __slots__ = ("gpu_uuid", "mig_device_uuid", "pid", "process_name", "container_id", "pod_uid", "pod_namespace", "pod_name", "container_name", "first_seen", "last_seen", "ended", "peak_memory_bytes", "mean_memory_bytes", "mean_sm_utilization", "allocation_verdict", "cursor")
     GPU_UUID_FIELD_NUMBER: _ClassVar[int]
     MIG_DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +175,7 @@ class HistoryRecord(_message.Message):
     MEAN_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEAN_SM_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     ALLOCATION_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
     gpu_uuid: str
     mig_device_uuid: str
     pid: int
@@ -189,7 +192,8 @@ class HistoryRecord(_message.Message):
     mean_memory_bytes: float
     mean_sm_utilization: float
     allocation_verdict: str
-    def __init__(self, gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., pid: _Optional[int] = ..., process_name: _Optional[str] = ..., container_id: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., container_name: _Optional[str] = ..., first_seen: _Optional[float] = ..., last_seen: _Optional[float] = ..., ended: _Optional[bool] = ..., peak_memory_bytes: _Optional[int] = ..., mean_memory_bytes: _Optional[float] = ..., mean_sm_utilization: _Optional[float] = ..., allocation_verdict: _Optional[str] = ...) -> None: ...
+    cursor: str
+    def __init__(self, gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., pid: _Optional[int] = ..., process_name: _Optional[str] = ..., container_id: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., container_name: _Optional[str] = ..., first_seen: _Optional[float] = ..., last_seen: _Optional[float] = ..., ended: _Optional[bool] = ..., peak_memory_bytes: _Optional[int] = ..., mean_memory_bytes: _Optional[float] = ..., mean_sm_utilization: _Optional[float] = ..., allocation_verdict: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
 
 class HistoryPage(_message.Message):
     __slots__ = ("node_name", "records", "next_page_token", "status")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "GIB",
+    "HistoryPage",
     "HistoryQuery",
     "OccupancyRecord",
     "UsageGroup",
@@ -84,6 +85,20 @@ class OccupancyRecord:
         return max(0.0, self.last_seen - self.first_seen)
 
 
+@dataclass(slots=True)
+class HistoryPage:
+    """One page of an agent's log as the server receives it."""
+
+    node_name: str
+    records: list[OccupancyRecord]
+    # For each record, the page token that resumes right after it.
+    cursors: list[str]
+    # Empty on the last page.
+    next_page_token: str
+    # "ok", "off" or what is wrong with the agent's log.
+    status: str
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryQuery:
     """Records overlapping [since, until), oldest first, after a page cursor."""
@@ -93,6 +108,7 @@ class HistoryQuery:
     gpu_uuids: Collection[str] = ()
     pod_uids: Collection[str] = ()
     namespaces: Collection[str] = ()
+    pod_names: Collection[str] = ()
     limit: int = 500
     # (first_seen, id) of the last record of the previous page.
     after: tuple[float, int] | None = None

@@ -258,6 +258,7 @@ class HistoryStore:
         _within(where, args, "o.pod_uid IN ({})", query.pod_uids)
         _within(where, args, "COALESCE(NULLIF(o.pod_namespace, ''), p.namespace) IN ({})",
                 query.namespaces)  # fmt: skip
+        _within(where, args, "COALESCE(NULLIF(o.pod_name, ''), p.name) IN ({})", query.pod_names)
         sql = _SELECT + " WHERE " + " AND ".join(where) + " ORDER BY o.first_seen, o.id LIMIT ?"
         args.append(query.limit)
         with self._lock:

@@ -23,9 +23,9 @@ PID = 5001
 
 async def history_of(agent: AgentNode) -> list[OccupancyRecord]:
     async with AgentClient(agent.address) as client:
-        records, _, status = await client.get_history(HistoryQuery(since=0.0), timeout=10)
-    assert status == "ok"
-    return records
+        page = await client.get_history(HistoryQuery(since=0.0), timeout=10)
+    assert page.status == "ok"
+    return page.records
 
 
 @pytest.fixture
@@ -128,10 +128,10 @@ async def test_a_corrupt_database_is_reported_while_live_snapshots_work(tmp_path
     try:
         async with AgentClient(agent.address) as client:
             snapshot = await client.get_snapshot(timeout=10)
-            records, _, status = await client.get_history(HistoryQuery(since=0.0), timeout=10)
+            page = await client.get_history(HistoryQuery(since=0.0), timeout=10)
         assert [p.pid for p in snapshot.sample.gpus[0].processes] == [PID]
         assert snapshot.history_status is not None
         assert "file is not a database" in snapshot.history_status
-        assert "file is not a database" in status and records == []
+        assert "file is not a database" in page.status and page.records == []
     finally:
         await cluster.stop()
