@@ -38,6 +38,8 @@ class PodNames:
         self._by_uid: dict[str, PodName] = {}
         self._changed: dict[str, PodName] = {}
         self._max_pods = max_pods
+        # Bumped by every change, so readers can tell when to look names up again.
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -57,6 +59,8 @@ class PodNames:
                 self._by_uid[pod.uid] = pod
                 self._changed[pod.uid] = pod
                 changed += 1
+            if changed:
+                self.version += 1
             while len(self._by_uid) > self._max_pods:
                 del self._by_uid[next(iter(self._by_uid))]
         return changed
@@ -66,6 +70,7 @@ class PodNames:
         with self._lock:
             for pod in pods:
                 self._by_uid.setdefault(pod.uid, pod)
+            self.version += 1
 
     def drain_changed(self) -> list[PodName]:
         """The names changed since the last drain (to persist them), forgetting them."""

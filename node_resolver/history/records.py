@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -45,6 +46,7 @@ class OccupancyRecord:
     # True once the process left the GPU; its end is then ``last_seen``.
     ended: bool = False
     peak_memory_bytes: int = 0
+    # The reading held since ``memory_since``; the integrals cover the time before it.
     last_memory_bytes: int | None = None
     memory_byte_seconds: float = 0.0
     memory_seconds: float = 0.0
@@ -54,6 +56,40 @@ class OccupancyRecord:
     allocation_verdict: str = ""
     # The store's row id (0 until written); orders records that started together.
     id: int = 0
+    # When the held readings began (the integrals stop there); NaN: at last_seen.
+    memory_since: float = math.nan
+    sm_since: float = math.nan
+
+    def settle_memory(self, now: float) -> None:
+        """Fold the held memory reading into its integral up to ``now`` (it changes then)."""
+        since = self.memory_since
+        held = self.last_memory_bytes
+        if held is not None and since == since and now > since:
+            self.memory_byte_seconds += held * (now - since)
+            self.memory_seconds += now - since
+        self.memory_since = now
+
+    def settle_sm(self, now: float) -> None:
+        """Fold the held SM reading into its integral up to ``now`` (it changes then)."""
+        since = self.sm_since
+        held = self.last_sm_utilization
+        if held is not None and since == since and now > since:
+            self.sm_percent_seconds += held * (now - since)
+            self.sm_seconds += now - since
+        self.sm_since = now
+
+    def settle(self) -> None:
+        """Fold the held readings into the integrals, up to last_seen."""
+        seen = self.last_seen
+        since = self.memory_since
+        if since == since and self.last_memory_bytes is not None and seen > since:
+            self.memory_byte_seconds += self.last_memory_bytes * (seen - since)
+            self.memory_seconds += seen - since
+        since = self.sm_since
+        if since == since and self.last_sm_utilization is not None and seen > since:
+            self.sm_percent_seconds += self.last_sm_utilization * (seen - since)
+            self.sm_seconds += seen - since
+        self.memory_since = self.sm_since = seen
 
     @property
     def device_uuid(self) -> str:
@@ -68,21 +104,34 @@ class OccupancyRecord:
     @property
     def mean_memory_bytes(self) -> float | None:
         """Time-weighted mean GPU memory; the one reading when there was only one."""
-        if self.memory_seconds > 0:
-            return self.memory_byte_seconds / self.memory_seconds
-        return None if self.last_memory_bytes is None else float(self.last_memory_bytes)
+        return _mean(
+            self.memory_byte_seconds, self.memory_seconds, self.last_memory_bytes,
+            self.memory_since, self.last_seen,
+        )  # fmt: skip
 
     @property
     def mean_sm_utilization(self) -> float | None:
         """Time-weighted mean SM utilization (percent), where NVML gave it."""
-        if self.sm_seconds > 0:
-            return self.sm_percent_seconds / self.sm_seconds
-        return None if self.last_sm_utilization is None else float(self.last_sm_utilization)
+        return _mean(
+            self.sm_percent_seconds, self.sm_seconds, self.last_sm_utilization,
+            self.sm_since, self.last_seen,
+        )  # fmt: skip
 
     @property
     def gpu_seconds(self) -> float:
         """How long the process held the GPU, first seen to last seen."""
         return max(0.0, self.last_seen - self.first_seen)
+
+
+def _mean(
+    integral: float, seconds: float, held: int | None, since: float, last_seen: float
+) -> float | None:
+    if held is not None and since == since and last_seen > since:
+        integral += held * (last_seen - since)
+        seconds += last_seen - since
+    if seconds > 0:
+        return integral / seconds
+    return None if held is None else float(held)
 
 
 @dataclass(slots=True)

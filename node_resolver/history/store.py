@@ -31,6 +31,8 @@ DB_NAME = "history.sqlite"
 SCHEMA_VERSION = "1"
 # Files below this are never pruned for size: SQLite's own overhead lives here.
 _SIZE_FLOOR = 64 * 1024
+# The WAL is checkpointed and cut back at this size (or an eighth of the bound).
+_WAL_BYTES = 1 << 20
 # Pruning for size deletes this share of the ended records per round.
 _PRUNE_SHARE = 0.1
 
@@ -111,10 +113,11 @@ class HistoryStore:
                     raise sqlite3.OperationalError(f"cannot use WAL mode (got {mode})")
                 db.execute("PRAGMA synchronous = NORMAL")
                 page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
-                # Checkpoint often enough that the WAL alone stays well inside the bound.
-                pages = max(16, min(1000, self.max_bytes // page_size // 8))
-                db.execute(f"PRAGMA wal_autocheckpoint = {pages}")
-                db.execute(f"PRAGMA journal_size_limit = {max(_SIZE_FLOOR, self.max_bytes // 8)}")
+                # Checkpoint often enough that the WAL alone stays well inside the bound (and
+                # small: at most 1 MiB, a few minutes of a busy node's flushes).
+                wal_bytes = max(_SIZE_FLOOR, min(_WAL_BYTES, self.max_bytes // 8))
+                db.execute(f"PRAGMA wal_autocheckpoint = {max(16, wal_bytes // page_size)}")
+                db.execute(f"PRAGMA journal_size_limit = {wal_bytes}")
                 db.executescript(_SCHEMA)
                 db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)",

@@ -39,6 +39,7 @@ class OccupancyTracker:
         self._lock = threading.Lock()
         self._open: dict[Key, OccupancyRecord] = {}
         self._ended: list[OccupancyRecord] = []
+        self._names_version = -1
 
     @property
     def open_count(self) -> int:
@@ -49,6 +50,8 @@ class OccupancyTracker:
         """Continue records left open by a previous run on this boot."""
         with self._lock:
             for record in records:
+                # The stored integrals run up to last_seen; the held readings go on from there.
+                record.memory_since = record.sm_since = record.last_seen
                 self._open[(record.device_uuid, record.pid, record.start_ticks)] = record
 
     def observe(self, snapshot: NodeSnapshot) -> None:
@@ -60,43 +63,54 @@ class OccupancyTracker:
         names = self._pod_names
         verdict_of = self._verdict_of
         opened: dict[Key, OccupancyRecord] = self._open
+        get = opened.get
         seen: set[Key] = set()
+        add = seen.add
+        # Unnamed records are looked up again only when new names arrived.
+        version = names.version if names is not None else 0
+        rename = names is not None and version != self._names_version
+        self._names_version = version
         # Processes on GPUs that failed this scan stay open, unseen.
         blind: set[str] = set()
         with self._lock:
             for gpu in sample.gpus:
+                uuid = gpu.uuid
                 if gpu.error is not None or "processes" in gpu.field_errors:
-                    blind.add(gpu.uuid)
+                    blind.add(uuid)
                     continue
                 for process in gpu.processes:
-                    device = process.mig_device_uuid or gpu.uuid
-                    start = process.start_time if process.start_time is not None else -1
-                    key = (device, process.pid, start)
-                    seen.add(key)
-                    memory = process.used_memory_bytes
-                    sm = process.sm_utilization
-                    record = opened.get(key)
+                    start = process.start_time
+                    if start is None:
+                        start = -1
+                    key = (process.mig_device_uuid or uuid, process.pid, start)
+                    add(key)
+                    record = get(key)
                     if record is None:
-                        record = self._open_record(gpu.uuid, process, start, now, names)
+                        record = self._open_record(uuid, process, start, now, names)
                         opened[key] = record
                     else:
-                        elapsed = now - record.last_seen
-                        if elapsed > 0:
-                            if record.last_memory_bytes is not None:
-                                record.memory_byte_seconds += record.last_memory_bytes * elapsed
-                                record.memory_seconds += elapsed
-                            if record.last_sm_utilization is not None:
-                                record.sm_percent_seconds += record.last_sm_utilization * elapsed
-                                record.sm_seconds += elapsed
-                            record.last_seen = now
-                        if not record.pod_name and record.pod_uid and names is not None:
-                            _name(record, names)
-                    record.last_memory_bytes = memory
-                    if memory is not None and memory > record.peak_memory_bytes:
-                        record.peak_memory_bytes = memory
-                    record.last_sm_utilization = sm
+                        # A reading counts from the scan that saw it until the next change.
+                        memory = process.used_memory_bytes
+                        if memory != record.last_memory_bytes:
+                            record.settle_memory(now)
+                            record.last_memory_bytes = memory
+                            if memory is not None and memory > record.peak_memory_bytes:
+                                record.peak_memory_bytes = memory
+                        sm = process.sm_utilization
+                        held = record.last_sm_utilization
+                        if sm != held:
+                            # settle_sm, inlined: SM readings change nearly every scan.
+                            since = record.sm_since
+                            if held is not None and now > since:
+                                record.sm_percent_seconds += held * (now - since)
+                                record.sm_seconds += now - since
+                            record.sm_since = now
+                            record.last_sm_utilization = sm
+                        record.last_seen = now
+                        if rename and not record.pod_name and record.pod_uid:
+                            _name(record, names)  # type: ignore[arg-type]
                     if verdict_of is not None:
-                        verdict = verdict_of(gpu.uuid, process)
+                        verdict = verdict_of(uuid, process)
                         if verdict:
                             record.allocation_verdict = verdict
             if len(seen) != len(opened):
@@ -122,6 +136,11 @@ class OccupancyTracker:
             process_name=process.name or "",
             container_id=container.container_id if container is not None else "",
             pod_uid=(container.pod_uid or "") if container is not None else "",
+            peak_memory_bytes=process.used_memory_bytes or 0,
+            last_memory_bytes=process.used_memory_bytes,
+            last_sm_utilization=process.sm_utilization,
+            memory_since=now,
+            sm_since=now,
         )
         if record.pod_uid and names is not None:
             _name(record, names)
@@ -149,7 +168,11 @@ class OccupancyTracker:
         with self._lock:
             ended, self._ended = self._ended, []
             # Copies: the scan thread keeps updating the open ones while they are written.
-            return ended + [_copy(record) for record in self._open.values()]
+            copies = [_copy(record) for record in self._open.values()]
+        for record in ended + copies:
+            # What is written holds the integrals up to last_seen.
+            record.settle()
+        return ended + copies
 
     def undrain(self, records: list[OccupancyRecord]) -> None:
         """Put back ended records whose write failed, so the next flush retries them."""

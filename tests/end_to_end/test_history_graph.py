@@ -25,7 +25,8 @@ EVERY_HISTORY_PATH = f"""
   gpuHistory(since: "{SINCE}", first: 1000) {{ edges {{ cursor node {{ {RECORD} }} }}
     pageInfo {{ hasNextPage endCursor }} }}
   byNamespace: gpuUsage(since: "{SINCE}", groupBy: [NAMESPACE]) {{ namespace gpuSeconds }}
-  byGpu: gpuUsage(since: "{SINCE}", groupBy: [GPU, NODE]) {{ namespace gpuUuid nodeName gpuSeconds }}
+  byGpu: gpuUsage(since: "{SINCE}", groupBy: [GPU, NODE]) {{
+    namespace gpuUuid nodeName gpuSeconds }}
   ml: gpuHistory(since: "{SINCE}", namespace: "ml") {{ edges {{ node {{ pid }} }} }}
 }}
 """
@@ -59,6 +60,10 @@ async def tenants(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
     await cluster.start()
     yield cluster
     await cluster.stop()
+
+
+STATUS_QUERY = f"""{{ nodes {{ name historyStatus gpus {{ processes {{ pid }} }} }}
+  gpuHistory(since: "{SINCE}") {{ edges {{ node {{ pid }} }} }} }}"""
 
 
 async def ask(server: Served, query: str, token: str | None = None) -> dict[str, Any]:
@@ -175,7 +180,7 @@ async def test_history_off_and_a_corrupt_log_are_reported_while_live_data_works(
         async with serving(cluster.settings()) as server:
             body = await ask(
                 server,
-                f'{{ nodes {{ name historyStatus gpus {{ processes {{ pid }} }} }} gpuHistory(since: "{SINCE}") {{ edges {{ node {{ pid }} }} }} }}',
+                STATUS_QUERY,
             )
     finally:
         await cluster.stop()
