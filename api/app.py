@@ -13,9 +13,9 @@ from starlette.types import Lifespan
 from graph_schema import build_schema
 from graph_schema.cache_status import cache_age
 from graph_schema.interfaces import Cluster, SnapshotSource
-from graph_schema.scope import EVERYTHING, Scope
+from graph_schema.visibility import VisibleCluster
 
-from .auth import AuthMiddleware, KubernetesAuth, caller_of
+from .auth import AuthMiddleware, KubernetesAuth, request_scope
 from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
 from .gpu_metrics import GpuMetricsExporter
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
@@ -110,15 +110,10 @@ def create_app(
         gpus = await gpu_metrics.render()
         return await exposition_response(request, metrics.render() + gpus)
 
-    def scope_of(request: Request) -> Scope:
-        if auth is None:
-            return EVERYTHING
-        caller = caller_of(request)
-        return Scope() if caller is None else caller.scope
+    def view_of(request: Request) -> VisibleCluster:
+        return VisibleCluster(cluster, request_scope(request, auth))
 
-    gpu_pods = gpu_pods_endpoint(
-        cluster, snapshots, timeout=settings.request_timeout, scope_of=scope_of
-    )
+    gpu_pods = gpu_pods_endpoint(snapshots, view_of, timeout=settings.request_timeout)
 
     async def gpu_pods_counted(request: Request) -> Response:
         response = await gpu_pods(request)

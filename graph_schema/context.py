@@ -11,7 +11,7 @@ costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from graphql import GraphQLError
@@ -21,17 +21,21 @@ from node_resolver.models import NodeSnapshot
 from .errors import NodeSampleError, ResultBudgetError
 from .interfaces import Cluster, HistorySource, Received, SnapshotSource
 from .loaders import Freshness, GpuLoader, SnapshotLoader
-from .records import NodeRecord, PodRecord
 from .scope import EVERYTHING, Scope, Viewer
-from .scoped import filter_nodes, scoped_gpus, visible_node_names, visible_pods
 from .state import SharedState
 from .types import Gpu
+from .visibility import VisibleCluster
 
 __all__ = ["GraphContext", "make_context"]
 
 
 class GraphContext:
-    """Per-operation state: the cluster cache, the agents, and this operation's loaders."""
+    """Per-operation state: the caller's view of the cluster, the agents, and the loaders.
+
+    ``cluster`` is the caller's ``VisibleCluster``: everything a resolver
+    reads through it is filtered already. ``raw_cluster`` is the unfiltered
+    cache, for joins only.
+    """
 
     def __init__(
         self,
@@ -45,13 +49,10 @@ class GraphContext:
         scope: Scope = EVERYTHING,
         viewer: Viewer | None = None,
     ) -> None:
-        self.cluster = cluster
+        self.raw_cluster = cluster
         # What the caller may see; ``viewer`` re-checks it for long-lived operations.
-        self.scope = scope
+        self.cluster = VisibleCluster(cluster, scope)
         self.viewer = viewer
-        # Worked out on first use: (the visible node names, None for all).
-        self._visible_nodes: tuple[frozenset[str] | None] | None = None
-        self._scoped: dict[str, tuple[list[Gpu], list[Gpu]]] = {}
         self.snapshots = snapshots
         # The pool reads the agents' occupancy logs too; other sources have no history.
         self.history: HistorySource | None = (
@@ -72,10 +73,20 @@ class GraphContext:
         # Shared with every context forked from this one.
         self.freshness = freshness if freshness is not None else Freshness()
 
+    @property
+    def scope(self) -> Scope:
+        """What the caller may see (a key: equal scopes may share answers)."""
+        return self.cluster.scope
+
+    def admit(self, scope: Scope, viewer: Viewer | None) -> None:
+        """See as a caller authenticated after the context was made (a WebSocket's init)."""
+        self.cluster = VisibleCluster(self.raw_cluster, scope)
+        self.viewer = viewer
+
     def fork(self) -> GraphContext:
         """A fresh context for one operation of the same request or WebSocket."""
         return GraphContext(
-            self.cluster,
+            self.raw_cluster,
             self.snapshots,
             self.state,
             request=self.request,
@@ -90,41 +101,8 @@ class GraphContext:
         if self.viewer is not None:
             scope = await self.viewer.current_scope()
             if scope != self.scope:
-                self.scope = scope
-                self._visible_nodes = None
-                self._scoped = {}
-
-    def visible_node_names(self) -> frozenset[str] | None:
-        """The nodes the caller sees (None: all), worked out once per operation."""
-        if self._visible_nodes is None:
-            self._visible_nodes = (visible_node_names(self.scope, self.cluster),)
-        return self._visible_nodes[0]
-
-    def sees_node(self, name: str) -> bool:
-        """Whether the caller may see the node called ``name``."""
-        visible = self.visible_node_names()
-        return visible is None or name in visible
-
-    def visible_nodes(self) -> list[NodeRecord]:
-        """Every cached node the caller may see, sorted by name."""
-        return filter_nodes(self.visible_node_names(), self.cluster.nodes())
-
-    def visible_pods(self, records: Iterable[PodRecord]) -> Sequence[PodRecord]:
-        """The pod records among ``records`` the caller may see."""
-        if self.scope.all_pods:
-            return records if isinstance(records, Sequence) else list(records)
-        return visible_pods(self.scope, records)
-
-    def scoped_gpus(self, node_name: str, gpus: list[Gpu]) -> list[Gpu]:
-        """A node's shared Gpu objects as the caller sees them, copied once per operation."""
-        if self.scope.unrestricted:
-            return gpus
-        cached = self._scoped.get(node_name)
-        if cached is not None and cached[0] is gpus:
-            return cached[1]
-        scoped = scoped_gpus(self.scope, gpus)
-        self._scoped[node_name] = (gpus, scoped)
-        return scoped
+                self.cluster = VisibleCluster(self.raw_cluster, scope)
+                self._gpu_loader = None
 
     def charge(self, items: int) -> None:
         """Count ``items`` more result objects; ResultBudgetError past the server's limit."""
@@ -143,8 +121,8 @@ class GraphContext:
         """Start a subscription tick: fresh loaders (so fresh snapshots) and a fresh budget."""
         self._snapshot_loader = None
         self._gpu_loader = None
-        self._visible_nodes = None
-        self._scoped = {}
+        # The cache moves between ticks: the visible nodes are worked out afresh.
+        self.cluster = VisibleCluster(self.raw_cluster, self.scope)
         self.result_items = 0
 
     async def pace(self) -> None:
@@ -167,19 +145,40 @@ class GraphContext:
             for r in await self._snapshots().load_all(node_names)
         ]
 
-    async def gpus(self, node_name: str) -> list[Gpu]:
-        """The node's GPUs as graph objects, built once per snapshot."""
-        snapshot = await self.snapshot(node_name)
+    def node_gpus(self, node_name: str, snapshot: NodeSnapshot) -> list[Gpu]:
+        """A node's GPUs as the caller sees them; NodeSampleError when the node read none."""
         sample = snapshot.sample
         if sample.error and not sample.gpus:
             raise NodeSampleError(node_name, sample.error)
-        return self.scoped_gpus(node_name, self.state.views.gpus(node_name, snapshot, self.cluster))
+        shared = self.state.views.gpus(node_name, snapshot, self.raw_cluster)
+        return self.cluster.gpus(node_name, shared)
+
+    async def gpus(self, node_name: str) -> list[Gpu]:
+        """The node's GPUs as the caller sees them, built once per snapshot."""
+        return self.node_gpus(node_name, await self.snapshot(node_name))
+
+    async def gpus_of(self, node_names: Sequence[str]) -> list[list[Gpu] | Exception]:
+        """Several nodes' GPUs in one batch; a failing node comes back as its exception."""
+        results: list[list[Gpu] | Exception] = []
+        for name, snapshot in zip(
+            node_names, await self.snapshots_of(list(node_names)), strict=True
+        ):
+            if isinstance(snapshot, Exception):
+                results.append(snapshot)
+            elif isinstance(snapshot, BaseException):
+                raise snapshot
+            else:
+                try:
+                    results.append(self.node_gpus(name, snapshot))
+                except NodeSampleError as exc:
+                    results.append(exc)
+        return results
 
     async def gpu(self, uuid: str) -> Gpu | None:
-        """The GPU with this UUID on any node, or None."""
+        """The GPU with this UUID on any node the caller may see, or None."""
         await self.pace()
         if self._gpu_loader is None:
-            self._gpu_loader = GpuLoader(self)
+            self._gpu_loader = GpuLoader(self.cluster, self.state.gpu_nodes, self.gpus_of)
         return await self._gpu_loader.load(uuid)
 
 

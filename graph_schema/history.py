@@ -32,7 +32,6 @@ from node_resolver.history.records import (
 
 from .errors import GraphUserError
 from .interfaces import AgentUnavailableError, HistorySource
-from .scope import Scope
 
 __all__ = [
     "DEFAULT_FIRST",
@@ -43,8 +42,8 @@ __all__ = [
     "Window",
     "connection_page",
     "node_history",
+    "owner_of",
     "usage_rows",
-    "visible_records",
     "window",
 ]
 
@@ -96,30 +95,9 @@ class Occupancy:
     cursor: str = ""
 
 
-def visible_records(scope: Scope, found: Iterable[Occupancy]) -> tuple[list[Occupancy], int]:
-    """The records ``scope`` may see, and how many it may not.
-
-    A record belongs to its pod's namespace; a record naming no pod (a host
-    process, or a pod the server never named) only to cluster-wide callers.
-    """
-    shown: list[Occupancy] = []
-    hidden = 0
-    for occupancy in found:
-        namespace = occupancy.record.pod_namespace
-        if scope.all_pods if not namespace else scope.sees_namespace(namespace):
-            shown.append(occupancy)
-        else:
-            hidden += 1
-    return shown, hidden
-
-
-def namespaces_for(scope: Scope, namespace: str | None) -> list[str] | None:
-    """The namespaces an agent query must keep: None for all, [] for none at all."""
-    if scope.all_pods:
-        return None if namespace is None else [namespace]
-    if namespace is not None:
-        return [namespace] if namespace in scope.pod_namespaces else []
-    return sorted(scope.pod_namespaces)
+def owner_of(occupancy: Occupancy) -> str | None:
+    """The namespace that owns a record, for the visibility seam; None: no (named) pod."""
+    return occupancy.record.pod_namespace or None
 
 
 async def bounded(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
@@ -306,11 +284,23 @@ async def usage_rows(
     query: UsageQuery,
     *,
     named: Callable[[str], bool],
+    visible: Callable[[list[UsageRow]], list[UsageRow]],
 ) -> tuple[list[UsageRow], list[str]]:
-    """Usage summed on each node's agent, merged by the query's keys; and the failures."""
+    """Usage summed on each node's agent, merged by the query's keys; and the failures.
+
+    The agents always group by namespace too, so ``visible`` (the caller's view)
+    can withhold other tenants' sums before they are merged by the asked keys.
+    """
+    by_namespace = UsageGroup.NAMESPACE in query.group_by or UsageGroup.POD in query.group_by
+    asked = UsageQuery(
+        since=query.since,
+        until=query.until,
+        group_by=query.group_by | {UsageGroup.NAMESPACE},
+        namespaces=query.namespaces,
+    )
 
     def fetch(node: str) -> Callable[[], Awaitable[tuple[list[UsageRow], str]]]:
-        return lambda: source.usage(node, query)
+        return lambda: source.usage(node, asked)
 
     answers = await bounded([fetch(n) for n in nodes])
     totals: dict[tuple[str | None, str | None, str | None, str | None], UsageRow] = {}
@@ -333,13 +323,14 @@ async def usage_rows(
             else:
                 unnamed += 1
             continue
-        for row in rows:
+        for row in visible(rows):
             node_key = node if by_node else None
-            key = (row.namespace, row.pod_name, node_key, row.gpu_uuid)
+            namespace = row.namespace if by_namespace else None
+            key = (namespace, row.pod_name, node_key, row.gpu_uuid)
             total = totals.get(key)
             if total is None:
                 totals[key] = UsageRow(
-                    row.namespace, row.pod_name, row.gpu_uuid, row.gpu_seconds,
+                    namespace, row.pod_name, row.gpu_uuid, row.gpu_seconds,
                     row.memory_gib_seconds, node_key,
                 )  # fmt: skip
             else:

@@ -6,9 +6,9 @@ benchmarks can plug in anything with the same shape.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from node_resolver.history.records import HistoryPage, HistoryQuery, UsageQuery, UsageRow
 from node_resolver.models import NodeSnapshot
@@ -62,6 +62,35 @@ class Cluster(Protocol):
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         """Every cached pod called ``name``, across namespaces."""
+        ...
+
+
+T = TypeVar("T")
+
+
+class ClusterView(Cluster, Protocol):
+    """The cache as one caller may see it (``visibility.VisibleCluster``): filtered already.
+
+    Its ``Cluster`` methods hand out only what the caller may see; the rest
+    answers the same rules for records the cache does not hold.
+    """
+
+    def sees_namespace(self, namespace: str) -> bool:
+        """Whether the caller may see pods (and their records) of ``namespace``."""
+        ...
+
+    def sees_owner(self, namespace: str | None) -> bool:
+        """Whether the caller may see something owned by a pod of ``namespace`` (None: no pod)."""
+        ...
+
+    def split_owned(
+        self, items: Iterable[T], namespace_of: Callable[[T], str | None]
+    ) -> tuple[list[T], list[T]]:
+        """``items`` split into those the caller may see and those withheld, by owning namespace."""
+        ...
+
+    def sees_node(self, name: str) -> bool:
+        """Whether the caller may see the node called ``name``."""
         ...
 
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiodataloader import DataLoader
 
-from node_resolver.models import NodeSnapshot
-
 from .errors import GpuNotFoundError
-from .interfaces import AgentUnavailableError, Cluster, Received, SnapshotSource
-from .records import NodeRecord
-from .state import SharedState
+from .interfaces import AgentUnavailableError, ClusterView, Received, SnapshotSource
 from .types import Gpu
 
 logger = logging.getLogger(__name__)
@@ -75,71 +70,46 @@ class SnapshotLoader(DataLoader[str, Received]):
         )
 
 
-class GpuSearch(Protocol):
-    """What a GpuLoader needs from its operation: snapshots, and what the caller may see."""
-
-    @property
-    def cluster(self) -> Cluster:
-        """The Kubernetes cache."""
-        ...
-
-    @property
-    def state(self) -> SharedState:
-        """The server-wide state: GPU location hints and built views."""
-        ...
-
-    async def snapshots_of(self, node_names: list[str]) -> list[NodeSnapshot | BaseException]:
-        """Several nodes' snapshots in one batch; failures come back as exceptions."""
-        ...
-
-    def scoped_gpus(self, node_name: str, gpus: list[Gpu]) -> list[Gpu]:
-        """The part of a node's GPUs the caller may see."""
-        ...
-
-    def sees_node(self, name: str) -> bool:
-        """Whether the caller may see the node."""
-        ...
-
-    def visible_nodes(self) -> list[NodeRecord]:
-        """The cached nodes the caller may see."""
-        ...
+# Several nodes' GPUs as the caller sees them; a failing node comes back as its exception.
+NodeGpus = Callable[[Sequence[str]], Awaitable[list[list[Gpu] | Exception]]]
 
 
 class GpuLoader(DataLoader[str, "Gpu | None"]):
-    """Finds GPUs by UUID: asks the hinted nodes first, then every node in one batch."""
+    """Finds GPUs by UUID: asks the hinted nodes first, then every visible node in one batch.
 
-    def __init__(self, context: GpuSearch) -> None:
+    ``view`` says which nodes the caller may see, so no error names another's
+    node; ``gpus_of`` builds the nodes' GPUs as the caller sees them.
+    """
+
+    def __init__(self, view: ClusterView, hints: Mapping[str, str], gpus_of: NodeGpus) -> None:
         super().__init__()
-        self.context = context
+        self.view = view
+        self.hints = hints
+        self.gpus_of = gpus_of
 
     async def batch_load_fn(  # type: ignore[override]
         self, uuids: Sequence[str]
     ) -> list[Gpu | Exception | None]:
         """Resolve each UUID to its GPU, None when no node has it."""
-        ctx = self.context
+        view = self.view
         found: dict[str, Gpu] = {}
         failed: dict[str, Exception] = {}
 
         async def search(node_names: Sequence[str]) -> None:
-            snapshots = await ctx.snapshots_of(list(node_names))
-            for name, result in zip(node_names, snapshots, strict=True):
+            for name, result in zip(node_names, await self.gpus_of(node_names), strict=True):
                 if isinstance(result, Exception):
                     failed[name] = result
                     continue
-                if isinstance(result, BaseException):
-                    raise result
-                shared = ctx.state.views.gpus(name, result, ctx.cluster)
-                for gpu in ctx.scoped_gpus(name, shared):
+                for gpu in result:
                     found[gpu.uuid] = gpu
 
-        hints = ctx.state.gpu_nodes
-        # Only nodes the caller may see are asked, so no error names another's node.
-        hinted = {hints[u] for u in uuids if u in hints and ctx.sees_node(hints[u])}
+        hints = self.hints
+        hinted = {hints[u] for u in uuids if u in hints and view.sees_node(hints[u])}
         if hinted:
             await search(sorted(hinted))
         missing = [u for u in uuids if u not in found and hints.get(u) not in failed]
         if missing:
-            rest = [n.name for n in ctx.visible_nodes() if n.name not in hinted]
+            rest = [n.name for n in view.nodes() if n.name not in hinted]
             await search(rest)
 
         results: list[Gpu | Exception | None] = []

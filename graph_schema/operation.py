@@ -8,16 +8,13 @@ the GPU type for the same reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeVar
 
 from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
-from .interfaces import Cluster, HistorySource, Received, SnapshotSource
-from .records import NodeRecord, PodRecord
-from .scope import Scope
+from .interfaces import ClusterView, HistorySource, Received, SnapshotSource
 
 __all__ = ["Operation"]
 
@@ -28,8 +25,8 @@ class Operation(Protocol[GpuT]):
     """One operation's view of the cluster, the agents and its own result budget."""
 
     @property
-    def cluster(self) -> Cluster:
-        """The Kubernetes cache."""
+    def cluster(self) -> ClusterView:
+        """The Kubernetes cache as the caller may see it: filtered already."""
         ...
 
     @property
@@ -45,23 +42,6 @@ class Operation(Protocol[GpuT]):
     @property
     def partial_errors(self) -> list[GraphQLError]:
         """Errors for the parts of an aggregate list that could not be fetched."""
-        ...
-
-    @property
-    def scope(self) -> Scope:
-        """What the caller may see."""
-        ...
-
-    def sees_node(self, name: str) -> bool:
-        """Whether the caller may see the node called ``name``."""
-        ...
-
-    def visible_nodes(self) -> list[NodeRecord]:
-        """Every cached node the caller may see, sorted by name."""
-        ...
-
-    def visible_pods(self, records: Iterable[PodRecord]) -> Sequence[PodRecord]:
-        """The pod records among ``records`` the caller may see."""
         ...
 
     def charge(self, items: int) -> None:
@@ -81,9 +61,9 @@ class Operation(Protocol[GpuT]):
         ...
 
     async def gpus(self, node_name: str) -> list[GpuT]:
-        """The node's GPUs as graph objects."""
+        """The node's GPUs as the caller sees them (other tenants' processes withheld)."""
         ...
 
     async def gpu(self, uuid: str) -> GpuT | None:
-        """The GPU with this UUID on any node, or None."""
+        """The GPU with this UUID on any node the caller may see, or None."""
         ...

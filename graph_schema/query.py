@@ -10,7 +10,7 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery
+from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
 
 from .cache_status import CacheStatus
 from .errors import GraphUserError
@@ -18,10 +18,9 @@ from .history import (
     DEFAULT_FIRST,
     MAX_FIRST,
     connection_page,
-    namespaces_for,
+    owner_of,
     partial,
     usage_rows,
-    visible_records,
     window,
 )
 from .interfaces import HistorySource
@@ -46,23 +45,15 @@ from .types import (
 def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
     """Every visible cached node's name, or just ``node_name`` if it is (else none)."""
     if node_name is None:
-        return [n.name for n in ctx.visible_nodes()]
-    if ctx.cluster.node(node_name) is None or not ctx.sees_node(node_name):
+        return [n.name for n in ctx.cluster.nodes()]
+    if ctx.cluster.node(node_name) is None:
         return []
     return [node_name]
 
 
 def history_nodes(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
-    """The nodes whose logs a history query asks.
-
-    A caller restricted to namespaces asks every node, with its namespaces as the
-    agents' filter: its pods' records stay on nodes where they no longer run.
-    """
-    if ctx.scope.all_pods:
-        return node_names(ctx, node_name)
-    if node_name is None:
-        return [n.name for n in ctx.cluster.nodes()]
-    return [node_name] if ctx.cluster.node(node_name) is not None else []
+    """The nodes whose logs a history query asks: those the caller may see."""
+    return node_names(ctx, node_name)
 
 
 def history_source(ctx: Operation[Gpu]) -> HistorySource:
@@ -107,26 +98,20 @@ class Query:
 
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:
-        ctx = ready_context(info)
-        record = ctx.cluster.node(name)
-        if record is None or not ctx.sees_node(name):
-            return None
-        return Node.from_record(record)
+        record = ready_context(info).cluster.node(name)
+        return None if record is None else Node.from_record(record)
 
     @strawberry.field(description="Every node, sorted by name.")
     def nodes(self, info: Info) -> list[Node]:
         ctx = ready_context(info)
-        records = ctx.visible_nodes()
+        records = ctx.cluster.nodes()
         ctx.charge(len(records))
         return [Node.from_record(r) for r in records]
 
     @strawberry.field(description="A pod by namespace and name; null when not in the cluster.")
     def pod(self, info: Info, namespace: str, name: str) -> Pod | None:
-        ctx = ready_context(info)
-        record = ctx.cluster.pod(namespace, name)
-        if record is None or not ctx.scope.sees_namespace(namespace):
-            return None
-        return Pod.from_record(record)
+        record = ready_context(info).cluster.pod(namespace, name)
+        return None if record is None else Pod.from_record(record)
 
     @strawberry.field(
         description="Pods, optionally filtered by namespace, node and a Kubernetes label "
@@ -141,7 +126,7 @@ class Query:
     ) -> list[Pod]:
         ctx = ready_context(info)
         selector = parse_label_selector(label_selector) if label_selector else None
-        records = ctx.visible_pods(ctx.cluster.pods(namespace=namespace, node_name=node_name))
+        records = ctx.cluster.pods(namespace=namespace, node_name=node_name)
         if selector is not None:
             records = [r for r in records if selector.matches(r.labels)]
         ctx.charge(len(records))
@@ -208,8 +193,8 @@ class Query:
         if not 1 <= count <= MAX_FIRST:
             raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
         span = window(since, until)
-        namespaces = namespaces_for(ctx.scope, namespace)
-        if namespaces == []:
+        if namespace is not None and not ctx.cluster.sees_namespace(namespace):
+            # As for a namespace that does not exist, before any agent is asked.
             nothing = PageInfo(
                 has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
             )
@@ -218,16 +203,16 @@ class Query:
         query = HistoryQuery(
             since=span.since,
             until=span.until,
-            namespaces=namespaces or (),
+            namespaces=(namespace,) if namespace is not None else (),
             pod_names=(pod_name,) if pod_name is not None else (),
         )
         await ctx.pace()
         page = await connection_page(
             source, history_nodes(ctx, node_name), query, first=count, after=after,
-            named=ctx.sees_node,
+            named=ctx.cluster.sees_node,
         )  # fmt: skip
         ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
-        shown, _ = visible_records(ctx.scope, page.records)
+        shown, _ = ctx.cluster.split_owned(page.records, owner_of)
         visible = {id(o) for o in shown}
         edges = [
             GpuHistoryEdge(node=GpuOccupancy.of(o.record, o.node_name), page=page, index=i)
@@ -262,19 +247,22 @@ class Query:
         end = span.until if span.until is not None else time.time()
         if end <= span.since:
             return []
-        namespaces = namespaces_for(ctx.scope, None)
-        if namespaces == []:
-            return []
         source = history_source(ctx)
         query = UsageQuery(
             since=span.since,
             until=end,
             group_by=frozenset(UsageGroup(g.value) for g in group_by or ()),
-            namespaces=namespaces or (),
         )
         await ctx.pace()
+        view = ctx.cluster
+
+        def visible(found: list[UsageRow]) -> list[UsageRow]:
+            # Each agent's sums by namespace, as the caller's view admits them.
+            shown, _ = view.split_owned(found, lambda row: row.namespace or None)
+            return shown
+
         rows, errors = await usage_rows(
-            source, history_nodes(ctx, None), query, named=ctx.sees_node
+            source, history_nodes(ctx, None), query, named=view.sees_node, visible=visible
         )
         ctx.partial_errors.extend(partial(info.path.as_list(), errors))
         ctx.charge(len(rows))

@@ -65,8 +65,5 @@ class Subscription:
                 ctx.new_tick()
                 await ctx.refresh_scope()
                 record = ctx.cluster.pod(namespace, name)
-                if record is None or not ctx.scope.sees_namespace(namespace):
-                    yield None
-                else:
-                    yield Pod.from_record(record)
+                yield None if record is None else Pod.from_record(record)
                 await sleep(interval)

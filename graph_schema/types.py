@@ -26,9 +26,8 @@ from .history import (
     ConnectionPage,
     Occupancy,
     Window,
-    namespaces_for,
     node_history,
-    visible_records,
+    owner_of,
     window,
 )
 from .operation import Operation
@@ -106,11 +105,8 @@ class Node:
     @classmethod
     def resolve_reference(cls, info: Info, name: str) -> Node | None:
         """Federation entity lookup by name."""
-        ctx = ready_context(info)
-        record = ctx.cluster.node(name)
-        if record is None or not ctx.sees_node(name):
-            return None
-        return cls.from_record(record)
+        record = ready_context(info).cluster.node(name)
+        return None if record is None else cls.from_record(record)
 
     @strawberry.field(description="The NVIDIA driver version the agent reports.")
     async def driver_version(self, info: Info) -> str | None:
@@ -125,7 +121,7 @@ class Node:
     @strawberry.field(description="Pods scheduled on this node.")
     def pods(self, info: Info) -> list[Pod]:
         ctx = context_of(info)
-        records = ctx.visible_pods(ctx.cluster.pods(node_name=self.name))
+        records = ctx.cluster.pods(node_name=self.name)
         ctx.charge(len(records))
         return [Pod.from_record(r) for r in records]
 
@@ -175,12 +171,7 @@ class Node:
     async def gpu_history(
         self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
     ) -> list[GpuOccupancy]:
-        ctx = context_of(info)
-        namespaces = namespaces_for(ctx.scope, None)
-        if namespaces == []:
-            return []
-        query = _query(window(since, until), namespaces=namespaces or ())
-        shown, _ = await _history(info, self.name, query)
+        shown, _ = await _history(info, self.name, _query(window(since, until)))
         return _occupancies(info, shown)
 
 
@@ -356,9 +347,7 @@ class Pod:
             record = cluster.pod(namespace, name)
         else:
             raise GraphUserError("a Pod reference needs uid, or namespace and name")
-        if record is None or not ctx.scope.sees_namespace(record.namespace):
-            return None
-        return cls.from_record(record)
+        return None if record is None else cls.from_record(record)
 
     @strawberry.field(description="The node it is scheduled on.")
     def node(self, info: Info) -> Node | None:
@@ -516,11 +505,9 @@ class GpuOccupancy:
     def pod(self, info: Info) -> Pod | None:
         if not self.pod_uid:
             return None
-        ctx = context_of(info)
-        record = ctx.cluster.pod_by_uid(self.pod_uid)
-        if record is None or not ctx.scope.sees_namespace(record.namespace):
-            return None
-        return Pod.from_record(record)
+        # The caller's view: a pod it may not see is None, as a gone one is.
+        record = context_of(info).cluster.pod_by_uid(self.pod_uid)
+        return None if record is None else Pod.from_record(record)
 
 
 @strawberry.type(description="One record of gpuHistory, and the cursor that resumes after it.")
@@ -612,7 +599,8 @@ async def _history(info: Info, node_name: str, query: HistoryQuery) -> tuple[lis
                 path=info.path.as_list(),
             )
         )
-    return visible_records(ctx.scope, found)
+    shown, hidden = ctx.cluster.split_owned(found, owner_of)
+    return shown, len(hidden)
 
 
 def _occupancies(info: Info, shown: list[Occupancy]) -> list[GpuOccupancy]:

@@ -100,8 +100,12 @@ class PodNamePusher:
             if record.node_name:
                 node, key = record.node_name, (record.namespace, record.name)
                 self._loop.call_soon_threadsafe(self._mark, node, key)
-        elif kind == "pod" and change == "RELISTED":
+        elif change == "RELISTED":
+            # Pods or nodes relisted (the first list too): every node with pods, in full.
             self._loop.call_soon_threadsafe(self._mark_all)
+        elif kind == "node" and change == "ADDED" and isinstance(record, NodeRecord):
+            # A new node (or one back): its agent may know nothing yet.
+            self._loop.call_soon_threadsafe(self._mark, record.name, None)
 
     def _mark(self, node: str, key: tuple[str, str] | None) -> None:
         if node in self._dirty and self._dirty[node] is None:
@@ -113,8 +117,9 @@ class PodNamePusher:
         self._wake.set()
 
     def _mark_all(self) -> None:
-        for node in self._cluster.nodes():
-            self._mark(node.name, None)
+        # From the pods, not the nodes: after the first pod list the nodes may not be listed yet.
+        for node in {p.node_name for p in self._cluster.pods() if p.node_name}:
+            self._mark(node, None)
 
     def start(self) -> None:
         """Start pushing (on the running loop)."""

@@ -3,6 +3,7 @@
 from .access import AccessReviewer, Question
 from .asgi import AuthMiddleware, bearer_token, caller_of
 from .callers import Caller, KubernetesAuth, RejectedTokenError, kubernetes_auth
+from .request_scope import request_scope
 from .review_cache import ReviewCache
 from .tokens import ReviewUnavailableError, TokenReviewer, UserInfo, token_hash
 
@@ -20,5 +21,6 @@ __all__ = [
     "bearer_token",
     "caller_of",
     "kubernetes_auth",
+    "request_scope",
     "token_hash",
 ]

@@ -25,7 +25,6 @@ from strawberry.types.graphql import OperationType
 
 from graph_schema import GraphContext, GraphSchema, GraphUserError, SharedState, make_context
 from graph_schema.interfaces import Cluster, SnapshotSource
-from graph_schema.scope import EVERYTHING, Scope
 
 from ..auth import (
     KubernetesAuth,
@@ -33,6 +32,7 @@ from ..auth import (
     ReviewUnavailableError,
     bearer_token,
     caller_of,
+    request_scope,
 )
 from ..http.graphiql import OfflineGraphiQL
 from ..http.request_json import decode_json, parse_request_json
@@ -212,23 +212,14 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         With auth on, the caller comes from the auth middleware. A socket without
         one sees nothing until its connection_init carries a token.
         """
-        caller = caller_of(request)
-        if self.auth is None:
-            scope: Scope = EVERYTHING
-        elif caller is not None:
-            scope = caller.scope
-        else:
-            # A socket before its connection_init, or GraphiQL's page (the
-            # middleware lets no other request through): it sees nothing.
-            scope = Scope()
         return make_context(
             self.cluster,
             self.snapshots,
             self.state,
             request=request,
             response=response,
-            scope=scope,
-            viewer=caller,
+            scope=request_scope(request, self.auth),
+            viewer=caller_of(request),
         )
 
     async def on_ws_connect(self, context: Any) -> Any:
@@ -249,8 +240,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             raise ConnectionRejectionError(
                 {"reason": "the Kubernetes API server cannot check credentials right now"}
             ) from None
-        context.scope = caller.scope
-        context.viewer = caller
+        context.admit(caller.scope, caller)
         return await super().on_ws_connect(context)
 
     async def execute_single(  # type: ignore[override]

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from graph_schema.interfaces import AgentUnavailableError, Cluster, SnapshotSource
+from graph_schema.interfaces import AgentUnavailableError, SnapshotSource
 from graph_schema.joins import join_pod
-from graph_schema.scope import EVERYTHING, Scope
+from graph_schema.visibility import VisibleCluster
 from node_resolver.models import NodeSnapshot
 
 from .responses import json_response
@@ -37,10 +37,8 @@ def _error(status: int, message: str, **details: object) -> Response:
     return json_response(status, {"error": message, **details})
 
 
-def gpu_pods_response(
-    cluster: Cluster, snapshot: NodeSnapshot, scope: Scope = EVERYTHING
-) -> dict[str, object]:
-    """The original ``GetGpuPodsResponse`` JSON for one node's snapshot, as ``scope`` sees it.
+def gpu_pods_response(view: VisibleCluster, snapshot: NodeSnapshot) -> dict[str, object]:
+    """The original ``GetGpuPodsResponse`` JSON for one node's snapshot, as ``view`` sees it.
 
     A caller without ``list nodes`` gets only the GPUs running one of its pods.
     """
@@ -52,14 +50,14 @@ def gpu_pods_response(
             "gpuName": gpu.name,
             "usageGpu": gpu.utilization_gpu,
         }
-        if scope.all_nodes:
-            gpu_infos[gpu.uuid] = info
+        entries: list[dict[str, object]] = []
         for process in gpu.processes:
             ref = process.container
-            pod = None if ref is None else join_pod(cluster, ref.pod_uid, ref.container_id)
-            if pod is None or not scope.sees_namespace(pod.namespace):
+            # Joined on the whole cache, as the graph joins: a process in another
+            # tenant's pod must not pass for one of the caller's.
+            pod = None if ref is None else join_pod(view.raw, ref.pod_uid, ref.container_id)
+            if pod is None or not view.sees_namespace(pod.namespace):
                 continue
-            gpu_infos[gpu.uuid] = info
             used = process.used_memory_bytes
             entry: dict[str, object] = {
                 "pid": process.pid,
@@ -67,29 +65,28 @@ def gpu_pods_response(
                 "UsedGpuMemory": None if used is None else used // MIB,
                 "pod": pod.name,
             }
-            gpu_pods.setdefault(gpu.uuid, {"pidPods": []})["pidPods"].append(entry)
+            entries.append(entry)
+        if view.sees_gpu(len(entries)):
+            gpu_infos[gpu.uuid] = info
+        if entries:
+            gpu_pods[gpu.uuid] = {"pidPods": entries}
     return {"GpuPods": gpu_pods, "GpuInfos": gpu_infos}
 
 
-def _everything(request: Request) -> Scope:
-    return EVERYTHING
-
-
 def gpu_pods_endpoint(
-    cluster: Cluster,
     snapshots: SnapshotSource,
+    view_of: Callable[[Request], VisibleCluster],
     *,
     timeout: float = 10.0,
-    scope_of: Callable[[Request], Scope] = _everything,
 ) -> Callable[[Request], Awaitable[Response]]:
-    """The ``/gpu-pods`` endpoint over a cluster cache and a snapshot source.
+    """The ``/gpu-pods`` endpoint over a snapshot source.
 
-    ``scope_of`` says what the request's caller may see; a pod it may not see
-    is answered like one that does not exist.
+    ``view_of`` gives the request's caller's view of the cluster cache; a pod
+    it may not see is answered like one that does not exist.
     """
 
     async def gpu_pods(request: Request) -> Response:
-        scope = scope_of(request)
+        cluster = view_of(request)
         worker_id = request.query_params.get("worker_id", "").strip()
         if not worker_id:
             return _error(400, "missing query parameter worker_id (the worker pod's name)")
@@ -101,12 +98,10 @@ def gpu_pods_endpoint(
         namespace = request.query_params.get("namespace", "").strip() or None
         if namespace is not None:
             pod = cluster.pod(namespace, worker_id)
-            if pod is None or not scope.sees_namespace(namespace):
+            if pod is None:
                 return _error(404, f"pod {namespace}/{worker_id} not found")
         else:
-            matches = [
-                p for p in cluster.pods_named(worker_id) if scope.sees_namespace(p.namespace)
-            ]
+            matches = cluster.pods_named(worker_id)
             if not matches:
                 return _error(404, f"no pod named {worker_id!r} in any namespace")
             if len(matches) > 1:
@@ -138,6 +133,6 @@ def gpu_pods_endpoint(
                 f"{snapshot.sample.error}",
                 node=pod.node_name,
             )
-        return json_response(200, gpu_pods_response(cluster, snapshot, scope))
+        return json_response(200, gpu_pods_response(cluster, snapshot))
 
     return gpu_pods

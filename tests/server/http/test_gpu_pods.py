@@ -6,6 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from api.http.gpu_pods import gpu_pods_response
+from graph_schema.scope import Scope
+from graph_schema.visibility import VisibleCluster
+from tests.support.graph import SmallWorld, gpu_uuid
 from tests.support.server import GraphTestCluster, Served, serving
 
 
@@ -111,3 +115,28 @@ async def test_an_unreachable_agent_is_a_502_naming_the_node(
     # Other nodes still answer.
     fine = await server.client.get("/gpu-pods", params={"worker_id": "worker-1"})
     assert fine.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("scope", "infos", "pids"),
+    [
+        # ml's processes only; the lost GPU runs nothing of ml's, and host processes
+        # are never listed here.
+        (Scope(pod_namespaces=frozenset({"ml"})), [0, 1], {0: [101, 202], 1: [103]}),
+        (Scope(pod_namespaces=frozenset({"serving"})), [], {}),
+        # With list nodes every GPU is listed, processes still by namespace.
+        (Scope(pod_namespaces=frozenset({"serving"}), all_nodes=True), [0, 1, 2], {}),
+    ],
+)
+async def test_the_answer_shows_what_the_callers_view_may_see(
+    scope: Scope, infos: list[int], pids: dict[int, list[int]]
+) -> None:
+    world = SmallWorld()
+    received = await world.agents.fetch("node-a")
+    answer = gpu_pods_response(VisibleCluster(world.cluster, scope), received.snapshot)
+    assert list(answer["GpuInfos"]) == [gpu_uuid("node-a", i) for i in infos]  # type: ignore[call-overload]
+    gpu_pods = answer["GpuPods"]
+    assert isinstance(gpu_pods, dict)
+    assert {u: [p["pid"] for p in g["pidPods"]] for u, g in gpu_pods.items()} == {
+        gpu_uuid("node-a", i): found for i, found in pids.items()
+    }
