@@ -37,6 +37,7 @@ from node_resolver.agent import running
 from node_resolver.cli import LISTENING
 from node_resolver.client import AgentClient
 from node_resolver.gpu_source import GpuSource
+from node_resolver.history.log import HistoryLog
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess
 from node_resolver.sampler import Sampler
@@ -205,6 +206,7 @@ def start_agent_thread(
     token: str | Callable[[], str] | None = None,
     interval: float = 0.2,
     wait_serving: bool = True,
+    history: HistoryLog | None = None,
 ) -> AgentThread:
     """Run ``node_resolver.agent.running`` for ``source`` on ``host``, a free port, in a thread.
 
@@ -212,7 +214,11 @@ def start_agent_thread(
     ``wait_serving=False`` once listening.
     """
     sampler = Sampler(
-        source, resolver or AllAliveResolver(), node_name=node_name, interval=interval
+        source,
+        resolver or AllAliveResolver(),
+        node_name=node_name,
+        interval=interval,
+        on_scan=history.observe if history is not None else None,
     )
     loop = asyncio.new_event_loop()
     started: Future[tuple[AgentServer, asyncio.Event]] = Future()
@@ -221,7 +227,7 @@ def start_agent_thread(
         stopping = asyncio.Event()
         try:
             async with running(
-                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10
+                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10, history=history
             ) as server:
                 started.set_result((server, stopping))
                 await stopping.wait()
