@@ -388,3 +388,22 @@ def namespaces_in(value: Any) -> set[str]:
     if isinstance(value, list):
         return set().union(*(namespaces_in(v) for v in value))
     return set()
+
+
+def test_the_history_query_in_the_banner_names_the_finished_and_the_deleted_pods(
+    demo: RunningDemo,
+) -> None:
+    text = demo.text()
+    start = text.index("--- history ---\n") + len("--- history ---\n")
+    query = text[start : text.index("\n\n", start)]
+    body = demo.query(query.split("\n", 1)[1])
+    assert "errors" not in body, body
+    records = body["data"]["gpu"]["history"]
+    by_pod = {(r["podNamespace"], r["podName"]): r for r in records}
+    finished = by_pod[("research", "lr-sweep-7")]
+    assert finished["pod"] is None and finished["end"] is not None
+    assert finished["gpuSeconds"] == pytest.approx(7200, abs=1)
+    deleted = by_pod[("research", "eval-canary")]
+    assert deleted["pod"] is None and deleted["end"] is None
+    leftover = by_pod[(None, None)]
+    assert leftover["processName"] == "python3" and leftover["gpuSeconds"] >= 5 * 3600
