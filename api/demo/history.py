@@ -9,7 +9,7 @@ history from its first second:
   hours: its backfilled record is open, and the agent continues it;
 
 and one pod, ``research/eval-canary``, is deleted while its process keeps
-running on GPU 1, once the server has told the agent its name.
+running on the second node's GPU 0, once the server has told the agent its name.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .cluster.manifests import make_pod
 from .scenario import GIB, RESEARCH_NAMESPACE, DemoCluster, DemoProcess
 
 __all__ = [
+    "DELETED_NODE",
     "DELETED_POD",
     "FINISHED_POD",
     "HISTORY_QUERY",
@@ -40,6 +41,8 @@ __all__ = [
 FINISHED_POD = (RESEARCH_NAMESPACE, "lr-sweep-7")
 DELETED_POD = (RESEARCH_NAMESPACE, "eval-canary")
 DELETED_PID = 6100
+# Which node runs it: the second (the last one's agent is down in the scenario).
+DELETED_NODE = 1
 FINISHED_PID = 7300
 RETENTION_SECONDS = 30 * 86400.0
 FLUSH_SECONDS = 1.0
@@ -68,7 +71,7 @@ query GpuHistory {{
 def with_deleted_pod(cluster: DemoCluster) -> DemoCluster:
     """``cluster`` plus the pod that will be deleted while running, and its process."""
     namespace, name = DELETED_POD
-    node = cluster.nodes[0]
+    node = cluster.nodes[DELETED_NODE]
     pod = make_pod(
         name,
         namespace,
@@ -84,13 +87,16 @@ def with_deleted_pod(cluster: DemoCluster) -> DemoCluster:
         pid=DELETED_PID,
         comm="python3",
         cmdline=("python3", "eval.py", "--checkpoint", "/ckpt/step-9000"),
-        gpu_index=1,
+        gpu_index=0,
         memory_bytes=9 * GIB,
         sm_utilization=20,
         pod_uid=pod["metadata"]["uid"],
         container_id=container_id,
     )
-    nodes = (dataclasses.replace(node, processes=(*node.processes, process)), *cluster.nodes[1:])
+    nodes = tuple(
+        dataclasses.replace(n, processes=(*n.processes, process)) if n is node else n
+        for n in cluster.nodes
+    )
     return dataclasses.replace(cluster, nodes=nodes, pods=(*cluster.pods, pod))
 
 

@@ -44,6 +44,7 @@ from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
 from .gpus import GPU_NAME, fake_nvml_document
 from .history import (
+    DELETED_NODE,
     DELETED_POD,
     FINISHED_POD,
     HISTORY_QUERY,
@@ -200,7 +201,6 @@ async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> in
         serving = asyncio.create_task(demo.serve(), name="gpugraph-server")
         url = await demo.wait_ready(serving)
         if url is not None:
-            await demo.delete_running_pod()
             print(demo.banner(url), file=stream, flush=True)
         await asyncio.wait({serving}, timeout=None)
         if not demo.stopping.is_set():
@@ -374,7 +374,7 @@ class Demo:
     async def delete_running_pod(self) -> None:
         """Delete the history scenario's pod while it runs, once its agent knows its name."""
         uid = deleted_pod_uid(self.cluster)
-        first = self.cluster.nodes[0].name
+        first = self.cluster.nodes[DELETED_NODE].name
         agent = next((a for a in self.agents if a.node.name == first), None)
         if agent is None or self.api is None:
             return
@@ -442,6 +442,7 @@ class Demo:
                 error = serving.exception() if not serving.cancelled() else None
                 raise DemoError(f"the server stopped while starting: {error!r}")
             if await asyncio.to_thread(_http_ok, url):
+                await self.delete_running_pod()
                 return f"{self.base_url}/graphql"
             await asyncio.sleep(0.1)
         raise DemoError(f"the server did not become ready within {READY_TIMEOUT:g}s")
@@ -497,8 +498,9 @@ class Demo:
             f"  no pod        PID {orphan_pid} on {orphan_node} holds GPU memory outside any pod",
             f"  unrequested   pod {'/'.join(cluster.unrequested)} uses a GPU it never requested",
             f"  agent down    {cluster.down_node}: its gpus are null, with an error naming it",
-            f"  history       pod {'/'.join(FINISHED_POD)} finished an hour ago and "
-            f"{'/'.join(DELETED_POD)} was deleted while running, both on {shared_node}'s GPU 1",
+            f"  history       pod {'/'.join(FINISHED_POD)} finished an hour ago "
+            f"({cluster.nodes[0].name}), {'/'.join(DELETED_POD)} was deleted while running "
+            f"({cluster.nodes[DELETED_NODE].name})",
         ]
         lines += ["", "Paste one of these into GraphiQL:", ""]
         for n, query in enumerate(example_queries(cluster), 1):

@@ -403,7 +403,12 @@ def test_the_history_query_in_the_banner_names_the_finished_and_the_deleted_pods
     finished = by_pod[("research", "lr-sweep-7")]
     assert finished["pod"] is None and finished["end"] is not None
     assert finished["gpuSeconds"] == pytest.approx(7200, abs=1)
-    deleted = by_pod[("research", "eval-canary")]
-    assert deleted["pod"] is None and deleted["end"] is None
+    deleted = demo.query(
+        '{ gpuHistory(since: "2000-01-01T00:00:00Z", podName: "eval-canary") '
+        "{ edges { node { podNamespace pod { name } end node { name } } } } }"
+    )["data"]["gpuHistory"]["edges"]
+    assert [e["node"] for e in deleted] == [
+        {"podNamespace": "research", "pod": None, "end": None, "node": {"name": "gpu-node-1"}}
+    ]
     leftover = by_pod[(None, None)]
     assert leftover["processName"] == "python3" and leftover["gpuSeconds"] >= 5 * 3600
