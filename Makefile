@@ -103,6 +103,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/metrics_bench.py --small
 	$(PY) bench/map_bench.py --small
 	$(PY) bench/top_bench.py --small
+	$(PY) bench/history_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
 bench: install-dev web-if-npm
@@ -115,6 +116,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/metrics_bench.py
 	$(PY) bench/map_bench.py
 	$(PY) bench/top_bench.py
+	$(PY) bench/history_bench.py
 
 # On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and
 # memory? Fails clearly (exit 2) where there is no GPU; see tools/gpu_check.py.

@@ -106,8 +106,10 @@ def scan_cost(scans: int, workdir: Path) -> tuple[list[float], list[float]]:
     on = Sampler(Source(8, 64), Known(), node_name="n", on_scan=history.observe)
     times: dict[str, list[float]] = {"off": [], "on": []}
     try:
-        for _ in range(scans):
-            for name, sampler in (("off", off), ("on", on)):
+        pair = (("off", off), ("on", on))
+        for i in range(scans):
+            # Alternate which goes first, so neither always follows the other.
+            for name, sampler in pair if i % 2 else pair[::-1]:
                 start = time.perf_counter()
                 sampler.scan()
                 times[name].append(time.perf_counter() - start)
