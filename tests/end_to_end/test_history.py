@@ -135,3 +135,23 @@ async def test_a_corrupt_database_is_reported_while_live_snapshots_work(tmp_path
         assert "file is not a database" in page.status and page.records == []
     finally:
         await cluster.stop()
+
+
+async def test_retention_deletes_the_oldest_ended_records_first(
+    world: tuple[GraphTestCluster, AgentNode, ManualClock],
+) -> None:
+    _, agent, clock = world
+    await until_record(agent, lambda r: r.first_seen == 1000, "first sighting")
+    # Three lifetimes of the same PID (new start times), an hour apart.
+    for n, at in enumerate((4600.0, 8200.0), start=1):
+        agent.add_proc(Proc(PID, "python", None, start_time=9000 + n))
+        clock.now = at
+        await until_record(agent, lambda r, at=at: r.first_seen == at, f"lifetime {n}")
+    # Kept for 1.5 hours: at the next start, the first lifetime (ended at 1000) is too old.
+    await agent.stop()
+    agent.history_retention = 5400.0
+    clock.now = 8200.0
+    await agent.start()
+    records = await history_of(agent)
+    assert [r.first_seen for r in records] == [4600.0, 8200.0]
+    assert records[-1].end is None

@@ -119,6 +119,9 @@ class AgentNode:
         # With history on: the occupancy log's directory, and the log while running.
         self.history_dir: Path | None = self.dir / "history" if history else None
         self.history: HistoryLog | None = None
+        # The log's bounds, read at each start.
+        self.history_retention = 30 * 86400.0
+        self.history_max_bytes = 256 << 20
         if history:
             self.set_boot_id("boot-1")
         self.nvml_path = self.dir / "nvml.json"
@@ -180,8 +183,12 @@ class AgentNode:
         """Start serving and sampling; returns once sampled. A restart reuses the port."""
         history = None
         if self.history_dir is not None:
-            settings = HistorySettings(self.history_dir, retention_seconds=30 * 86400.0,
-                                       flush_interval=0.2)  # fmt: skip
+            settings = HistorySettings(
+                self.history_dir,
+                retention_seconds=self.history_retention,
+                max_bytes=self.history_max_bytes,
+                flush_interval=0.2,
+            )
             history = HistoryLog(
                 settings,
                 boot_id=read_boot_id(str(self.proc_root)),
