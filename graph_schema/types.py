@@ -505,9 +505,12 @@ class GpuOccupancy:
     def pod(self, info: Info) -> Pod | None:
         if not self.pod_uid:
             return None
-        # The caller's view: a pod it may not see is None, as a gone one is.
+        # The caller's view: a pod it may not see is None, as a gone one is. Only a pod bound
+        # to the recording node: a cgroup naming another node's pod must not borrow it.
         record = context_of(info).cluster.pod_by_uid(self.pod_uid)
-        return None if record is None else Pod.from_record(record)
+        if record is None or record.node_name != self.node_name:
+            return None
+        return Pod.from_record(record)
 
 
 @strawberry.type(description="One record of gpuHistory, and the cursor that resumes after it.")

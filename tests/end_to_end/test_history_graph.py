@@ -189,3 +189,21 @@ async def test_history_off_and_a_corrupt_log_are_reported_while_live_data_works(
     assert body["data"]["nodes"][0]["gpus"][0]["processes"] == [{"pid": 11}]
     messages = " ".join(e["message"] for e in body["errors"])
     assert "file is not a database" in messages and "history is off on node 'node-1'" in messages
+
+
+async def test_a_process_naming_another_nodes_pod_borrows_neither_its_name_nor_its_pod(
+    tenants: GraphTestCluster,
+) -> None:
+    # On node-1, a cgroup that names research/job-a, which runs on node-0.
+    node1 = tenants.agents["node-1"]
+    node1.add_proc(Proc(22, "python", pod_uid_for("research", "job-a")))
+    node1.write_gpus([Gpu(0, "GPU-1-0", processes=[(21, 2 * GIB), (22, GIB)])])
+    reviews = tenants.stub.reviews
+    async with serving(tenants.settings(auth_mode="kubernetes")) as server:
+        admin = await named(server, reviews.token_of("admin"))
+        research = await ask(server, EVERY_HISTORY_PATH, reviews.token_of("research-user"))
+    edges = {e["node"]["pid"]: e["node"] for e in admin["data"]["gpuHistory"]["edges"]}
+    framed = edges[22]
+    assert framed["podUid"] == pod_uid_for("research", "job-a")
+    assert (framed["podNamespace"], framed["podName"], framed["pod"]) == (None, None, None)
+    assert 22 not in pids_in(research["data"])
