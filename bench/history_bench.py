@@ -32,12 +32,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cluster_bench import pct  # noqa: E402
 from fleet import build_fleet  # noqa: E402
 
-from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
+from api.agents.discovery import NodeIpDiscovery  # noqa: E402
+from api.agents.pool import AgentPool  # noqa: E402
 from api.demo.cluster import StubApiServer  # noqa: E402
-from api.kube import ClusterCache, ClusterWatcher  # noqa: E402
-from graph_schema import build_schema, make_context  # noqa: E402
+from api.kube.cache import ClusterCache  # noqa: E402
+from api.kube.watcher import ClusterWatcher  # noqa: E402
+from graph_schema.context import make_context  # noqa: E402
 from graph_schema.limits import SchemaLimits  # noqa: E402
-from node_resolver.history import HistoryLog, HistorySettings  # noqa: E402
+from graph_schema.schema import build_schema  # noqa: E402
+from node_resolver.history.log import HistoryLog, HistorySettings  # noqa: E402
 from node_resolver.history.tracker import OccupancyTracker  # noqa: E402
 from node_resolver.models import (  # noqa: E402
     ContainerRef,

@@ -21,12 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_host import KnownProcesses, StaticSource
 from fleet import build_fleet, node_ip, node_name
 
-from node_resolver import AgentServer, Sampler
-from node_resolver.history import HistoryLog, HistorySettings
+from node_resolver.history.log import HistoryLog, HistorySettings
 from node_resolver.history.records import OccupancyRecord
 from node_resolver.history.store import HistoryStore
 from node_resolver.models import NodeSample
 from node_resolver.pod_names import PodName, PodNames
+from node_resolver.sampler import Sampler
+from node_resolver.service import AgentServer
 
 DAY = 86400.0
 

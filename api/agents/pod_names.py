@@ -17,8 +17,8 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from graph_schema import NodeRecord, PodRecord
 from graph_schema.interfaces import AgentUnavailableError
+from graph_schema.records import NodeRecord, PodRecord
 from node_resolver.pod_names import PodName
 
 from .pool import AgentClientLike, AgentPool

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from node_resolver.history import HistoryLog, HistoryQuery, HistorySettings, UsageGroup
 from node_resolver.history.durations import format_duration, parse_duration
-from node_resolver.history.records import GIB, UsageQuery
+from node_resolver.history.log import HistoryLog, HistorySettings
+from node_resolver.history.records import GIB, HistoryQuery, UsageGroup, UsageQuery
 from node_resolver.history.store import DB_NAME
 from node_resolver.models import ContainerRef, GpuProcess, GpuSample, NodeSample, NodeSnapshot
 from node_resolver.pod_names import PodName, PodNames

@@ -13,7 +13,8 @@ import pytest
 from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
-from node_resolver.history import HistoryLog, HistoryQuery, HistorySettings, UsageGroup
+from node_resolver.history.log import HistoryLog, HistorySettings
+from node_resolver.history.records import HistoryQuery, UsageGroup
 from node_resolver.history.store import DB_NAME
 from node_resolver.history_codec import PUT_POD_NAMES_MAX_BYTES, pod_names_requests
 from node_resolver.pod_names import PodName, PodNames

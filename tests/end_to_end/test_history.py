@@ -10,8 +10,7 @@ import pytest
 
 from api.demo.cluster.manifests import pod_uid_for
 from node_resolver.client import AgentClient
-from node_resolver.history import HistoryQuery
-from node_resolver.history.records import OccupancyRecord
+from node_resolver.history.records import HistoryQuery, OccupancyRecord
 from node_resolver.history.store import DB_NAME
 from tests.support.clock import ManualClock
 from tests.support.polling import eventually_async
