@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 from graphql import DocumentNode, GraphQLError, GraphQLSchema
 from strawberry.extensions import SchemaExtension
@@ -22,6 +22,7 @@ from .input_size import check_variable_items
 from .interfaces import Cluster
 from .limits import SchemaLimits
 from .views import ViewCache
+from .visibility import VisibleCluster
 
 __all__ = ["CostAdmission", "SizeGauge"]
 
@@ -35,7 +36,12 @@ SIZES_TTL_SECONDS = 1.0
 
 
 class SizeGauge:
-    """The cluster's list sizes, measured from the cache and the agents' snapshots seen."""
+    """The list sizes a caller's view holds, measured from it and the agents' snapshots seen.
+
+    A restricted caller's estimate is over what it may see, so the refusal
+    reveals nothing of the rest of the cluster's size; each view is measured at
+    most once per ``ttl`` seconds per scope.
+    """
 
     def __init__(
         self,
@@ -43,20 +49,29 @@ class SizeGauge:
         *,
         ttl: float = SIZES_TTL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        max_scopes: int = 1024,
     ) -> None:
         self.views = views
         self.ttl = ttl
         self._clock = clock
-        self._measured: tuple[float, int, ClusterSizes] | None = None
+        self._max_scopes = max_scopes
+        # scope (or the whole cache's id) -> (when measured, sizes)
+        self._measured: dict[Hashable, tuple[float, ClusterSizes]] = {}
 
     def sizes(self, cluster: Cluster) -> ClusterSizes:
-        """The sizes now (at most ``ttl`` seconds old)."""
+        """The sizes of ``cluster`` (a caller's view, or the whole cache) now, at most
+        ``ttl`` seconds old."""
         now = self._clock()
-        cached = self._measured
-        if cached is not None and now - cached[0] < self.ttl and cached[1] == id(cluster):
-            return cached[2]
+        # A view is keyed by its scope (a view lives for one operation, and its id()
+        # could be another caller's view's within the TTL); the whole cache by itself.
+        key: Hashable = cluster.scope if isinstance(cluster, VisibleCluster) else id(cluster)
+        cached = self._measured.get(key)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
         sizes = self._measure(cluster)
-        self._measured = (now, id(cluster), sizes)
+        if len(self._measured) >= self._max_scopes:
+            self._measured.clear()
+        self._measured[key] = (now, sizes)
         return sizes
 
     def _measure(self, cluster: Cluster) -> ClusterSizes:
@@ -101,9 +116,11 @@ class CostAdmission(SchemaExtension):
         # Before the cache fills every field fails NOT_READY anyway; the width and
         # depth are still bounded.
         sizes = None
+        named = False
         if isinstance(ctx, GraphContext) and ready:
             try:
                 sizes = self.gauge.sizes(ctx.cluster)
+                named = ctx.cluster.sees_cluster_sizes()
             except Exception:
                 # A broken cache is a server fault that execution reports (masked) at
                 # the field that reads it; execution's own budget still holds.
@@ -120,4 +137,5 @@ class CostAdmission(SchemaExtension):
         # Too deep: validation's depth limit refuses it with its own message.
         too_costly = cost.objects > limits.max_result_items
         if sizes is not None and cost.depth <= limits.max_depth and too_costly:
-            raise CostError(cost.objects, limits.max_result_items, sizes)
+            # Sizes are named only to a caller who sees the whole cluster.
+            raise CostError(cost.objects, limits.max_result_items, sizes if named else None)

@@ -14,7 +14,9 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
+from .allocations import AllocationRules, AllocationTable
 from .interfaces import ClusterView, HistorySource, Received, SnapshotSource
+from .scope import Viewer
 
 __all__ = ["Operation"]
 
@@ -27,6 +29,11 @@ class Operation(Protocol[GpuT]):
     @property
     def cluster(self) -> ClusterView:
         """The Kubernetes cache as the caller may see it: filtered already."""
+        ...
+
+    @property
+    def viewer(self) -> Viewer | None:
+        """The caller as the server authenticated it; None when it checks no tokens."""
         ...
 
     @property
@@ -66,4 +73,13 @@ class Operation(Protocol[GpuT]):
 
     async def gpu(self, uuid: str) -> GpuT | None:
         """The GPU with this UUID on any node the caller may see, or None."""
+        ...
+
+    @property
+    def allocation_rules(self) -> AllocationRules:
+        """The claims and GPU resource names the allocation join reads."""
+        ...
+
+    async def allocations(self, node_name: str) -> AllocationTable:
+        """The node's allocation table (unfiltered: filter its records through ``cluster``)."""
         ...

@@ -23,6 +23,7 @@ from .history import (
     usage_rows,
     window,
 )
+from .identity import Identity
 from .interfaces import HistorySource
 from .operation import Operation
 from .selectors import parse_label_selector
@@ -86,7 +87,7 @@ async def gpus_of_nodes(ctx: Operation[Gpu], info: Info, node_names: list[str]) 
 
 @strawberry.type(
     description="Entry points into the graph. Until the server has loaded the cluster's "
-    "pods and nodes, every field but cacheStatus fails with the error code NOT_READY."
+    "pods and nodes, every field but cacheStatus and viewer fails with the error code NOT_READY."
 )
 class Query:
     @strawberry.field(
@@ -95,6 +96,14 @@ class Query:
     )
     def cache_status(self, info: Info) -> CacheStatus:
         return CacheStatus.of(context_of(info).cluster)
+
+    @strawberry.field(
+        description="Who is asking: the caller as the server authenticated it (also before "
+        "the cache has loaded). Reveals only the caller's own name, so every caller may read it."
+    )
+    def viewer(self, info: Info) -> Identity:
+        viewer = context_of(info).viewer
+        return Identity(username=None if viewer is None else viewer.username)
 
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:

@@ -19,7 +19,16 @@ from graphql import GraphQLError
 from strawberry.types import Info
 
 from node_resolver.history.records import HistoryQuery, OccupancyRecord
+from node_resolver.models import AllocationMechanism
 
+from .allocations import (
+    Allocation,
+    AllocationRule,
+    AllocationSource,
+    AllocationVerdict,
+    LazyTable,
+    pod_gpu_request,
+)
 from .errors import GraphUserError, NotReadyError
 from .history import (
     HISTORY_LIST_LIMIT,
@@ -33,6 +42,27 @@ from .history import (
 from .operation import Operation
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .scalars import JSON, Bytes
+
+strawberry.enum(
+    AllocationVerdict,
+    description="Whether the kubelet gave a process's container the GPU the process runs on "
+    "(ALLOCATED, NOT_ALLOCATED), the process is in no pod (NO_POD), or that cannot be known "
+    "(UNKNOWN: no allocation data for the node, or the pod is gone).",
+)
+strawberry.enum(
+    AllocationSource,
+    description="Where a node's allocation data comes from: the kubelet's PodResources API "
+    "(POD_RESOURCES), the API server's ResourceClaims alone (API_ONLY), or nowhere (NONE).",
+)
+strawberry.enum(
+    AllocationRule,
+    description="Which rule decided a process's allocation verdict; SPEC: no allocation "
+    "data, only the pod spec's GPU request is compared.",
+)
+strawberry.enum(
+    AllocationMechanism,
+    description="How the device was handed out: a device plugin, or Dynamic Resource Allocation.",
+)
 
 
 def context_of(info: Info) -> Operation[Gpu]:
@@ -136,6 +166,16 @@ class Node:
     async def gpu_count(self, info: Info) -> int | None:
         return len(await context_of(info).gpus(self.name))
 
+    @strawberry.field(
+        description="Where the node's allocation data comes from; NONE when there is none."
+    )
+    async def allocation_source(self, info: Info) -> AllocationSource:
+        return (await context_of(info).allocations(self.name)).source
+
+    @strawberry.field(description="Why the node has no allocation data, when its source is NONE.")
+    async def allocation_source_reason(self, info: Info) -> str | None:
+        return (await context_of(info).allocations(self.name)).reason
+
     @strawberry.field(description="The node's agent: where it is and whether it answered.")
     async def agent(self, info: Info) -> AgentStatus:
         ctx = context_of(info)
@@ -221,6 +261,8 @@ class Gpu:
         default=0,
         description="GPU memory used by the processes withheld from this caller.",
     )
+    # The node's allocations, joined on first use; ``allocations`` shows the caller's share.
+    allocations_of_node: strawberry.Private[LazyTable | None] = None
 
     @classmethod
     async def resolve_reference(cls, info: Info, uuid: str) -> Gpu | None:
@@ -256,6 +298,18 @@ class Gpu:
         _, hidden = await _gpu_history(info, self, window(since, until))
         return hidden
 
+    @strawberry.field(
+        description="The devices on this GPU (it, or a MIG device of it) that the kubelet gave "
+        "to containers, as the caller may see them."
+    )
+    def allocations(self, info: Info) -> list[GpuAllocation]:
+        ctx = context_of(info)
+        table = self.allocations_of_node
+        records = table.get().for_gpu(self.uuid) if table is not None else []
+        shown, _ = ctx.cluster.split_owned(records, _owner)
+        ctx.charge(len(shown))
+        return [GpuAllocation.of(a) for a in shown]
+
     @strawberry.field(description="Distinct pods with processes on this GPU.")
     def pods(self, info: Info) -> list[Pod]:
         seen: dict[str, Pod] = {}
@@ -287,6 +341,23 @@ class GpuProcess:
         "null when the pod is not in the cache (a host process, or a pod already gone)."
     )
 
+    @strawberry.field(
+        description="Whether its container was given this GPU (or a MIG device on it)."
+    )
+    def allocation(self) -> AllocationVerdict:
+        table = self.gpu.allocations_of_node
+        if table is None:
+            return AllocationVerdict.UNKNOWN
+        record = self.pod.record if self.pod is not None else None
+        return table.verdict(record, self.pod_uid is not None, self.container_id, self.gpu.uuid)
+
+    @strawberry.field(description="Which rule decided ``allocation``.")
+    def allocation_rule(self) -> AllocationRule:
+        table = self.gpu.allocations_of_node
+        if table is None:
+            return AllocationRule.SPEC
+        return table.get().rule(self.pod.record if self.pod is not None else None)
+
     @strawberry.field(description="The pod's container it runs in.")
     def container(self) -> Container | None:
         if not self.container_id:
@@ -312,7 +383,6 @@ class Pod:
     node_name: str | None
     pod_ip: str | None
     labels: JSON | None
-    gpu_request: int | None = strawberry.field(description="The pod's nvidia.com/gpu limit.")
     record: strawberry.Private[PodRecord]
 
     @classmethod
@@ -326,7 +396,6 @@ class Pod:
             node_name=record.node_name,
             pod_ip=record.pod_ip,
             labels=JSON(record.labels),
-            gpu_request=record.gpu_request,
             record=record,
         )
 
@@ -348,6 +417,27 @@ class Pod:
         else:
             raise GraphUserError("a Pod reference needs uid, or namespace and name")
         return None if record is None else cls.from_record(record)
+
+    @strawberry.field(
+        description="GPUs it requests: every GPU-like device-plugin resource (nvidia.com/gpu, "
+        "nvidia.com/gpu.shared, nvidia.com/mig-*, as configured) and its DRA claims' GPU "
+        "devices; null when it requests none."
+    )
+    def gpu_request(self, info: Info) -> int | None:
+        return pod_gpu_request(self.record, context_of(info).allocation_rules)
+
+    @strawberry.field(
+        description="The GPU devices the kubelet (or its DRA claims) gave its containers."
+    )
+    async def gpu_allocations(self, info: Info) -> list[GpuAllocation]:
+        if not self.node_name:
+            return []
+        ctx = context_of(info)
+        table = await ctx.allocations(self.node_name)
+        mine = [a for a in table.for_pod(self.namespace, self.name) if a.is_gpu]
+        shown, _ = ctx.cluster.split_owned(mine, _owner)
+        ctx.charge(len(shown))
+        return [GpuAllocation.of(a) for a in shown]
 
     @strawberry.field(description="The node it is scheduled on.")
     def node(self, info: Info) -> Node | None:
@@ -609,3 +699,45 @@ async def _history(info: Info, node_name: str, query: HistoryQuery) -> tuple[lis
 def _occupancies(info: Info, shown: list[Occupancy]) -> list[GpuOccupancy]:
     context_of(info).charge(len(shown))
     return [GpuOccupancy.of(o.record, o.node_name) for o in shown]
+
+
+def _owner(allocation: Allocation) -> str | None:
+    return allocation.pod_namespace
+
+
+@strawberry.type(description="One device the kubelet gave a container, on a GPU.")
+class GpuAllocation:
+    container_name: str | None = strawberry.field(
+        description="The container; null for a DRA claim no container lists."
+    )
+    mechanism: AllocationMechanism
+    resource: str = strawberry.field(
+        description="The resource name, or for DRA the claim's namespace/name."
+    )
+    device_id: str = strawberry.field(
+        description="The device ID as the kubelet gave it, or for DRA the device name."
+    )
+    shared: bool = strawberry.field(
+        description="A time-sliced replica (an ID ending ::N), or a DRA device shared between "
+        "claims (shareID)."
+    )
+    mig_device_uuid: str | None = strawberry.field(description="Set for a MIG device.")
+    record: strawberry.Private[Allocation]
+
+    @classmethod
+    def of(cls, allocation: Allocation) -> GpuAllocation:
+        """The graph object of one allocation."""
+        return cls(
+            container_name=allocation.container,
+            mechanism=allocation.mechanism,
+            resource=allocation.resource,
+            device_id=allocation.device_id,
+            shared=allocation.shared,
+            mig_device_uuid=allocation.mig_device_uuid,
+            record=allocation,
+        )
+
+    @strawberry.field(description="The pod it was given to; null when not cached or not visible.")
+    def pod(self, info: Info) -> Pod | None:
+        record = context_of(info).cluster.pod(self.record.namespace, self.record.pod)
+        return None if record is None else Pod.from_record(record)

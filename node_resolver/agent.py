@@ -10,16 +10,19 @@ from .history.log import HistoryLog
 from .sampler import Sampler
 from .service import AgentServer
 
-__all__ = ["running"]
+__all__ = ["CALLS_STOP_GRACE_SECONDS", "agent_running"]
+
+# How long calls in flight may take to finish once the agent is asked to stop.
+CALLS_STOP_GRACE_SECONDS = 2.0
 
 
 @contextlib.asynccontextmanager
-async def running(
+async def agent_running(
     sampler: Sampler,
     listen: str,
     *,
     token: str | Callable[[], str] | None = None,
-    grace: float | None = 2.0,
+    grace: float | None = CALLS_STOP_GRACE_SECONDS,
     join_timeout: float | None = None,
     history: HistoryLog | None = None,
 ) -> AsyncIterator[AgentServer]:

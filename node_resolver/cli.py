@@ -15,8 +15,8 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .address import split_host_port
-from .agent import running
+from .address import AGENT_PORT, join_host_port, listen_address
+from .agent import agent_running
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
@@ -31,25 +31,22 @@ from .history.log import (
 from .nvml import NvmlGpuSource, NvmlUnavailableError
 from .pids import RESOLVER_KINDS, build_resolver
 from .pod_names import PodNames
+from .pod_resources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient, PodResourcesPoller
 from .sampler import Sampler
+from .version import version
 
 log = logging.getLogger("node_resolver")
 
-DEFAULT_LISTEN = "0.0.0.0:50051"
+DEFAULT_LISTEN = join_host_port("0.0.0.0", AGENT_PORT)
 DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEFAULT_CONTAINERD_NAMESPACE = "k8s.io"
-# How long calls in flight may take to finish after SIGTERM.
-STOP_GRACE_SECONDS = 2.0
 # What the log line that names the bound address starts with; tools and tests read it.
 LISTENING = "agent listening on "
 
 
-def _listen_address(value: str) -> str:
-    try:
-        split_host_port(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
+def _listen(value: str) -> str:
+    # Written out in full, so that gRPC binds ":PORT" as the server's flag reads it.
+    return join_host_port(*listen_address(value))
 
 
 def positive_seconds(value: str) -> float:
@@ -93,7 +90,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
-        type=_listen_address,
+        type=_listen,
         metavar="HOST:PORT",
         help=f"gRPC address to serve on; port 0 picks a free one (default: {DEFAULT_LISTEN})",
     )
@@ -127,6 +124,13 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="containerd namespace of Kubernetes containers "
         f"(default: {DEFAULT_CONTAINERD_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--pod-resources-socket",
+        default=DEFAULT_POD_RESOURCES_SOCKET,
+        metavar="PATH",
+        help="the kubelet's PodResources socket, for which device each container was given; "
+        f"empty to not ask (default: {DEFAULT_POD_RESOURCES_SOCKET})",
     )
     parser.add_argument(
         "--interval",
@@ -219,12 +223,16 @@ def run_agent(args: argparse.Namespace) -> int:
         expose_cmdline=args.expose_cmdline,
     )
     history = build_history(args)
+    kubelet = PodResourcesClient(args.pod_resources_socket) if args.pod_resources_socket else None
     sampler = Sampler(
         source,
         resolver,
         node_name=args.node_name,
         interval=args.interval,
         on_scan=history.observe if history is not None else None,
+        pod_resources=(
+            PodResourcesPoller(kubelet.list, interval=args.interval) if kubelet else None
+        ),
     )
     try:
         return asyncio.run(_serve(sampler, args.listen, token, history))
@@ -232,6 +240,8 @@ def run_agent(args: argparse.Namespace) -> int:
         sampler.stop()
         source.close()
         resolver.close()
+        if kubelet is not None:
+            kubelet.close()
 
 
 def build_history(args: argparse.Namespace) -> HistoryLog | None:
@@ -257,15 +267,14 @@ async def _serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     try:
-        async with running(
-            sampler, listen, token=token, grace=STOP_GRACE_SECONDS, history=history
-        ) as server:
+        async with agent_running(sampler, listen, token=token, history=history) as server:
             log.info(
-                LISTENING + "%s (node %s, scanning every %gs%s)",
+                LISTENING + "%s (node %s, scanning every %gs%s; gpugraph %s)",
                 server.address,
                 sampler.node_name,
                 sampler.interval,
                 ", token required" if token else "",
+                version(),
             )
             await stopping.wait()
             log.info("stopping")

@@ -26,6 +26,7 @@ fragment MapGpu on Gpu {
     pid
     usedMemoryBytes
     smUtilization
+    allocation
     container { name }
     pod { namespace name gpuRequest }
   }
@@ -33,10 +34,12 @@ fragment MapGpu on Gpu {
 """
 
 # Every node with its agent's state and GPUs: the first picture, and again
-# when the set of GPUs changes (a node joins, or its agent comes back).
+# when the set of GPUs changes (a node joins, or its agent comes back); and who
+# the caller is, for the header's "Signed in as".
 SNAPSHOT_QUERY = (
     """\
 query ClusterMap {
+  viewer { username }
   nodes {
     name
     gpuCapacity
@@ -79,6 +82,7 @@ query Gpu($uuid: String!) {
       name
       usedMemoryBytes
       smUtilization
+      allocation
       container { name image }
       pod { namespace name gpuRequest node { name } }
     }

@@ -22,6 +22,18 @@ class UsageGroup(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     USAGE_GROUP_POD: _ClassVar[UsageGroup]
     USAGE_GROUP_NODE: _ClassVar[UsageGroup]
     USAGE_GROUP_GPU: _ClassVar[UsageGroup]
+
+class AllocationSourceState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ALLOCATION_SOURCE_STATE_UNSPECIFIED: _ClassVar[AllocationSourceState]
+    ALLOCATION_SOURCE_STATE_POD_RESOURCES: _ClassVar[AllocationSourceState]
+    ALLOCATION_SOURCE_STATE_NONE: _ClassVar[AllocationSourceState]
+
+class AllocationMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ALLOCATION_MECHANISM_UNSPECIFIED: _ClassVar[AllocationMechanism]
+    ALLOCATION_MECHANISM_DEVICE_PLUGIN: _ClassVar[AllocationMechanism]
+    ALLOCATION_MECHANISM_DRA: _ClassVar[AllocationMechanism]
 PROCESS_TYPE_UNSPECIFIED: ProcessType
 PROCESS_TYPE_COMPUTE: ProcessType
 PROCESS_TYPE_GRAPHICS: ProcessType
@@ -31,13 +43,19 @@ USAGE_GROUP_NAMESPACE: UsageGroup
 USAGE_GROUP_POD: UsageGroup
 USAGE_GROUP_NODE: UsageGroup
 USAGE_GROUP_GPU: UsageGroup
+ALLOCATION_SOURCE_STATE_UNSPECIFIED: AllocationSourceState
+ALLOCATION_SOURCE_STATE_POD_RESOURCES: AllocationSourceState
+ALLOCATION_SOURCE_STATE_NONE: AllocationSourceState
+ALLOCATION_MECHANISM_UNSPECIFIED: AllocationMechanism
+ALLOCATION_MECHANISM_DEVICE_PLUGIN: AllocationMechanism
+ALLOCATION_MECHANISM_DRA: AllocationMechanism
 
 class GetSnapshotRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("node_name", "driver_version", "cuda_driver_version", "gpus", "sampled_at", "age_seconds", "error", "history_status")
+    __slots__ = ("node_name", "driver_version", "cuda_driver_version", "gpus", "sampled_at", "age_seconds", "error", "history_status", "allocations")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     CUDA_DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +64,7 @@ class Snapshot(_message.Message):
     AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     HISTORY_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     driver_version: str
     cuda_driver_version: int
@@ -54,10 +73,11 @@ class Snapshot(_message.Message):
     age_seconds: float
     error: str
     history_status: str
-    def __init__(self, node_name: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., sampled_at: _Optional[float] = ..., age_seconds: _Optional[float] = ..., error: _Optional[str] = ..., history_status: _Optional[str] = ...) -> None: ...
+    allocations: DeviceAllocations
+    def __init__(self, node_name: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., sampled_at: _Optional[float] = ..., age_seconds: _Optional[float] = ..., error: _Optional[str] = ..., history_status: _Optional[str] = ..., allocations: _Optional[_Union[DeviceAllocations, _Mapping]] = ...) -> None: ...
 
 class Gpu(_message.Message):
-    __slots__ = ("index", "uuid", "name", "memory_total_bytes", "memory_used_bytes", "utilization_gpu", "utilization_memory", "temperature_c", "power_usage_watts", "power_limit_watts", "mig_enabled", "mig_devices", "processes", "error", "field_errors")
+    __slots__ = ("index", "uuid", "name", "memory_total_bytes", "memory_used_bytes", "utilization_gpu", "utilization_memory", "temperature_c", "power_usage_watts", "power_limit_watts", "mig_enabled", "mig_devices", "processes", "error", "field_errors", "minor_number")
     class FieldErrorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +100,7 @@ class Gpu(_message.Message):
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FIELD_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    MINOR_NUMBER_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     name: str
@@ -95,7 +116,8 @@ class Gpu(_message.Message):
     processes: _containers.RepeatedCompositeFieldContainer[Process]
     error: str
     field_errors: _containers.ScalarMap[str, str]
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., utilization_gpu: _Optional[int] = ..., utilization_memory: _Optional[int] = ..., temperature_c: _Optional[int] = ..., power_usage_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., mig_enabled: _Optional[bool] = ..., mig_devices: _Optional[_Iterable[_Union[MigDevice, _Mapping]]] = ..., processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ..., error: _Optional[str] = ..., field_errors: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    minor_number: int
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., utilization_gpu: _Optional[int] = ..., utilization_memory: _Optional[int] = ..., temperature_c: _Optional[int] = ..., power_usage_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., mig_enabled: _Optional[bool] = ..., mig_devices: _Optional[_Iterable[_Union[MigDevice, _Mapping]]] = ..., processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ..., error: _Optional[str] = ..., field_errors: _Optional[_Mapping[str, str]] = ..., minor_number: _Optional[int] = ...) -> None: ...
 
 class MigDevice(_message.Message):
     __slots__ = ("index", "uuid", "memory_total_bytes", "memory_used_bytes", "gpu_instance_id", "compute_instance_id")
@@ -276,3 +298,47 @@ class PutPodNamesReply(_message.Message):
     STORED_FIELD_NUMBER: _ClassVar[int]
     stored: int
     def __init__(self, stored: _Optional[int] = ...) -> None: ...
+
+class DeviceAllocations(_message.Message):
+    __slots__ = ("state", "reason", "age_seconds", "containers")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    state: AllocationSourceState
+    reason: str
+    age_seconds: float
+    containers: _containers.RepeatedCompositeFieldContainer[ContainerAllocation]
+    def __init__(self, state: _Optional[_Union[AllocationSourceState, str]] = ..., reason: _Optional[str] = ..., age_seconds: _Optional[float] = ..., containers: _Optional[_Iterable[_Union[ContainerAllocation, _Mapping]]] = ...) -> None: ...
+
+class ContainerAllocation(_message.Message):
+    __slots__ = ("namespace", "pod", "container", "devices")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    pod: str
+    container: str
+    devices: _containers.RepeatedCompositeFieldContainer[DeviceAllocation]
+    def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceAllocation, _Mapping]]] = ...) -> None: ...
+
+class DeviceAllocation(_message.Message):
+    __slots__ = ("mechanism", "resource", "device_id", "gpu_uuid", "mig_device_uuid", "shared", "driver", "pool")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    MIG_DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    mechanism: AllocationMechanism
+    resource: str
+    device_id: str
+    gpu_uuid: str
+    mig_device_uuid: str
+    shared: bool
+    driver: str
+    pool: str
+    def __init__(self, mechanism: _Optional[_Union[AllocationMechanism, str]] = ..., resource: _Optional[str] = ..., device_id: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., shared: _Optional[bool] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...

@@ -13,6 +13,8 @@ import contextlib
 import gc
 import itertools
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,14 +28,16 @@ from starlette.applications import Starlette
 from websockets.typing import Subprotocol
 
 from api.demo.cluster.fake_proc import kubelet_cgroup, remove_process, write_process
+from api.demo.cluster.kubelet import FakeKubelet
 from api.demo.cluster.manifests import container_id_for
 from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
-from node_resolver.agent import running as agent_running
+from node_resolver.agent import agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.history.log import HistoryLog, HistorySettings, read_boot_id
 from node_resolver.pids import CgroupResolver
 from node_resolver.pod_names import PodNames
+from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
 
@@ -69,10 +73,14 @@ class Gpu:
     utilization: int = 50
     memory_total: int = 141 * GIB
     processes: list[tuple[int, int]] = field(default_factory=list)
+    # MIG device UUIDs (MIG mode on when any); processes[i] runs on mig_of[pid] if given.
+    mig_devices: list[str] = field(default_factory=list)
+    mig_of: dict[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The fake NVML file's entry for this GPU."""
         return {
+            "minorNumber": self.index,
             "index": self.index,
             "uuid": self.uuid,
             "name": self.name,
@@ -83,9 +91,18 @@ class Gpu:
             "temperatureC": 40,
             "powerUsageWatts": 300.0,
             "powerLimitWatts": 700.0,
-            "migEnabled": False,
+            "migEnabled": bool(self.mig_devices),
+            "migDevices": [
+                {"index": i, "uuid": uuid, "gpuInstanceId": i + 1, "computeInstanceId": 0}
+                for i, uuid in enumerate(self.mig_devices)
+            ],
             "processes": [
-                {"pid": pid, "usedMemoryBytes": used, "type": "COMPUTE"}
+                {
+                    "pid": pid,
+                    "usedMemoryBytes": used,
+                    "type": "COMPUTE",
+                    "migDeviceUuid": self.mig_of.get(pid),
+                }
                 for pid, used in self.processes
             ],
         }
@@ -106,11 +123,16 @@ class AgentNode:
         interval: float = 0.1,
         history: bool = False,
         clock: Callable[[], float] = time.time,
+        kubelet: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         # The sampler's clock: what the occupancy log takes for "now".
         self.clock = clock
         self.ip = ip
+        # The fake kubelet's PodResources data; None: no kubelet socket at all.
+        self.kubelet_data = kubelet
+        self.kubelet: FakeKubelet | None = None
+        self._socket_dir: Path | None = None
         self.token = token
         self.interval = interval
         self.dir = workdir / name
@@ -196,6 +218,14 @@ class AgentNode:
                 clock=self.clock,
             )
         self.history = history
+        # A unix socket path must fit in 108 bytes; the workdir's may not.
+        if self._socket_dir is None:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
+        socket_path = str(self._socket_dir / "kubelet.sock")
+        if self.kubelet_data is not None and self.kubelet is None:
+            self.kubelet = FakeKubelet(socket_path, data=self.kubelet_data).start()
+        kubelet_socket = self.kubelet.socket_path if self.kubelet is not None else socket_path
+        client = PodResourcesClient(kubelet_socket)
         sampler = Sampler(
             FakeGpuSource(self.nvml_path),
             CgroupResolver(proc_root=str(self.proc_root)),
@@ -203,8 +233,10 @@ class AgentNode:
             interval=self.interval,
             clock=self.clock,
             on_scan=history.observe if history is not None else None,
+            pod_resources=PodResourcesPoller(client.list, interval=self.interval),
         )
         stack = contextlib.AsyncExitStack()
+        stack.callback(client.close)
         # grace=None: stopping is like a killed process, connections drop at once.
         server = await stack.enter_async_context(
             agent_running(
@@ -231,6 +263,12 @@ class AgentNode:
         if self._running is not None:
             await self._running.aclose()
             self._running = None
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
 
 def node_ips(count: int) -> list[str]:
@@ -270,13 +308,13 @@ async def serve_app(
     config.log_level = "warning"
     server = UvicornServer(config, own_signals=False)
     task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not server.started:
         if task.done():
             task.result()
             raise RuntimeError("uvicorn exited before starting")
         if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start within 10 s")
+            raise RuntimeError("uvicorn did not start within 30 s")
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
@@ -365,14 +403,28 @@ class GraphTestCluster:
         self.port = 0
 
     def add_node(
-        self, name: str, gpus: Sequence[Gpu] = (), procs: Sequence[Proc] = ()
+        self,
+        name: str,
+        gpus: Sequence[Gpu] = (),
+        procs: Sequence[Proc] = (),
+        kubelet: Mapping[str, Any] | None = None,
     ) -> AgentNode:
-        """A node on the stub server with an agent (started by ``start``)."""
+        """A node on the stub server with an agent (started by ``start``).
+
+        ``kubelet`` is the node's fake kubelet PodResources data; None: no kubelet socket.
+        """
         from api.demo.cluster.manifests import make_node
 
         ip = node_ips(len(self.agents) + 1)[-1]
         agent = AgentNode(
-            name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token, history=self.history
+            name,
+            ip,
+            self.workdir,
+            gpus=gpus,
+            procs=procs,
+            token=self.token,
+            history=self.history,
+            kubelet=kubelet,
         )
         self.agents[name] = agent
         self.stub.add_node(make_node(name, ip, gpus=len(gpus)))
@@ -435,14 +487,14 @@ class Served(Listening):
 @contextlib.asynccontextmanager
 async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterator[Served]:
     """Run the production server stack for ``settings`` on a free loopback port."""
-    from api.serve import running
+    from api.serve import services_running
 
     # The server tunes the collector for itself once the cache is ready; the
     # rest of the test session keeps CPython's defaults.
     thresholds = gc.get_threshold()
     try:
         async with (
-            running(settings) as services,
+            services_running(settings) as services,
             serve_app(services.app, settings) as server,
             httpx.AsyncClient(base_url=server.url, timeout=30) as client,
         ):

@@ -51,12 +51,13 @@ def test_pods_json_parses_and_matches_graphql(
     document = json.loads(top(capsys, demo, "pods", "-o", "json"))
     assert document["kind"] == "PodList"
     pods: list[dict[str, Any]] = demo.query(PODS)["data"]["pods"]
+    # A pod on the down node: GraphQL's gpus is null (not known), and so is top's.
     expected = {
         (p["namespace"], p["name"]): (
             p["nodeName"],
             p["gpuRequest"] or 0,
-            len(p["gpus"] or ()),
-            not p["gpuRequest"] and bool(p["gpus"]),
+            None if p["gpus"] is None else len(p["gpus"]),
+            None if p["gpus"] is None else not p["gpuRequest"] and bool(p["gpus"]),
         )
         for p in pods
         if p["gpuRequest"] or p["gpus"]
@@ -81,7 +82,7 @@ def test_nodes_view_has_a_row_per_node_and_names_the_down_one(
     rows = {
         line.split()[0]: line
         for line in out.splitlines()[1:]
-        if line.startswith("gpu-") and "agent down" not in line
+        if line.startswith("gpu-node-") and "agent down" not in line
     }
     assert sorted(rows) == ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]
     assert rows["gpu-node-3"].split()[1] == "DOWN"
@@ -104,7 +105,7 @@ def test_a_bad_server_is_one_line_and_exit_1(server: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("gpugraph top: error:"), result.stderr
 
 
-# The documented -o json/yaml contract (README, "The JSON and YAML shapes"): within
+# The documented -o json/yaml contract (docs/top.md, "The JSON and YAML shapes"): within
 # gpugraph.top/v1 fields are only added, so these sets may grow but never lose a key.
 CONTRACT = {
     "gpus": (
@@ -132,7 +133,16 @@ CONTRACT = {
         },
     ),
 }  # fmt: skip
-PROCESS_KEYS = {"pid", "name", "pod", "container", "memoryBytes", "smPercent", "unrequested"}
+PROCESS_KEYS = {
+    "pid",
+    "name",
+    "pod",
+    "container",
+    "memoryBytes",
+    "smPercent",
+    "unrequested",
+    "allocation",
+}
 
 
 @pytest.mark.parametrize("view", sorted(CONTRACT))
@@ -183,3 +193,97 @@ def test_since_refuses_a_bad_duration_and_watch(
     assert "--since" in capsys.readouterr().err
     assert main(["top", "--server", demo.url, "--since", "1h", "--watch"]) == 1
     assert "no --watch" in capsys.readouterr().err
+
+
+def test_a_pod_and_a_node_whose_agent_is_down_are_unknown_not_zero(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    down = demo.query("{ pods { name nodeName gpus { uuid } } }")["data"]["pods"]
+    stranded = {p["name"] for p in down if p["nodeName"] == "gpu-node-3"}
+    assert stranded and all(p["gpus"] is None for p in down if p["name"] in stranded)
+    pods = json.loads(top(capsys, demo, "pods", "-o", "json"))["pods"]
+    for pod in (p for p in pods if p["name"] in stranded):
+        assert (pod["gpusUsed"], pod["memoryBytes"], pod["smPercent"]) == (None, None, None)
+    assert all(p["memoryBytes"] is not None for p in pods if p["name"] not in stranded)
+    nodes = {n["name"]: n for n in json.loads(top(capsys, demo, "nodes", "-o", "json"))["nodes"]}
+    assert nodes["gpu-node-3"]["gpus"] is None and nodes["gpu-node-3"]["memoryUsedBytes"] is None
+    assert nodes["gpu-node-3"]["pods"] is None and nodes["gpu-node-0"]["gpus"] == 4
+    # The tables say so in words, where they said 0.
+    table = [line.split() for line in top(capsys, demo, "pods").splitlines()]
+    for row in (r for r in table if r[1] in stranded):
+        assert row[3].endswith("/<unknown>") and row[4:6] == ["<unknown>", "<unknown>"], row
+    node_row = lines_with(top(capsys, demo, "nodes"), "gpu-node-3")[0].split()
+    assert node_row[1:] == ["DOWN", *["<unknown>"] * 5]
+
+
+def test_the_down_line_says_once_that_the_agent_is_down(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (line,) = lines_with(top(capsys, demo), "agent down")
+    assert line.startswith("gpu-node-3: agent down: ")
+    assert "gpu-node-3" not in line.removeprefix("gpu-node-3:") and "unavailable" not in line
+
+
+def test_a_namespace_shows_only_the_down_nodes_of_its_pods(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # research's one pod is on gpu-node-1; a training worker is on the down gpu-node-3.
+    for view in ("pods", "gpus"):
+        research = top(capsys, demo, view, "-n", "research")
+        assert "research/notebook-alice" in research or "notebook-alice" in research
+        assert lines_with(research, "agent down") == []
+        training = top(capsys, demo, view, "-n", "ml-training")
+        assert [line.split(":")[0] for line in lines_with(training, "agent down")] == ["gpu-node-3"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--node", "nope"], "no GPUs match --node nope"),
+        (["nodes", "--node", "nope"], "no nodes match --node nope"),
+        (["pods", "-n", "nope"], "no pods match -n nope"),
+        (["-n", "research", "--node", "gpu-node-0"], "no GPUs match --node gpu-node-0 -n research"),
+        (["pods", "-o", "json", "-l", "app=nope"], "no pods match -l app=nope"),
+    ],
+)
+def test_a_filter_that_matches_nothing_says_so_and_fails(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert main(["top", "--server", demo.url, *args]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"gpugraph top: error: {said}\n"
+
+
+def test_the_down_node_alone_is_a_match(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = top(capsys, demo, "--node", "gpu-node-3")
+    assert lines_with(out, "agent down")[0].startswith("gpu-node-3:")
+
+
+def test_an_unknown_flag_prints_tops_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["top", "--bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gpugraph top ") and "[-w]" in err
+    assert err.rstrip().endswith("gpugraph top: error: unrecognized arguments: --bogus")
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "0.2", "nan", "soon"])
+def test_an_interval_below_the_servers_shortest_tick_is_refused(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["top", "--watch", f"--interval={value}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gpugraph top ") and "argument --interval:" in err
+
+
+def test_the_shortest_interval_is_the_servers() -> None:
+    from api.top.flags import MIN_INTERVAL, interval
+    from graph_schema.limits import MIN_INTERVAL_SECONDS
+
+    assert MIN_INTERVAL == MIN_INTERVAL_SECONDS
+    assert interval(str(MIN_INTERVAL)) == MIN_INTERVAL
