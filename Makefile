@@ -103,6 +103,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/metrics_bench.py --small
 	$(PY) bench/map_bench.py --small
 	$(PY) bench/top_bench.py --small
+	$(PY) bench/history_bench.py --small
 	$(PY) bench/allocation_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
@@ -116,6 +117,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/metrics_bench.py
 	$(PY) bench/map_bench.py
 	$(PY) bench/top_bench.py
+	$(PY) bench/history_bench.py
 	$(PY) bench/allocation_bench.py
 
 # On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and

@@ -17,6 +17,7 @@ from node_resolver.auth import TokenFile
 from node_resolver.version import version
 
 from .agents.discovery import Discovery, NodeIpDiscovery, PodIpDiscovery
+from .agents.pod_names import PodNamePusher
 from .agents.pool import AgentPool
 from .app import create_app
 from .auth import kubernetes_auth
@@ -114,6 +115,7 @@ class Services:
     pool: AgentPool
     metrics: Metrics
     app: Starlette
+    pod_names: PodNamePusher | None = None
 
 
 @contextlib.asynccontextmanager
@@ -138,12 +140,18 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
     )
     stop_pruning = cache.subscribe(departed.on_change)
+    # Agents learn their pods' names from the watch, so their history names pods.
+    pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop())
+    stop_naming = cache.subscribe(pod_names.on_change)
+    pod_names.start()
     _tune_gc_once_ready(cache)
     watcher.start()
     try:
-        yield Services(cache, watcher, pool, metrics, app)
+        yield Services(cache, watcher, pool, metrics, app, pod_names)
     finally:
         log.info("shutting down: closing agent channels and the Kubernetes watch")
+        stop_naming()
+        await pod_names.stop()
         stop_pruning()
         await pool.close()
         await asyncio.to_thread(watcher.stop)

@@ -20,7 +20,7 @@ from node_resolver.models import NodeSnapshot
 
 from .allocations import AllocationRules, AllocationTable
 from .errors import NodeSampleError, ResultBudgetError
-from .interfaces import AgentUnavailableError, Cluster, Received, SnapshotSource
+from .interfaces import AgentUnavailableError, Cluster, HistorySource, Received, SnapshotSource
 from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .scope import EVERYTHING, Scope, Viewer
 from .state import SharedState
@@ -55,6 +55,10 @@ class GraphContext:
         self.cluster = VisibleCluster(cluster, scope)
         self.viewer = viewer
         self.snapshots = snapshots
+        # The pool reads the agents' occupancy logs too; other sources have no history.
+        self.history: HistorySource | None = (
+            snapshots if isinstance(snapshots, HistorySource) else None
+        )
         self.state = state
         self.request = request
         self.response = response

@@ -15,7 +15,7 @@ from graphql import GraphQLError
 from node_resolver.models import NodeSnapshot
 
 from .allocations import AllocationRules, AllocationTable
-from .interfaces import ClusterView, Received, SnapshotSource
+from .interfaces import ClusterView, HistorySource, Received, SnapshotSource
 from .scope import Viewer
 
 __all__ = ["Operation"]
@@ -42,12 +42,21 @@ class Operation(Protocol[GpuT]):
         ...
 
     @property
+    def history(self) -> HistorySource | None:
+        """The agents' occupancy logs; None where the server cannot read them."""
+        ...
+
+    @property
     def partial_errors(self) -> list[GraphQLError]:
         """Errors for the parts of an aggregate list that could not be fetched."""
         ...
 
     def charge(self, items: int) -> None:
         """Count ``items`` more result objects; ResultBudgetError past the server's limit."""
+        ...
+
+    async def pace(self) -> None:
+        """Let other requests run when this operation has held the loop long enough."""
         ...
 
     async def received(self, node_name: str) -> Received:

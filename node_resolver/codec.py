@@ -61,6 +61,7 @@ def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapsh
         sampled_at=snapshot.sampled_at,
         age_seconds=max(0.0, now - snapshot.sampled_at),
         error=sample.error or "",
+        history_status=snapshot.history_status,
         allocations=_allocations_to_proto(snapshot.allocations),
     )
 
@@ -187,6 +188,7 @@ def snapshot_from_proto(pb: agent_pb2.Snapshot) -> NodeSnapshot:
         sample=sample,
         sampled_at=pb.sampled_at,
         age_seconds=pb.age_seconds,
+        history_status=pb.history_status if has("history_status") else None,
         allocations=_allocations_from_proto(pb.allocations) if has("allocations") else None,
     )
 

@@ -54,6 +54,9 @@ class GpuProcess:
     name: str | None = None
     cmdline: str | None = None
     container: ContainerRef | None = None
+    # Clock ticks after boot (/proc/<pid>/stat field 22); with the PID it names one
+    # process lifetime. Kept on the agent (the occupancy log's key), not sent.
+    start_time: int | None = None
 
 
 @dataclass(slots=True)
@@ -150,5 +153,8 @@ class NodeSnapshot:
     sample: NodeSample
     sampled_at: float
     age_seconds: float = 0.0
+    # The agent's occupancy log: "ok", "off" (no --history-dir) or what is wrong with it;
+    # None from an agent that predates the log.
+    history_status: str | None = None
     # The kubelet's device allocations; None from an agent that does not send them.
     allocations: NodeAllocations | None = None

@@ -44,6 +44,7 @@ class Sampler:
         node_name: str,
         interval: float = 1.0,
         clock: Callable[[], float] = time.time,
+        on_scan: Callable[[NodeSnapshot], None] | None = None,
         pod_resources: PodResourcesPoller | None = None,
     ) -> None:
         if interval <= 0:
@@ -64,6 +65,9 @@ class Sampler:
         self._on_ready: list[Callable[[], None]] = []
         self._thread: threading.Thread | None = None
         self._missing_scans = 0
+        # Called with each published snapshot, on the sampling thread (the occupancy log).
+        self._on_scan = on_scan
+        self._on_scan_failed = False
         # Scans done so far; tests and benchmarks read it to count NVML work.
         self.scans = 0
 
@@ -134,7 +138,22 @@ class Sampler:
         self.scans += 1
         if not self._ready.is_set():
             self._set_ready()
+        if self._on_scan is not None:
+            self._observe(snapshot)
         return snapshot
+
+    def _observe(self, snapshot: NodeSnapshot) -> None:
+        assert self._on_scan is not None
+        try:
+            self._on_scan(snapshot)
+        except Exception:
+            # The live snapshot is already published; a failing observer must not stop
+            # sampling, and logs once per episode rather than every interval.
+            if not self._on_scan_failed:
+                log.exception("the scan observer failed")
+            self._on_scan_failed = True
+        else:
+            self._on_scan_failed = False
 
     def _allocations(self, sample: NodeSample) -> NodeAllocations | None:
         poller = self.pod_resources
@@ -190,6 +209,7 @@ class Sampler:
                 process.name = found.name
                 process.cmdline = found.cmdline
                 process.container = found.container
+                process.start_time = found.start_time
                 kept.append(process)
             gpu.processes = kept
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import errno
 import logging
 import os
@@ -43,6 +44,16 @@ from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
 from .cluster.kubelet import FakeKubelet
 from .gpus import GPU_NAME, fake_nvml_document
+from .history import (
+    DELETED_NODE,
+    DELETED_POD,
+    FINISHED_POD,
+    HISTORY_QUERY,
+    backfill,
+    deleted_pod_uid,
+    history_log,
+    with_deleted_pod,
+)
 from .proc_tree import write_proc_tree
 from .queries import example_queries
 from .scenario import DemoCluster, DemoNode, build_cluster
@@ -158,11 +169,13 @@ class Demo:
 
     def __post_init__(self) -> None:
         try:
-            self.cluster = build_cluster(
+            cluster = build_cluster(
                 self.config.nodes,
                 self.config.gpus_per_node,
                 allocation_nodes=self.config.allocation_nodes,
             )
+            # History's scenario: a pod that is deleted while its process runs.
+            self.cluster = with_deleted_pod(cluster)
         except ValueError as exc:
             raise DemoError(str(exc)) from None
 
@@ -237,6 +250,10 @@ class Demo:
         write_proc_tree(proc_root, node.processes)
         nvml = workdir / "nvml.json"
         write_fake_nvml(nvml, fake_nvml_document(node, 0.0))
+        # Each agent keeps its occupancy log in the demo's temp dir; the first has a past.
+        history = history_log(workdir, proc_root)
+        if node is self.cluster.nodes[0]:
+            await asyncio.to_thread(backfill, history, self.cluster)
         # The node's kubelet: its PodResources API on a unix socket, as the agent reads it.
         socket = str(workdir / "kubelet.sock")
         if len(socket) > _MAX_SOCKET_PATH:
@@ -253,6 +270,7 @@ class Demo:
             build_resolver("cgroup", proc_root=str(proc_root)),
             node_name=node.name,
             interval=self.config.interval,
+            on_scan=history.observe,
             pod_resources=PodResourcesPoller(client.list, interval=self.config.interval),
         )
         server = await self._agent_steps.enter_async_context(
@@ -264,6 +282,7 @@ class Demo:
                     token=token,
                     grace=0.5,
                     join_timeout=5.0,
+                    history=history,
                 ),
             )
         )
@@ -279,6 +298,21 @@ class Demo:
                     write_fake_nvml(agent.workdir / "nvml.json", fake_nvml_document(agent.node, t))
                 except OSError as exc:
                     log.warning("cannot update the fake GPUs of %s: %s", agent.node.name, exc)
+
+    async def delete_running_pod(self) -> None:
+        """Delete the history scenario's pod while it runs, once its agent knows its name."""
+        uid = deleted_pod_uid(self.cluster)
+        first = self.cluster.nodes[DELETED_NODE].name
+        agent = next((a for a in self.agents if a.node.name == first), None)
+        if agent is None or self.api is None:
+            return
+        deadline = time.monotonic() + READY_TIMEOUT
+        while agent.server.pod_names.get(uid) is None:
+            if time.monotonic() > deadline or self.stopping.is_set():
+                log.warning("the agent of %s was not told the pod names in time", first)
+                break
+            await asyncio.sleep(0.1)
+        self.api.delete_pod(*DELETED_POD)
 
     def settings(self) -> Settings:
         """The server's settings: node-ip discovery of the agents, the token, the stub cluster."""
@@ -336,6 +370,7 @@ class Demo:
                 error = serving.exception() if not serving.cancelled() else None
                 raise DemoError(f"the server stopped while starting: {error!r}")
             if await asyncio.to_thread(_http_ok, url):
+                await self.delete_running_pod()
                 return f"{self.base_url}/graphql"
             await asyncio.sleep(0.1)
         raise DemoError(f"the server did not become ready within {READY_TIMEOUT:g}s")
@@ -392,6 +427,9 @@ class Demo:
             f"  no pod        PID {orphan_pid} on {orphan_node} holds GPU memory outside any pod",
             f"  unrequested   pod {'/'.join(cluster.unrequested)} uses a GPU it never requested",
             f"  agent down    {cluster.down_node}: its gpus are null, with an error naming it",
+            f"  history       pod {'/'.join(FINISHED_POD)} finished an hour ago "
+            f"({cluster.nodes[0].name}), {'/'.join(DELETED_POD)} was deleted while running "
+            f"({cluster.nodes[DELETED_NODE].name})",
             f"  not allocated pod {'/'.join(cluster.misallocated)} runs on a GPU its kubelet did "
             "not give it (example 4)",
             "  allocations   MIG, time-sliced and DRA (template claims) nodes: "
@@ -400,6 +438,13 @@ class Demo:
         lines += ["", "Paste one of these into GraphiQL:", ""]
         for n, query in enumerate(example_queries(cluster), 1):
             lines += [f"--- example {n} ---", query, ""]
+        since = datetime.datetime.fromtimestamp(time.time() - 86400, datetime.UTC)
+        history_gpu = cluster.nodes[0].gpus[1].uuid
+        lines += [
+            "--- history ---",
+            HISTORY_QUERY.format(uuid=history_gpu, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            "",
+        ]
         lines.append("Press Ctrl-C to stop.")
         return "\n".join(lines)
 

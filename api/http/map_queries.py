@@ -6,7 +6,7 @@ cost admission's test measures exactly what the browser sends.
 
 from __future__ import annotations
 
-__all__ = ["GPU_FIELDS", "GPU_QUERY", "LIVE_SUBSCRIPTION", "SNAPSHOT_QUERY"]
+__all__ = ["GPU_FIELDS", "GPU_QUERY", "HISTORY_QUERY", "LIVE_SUBSCRIPTION", "SNAPSHOT_QUERY"]
 
 # One GPU as a tile and its details draw it.
 GPU_FIELDS = """\
@@ -85,6 +85,24 @@ query Gpu($uuid: String!) {
       allocation
       container { name image }
       pod { namespace name gpuRequest node { name } }
+    }
+  }
+}
+"""
+
+# A GPU's panel: who held it over the last 24 hours (the strip under its details).
+HISTORY_QUERY = """\
+query GpuHistory($uuid: String!, $since: DateTime!) {
+  gpu(uuid: $uuid) {
+    uuid
+    hiddenHistoryCount(since: $since)
+    history(since: $since) {
+      pid
+      processName
+      podNamespace
+      podName
+      start
+      end
     }
   }
 }

@@ -212,6 +212,10 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
                 service=args.service,
             )
             transport = HttpTransport(endpoint)
+        if getattr(args, "since", None):
+            from .history import run_since
+
+            return run_since(args, transport, _console, sys.stdout.write)
         wide = args.output == "wide"
         # Before any event loop: Ctrl-C here is a plain KeyboardInterrupt (130 at once),
         # where in a loop's worker thread it waited for the query's 30 s timeout.

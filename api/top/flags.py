@@ -74,6 +74,12 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-o", "--output", choices=OUTPUTS, default=None, help="output format")
     parser.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="the past instead of now: pods (or, with top nodes, nodes) by GPU-hours over "
+        "the last DURATION, e.g. 24h or 7d, from the agents' occupancy logs",
+    )
+    parser.add_argument(
         "-w",
         "--watch",
         action="store_true",

@@ -239,7 +239,12 @@ def test_reflection_lists_the_service(agent: AgentThread) -> None:
         assert SERVICE in services and "grpc.health.v1.Health" in services
         described = database.FindFileContainingSymbol(SERVICE)
     assert described.package == "gpugraph.agent.v1"
-    assert [m.name for m in described.service[0].method] == ["GetSnapshot"]
+    assert [m.name for m in described.service[0].method] == [
+        "GetSnapshot",
+        "GetHistory",
+        "GetUsage",
+        "PutPodNames",
+    ]
 
 
 # -- the command line, as a subprocess --------------------------------------------

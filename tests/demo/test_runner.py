@@ -150,7 +150,8 @@ def test_two_inference_pods_share_one_gpu(demo: RunningDemo) -> None:
 
 def test_orphan_host_process_has_no_pod(demo: RunningDemo) -> None:
     gpus = all_gpus(demo.query(CLUSTER))
-    orphans = [p for g in gpus for p in g["processes"] if p["pod"] is None]
+    # A process whose pod was deleted while it ran (history's scenario) has a pod UID.
+    orphans = [p for g in gpus for p in g["processes"] if p["pod"] is None and not p["podUid"]]
     assert len(orphans) == 1
     orphan = orphans[0]
     assert orphan["podUid"] is None and orphan["containerId"] is None
@@ -401,6 +402,30 @@ def namespaces_in(value: Any) -> set[str]:
     if isinstance(value, list):
         return set().union(*(namespaces_in(v) for v in value))
     return set()
+
+
+def test_the_history_query_in_the_banner_names_the_finished_and_the_deleted_pods(
+    demo: RunningDemo,
+) -> None:
+    text = demo.text()
+    start = text.index("--- history ---\n") + len("--- history ---\n")
+    query = text[start : text.index("\n\n", start)]
+    body = demo.query(query.split("\n", 1)[1])
+    assert "errors" not in body, body
+    records = body["data"]["gpu"]["history"]
+    by_pod = {(r["podNamespace"], r["podName"]): r for r in records}
+    finished = by_pod[("research", "lr-sweep-7")]
+    assert finished["pod"] is None and finished["end"] is not None
+    assert finished["gpuSeconds"] == pytest.approx(7200, abs=1)
+    deleted = demo.query(
+        '{ gpuHistory(since: "2000-01-01T00:00:00Z", podName: "eval-canary") '
+        "{ edges { node { podNamespace pod { name } end node { name } } } } }"
+    )["data"]["gpuHistory"]["edges"]
+    assert [e["node"] for e in deleted] == [
+        {"podNamespace": "research", "pod": None, "end": None, "node": {"name": "gpu-node-1"}}
+    ]
+    leftover = by_pod[(None, None)]
+    assert leftover["processName"] == "python3" and leftover["gpuSeconds"] >= 5 * 3600
 
 
 def test_the_fourth_example_shows_the_pod_on_a_gpu_it_was_not_given(demo: RunningDemo) -> None:

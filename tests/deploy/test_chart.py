@@ -583,6 +583,30 @@ def test_notes_name_the_service(chart: helm.Chart) -> None:
     assert f"svc/{service}" in shlex.split(forward)
 
 
+def test_the_agent_keeps_its_occupancy_log_on_the_node(chart: helm.Chart) -> None:
+    docs = render(chart)
+    spec = pod_spec(docs, "DaemonSet")
+    agent = container(docs, "DaemonSet")
+    history = mount_of(agent, "history")
+    assert flag(agent["args"], "--history-dir") == history["mountPath"] == "/var/lib/gpugraph"
+    assert history.get("readOnly") is not True
+    assert volume(spec, "history")["hostPath"] == {
+        "path": "/var/lib/gpugraph",
+        "type": "DirectoryOrCreate",
+    }
+    assert flag(agent["args"], "--history-retention") == "30d"
+    assert flag(agent["args"], "--history-max-bytes") == "268435456"
+
+    values = {"agent": {"history": {"retention": "12h", "maxBytes": 1 << 31}}}
+    args = container(render(chart, values), "DaemonSet")["args"]
+    assert flag(args, "--history-retention") == "12h"
+    assert flag(args, "--history-max-bytes") == str(1 << 31)
+
+    off = render(chart, {"agent": {"history": {"enabled": False}}})
+    assert "--history-dir" not in container(off, "DaemonSet")["args"]
+    assert "history" not in {v["name"] for v in pod_spec(off, "DaemonSet")["volumes"]}
+
+
 def test_agent_reads_the_kubelets_pod_resources_socket_read_only(chart: helm.Chart) -> None:
     agent_pod = pod_spec(render(chart), "DaemonSet")
     (agent,) = agent_pod["containers"]

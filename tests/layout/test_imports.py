@@ -118,15 +118,19 @@ def test_the_gpugraph_command_loads_no_demo_module_for(command: str) -> None:
 
 
 def test_importing_the_graph_loads_none_of_the_agents_machinery() -> None:
-    # The server reads the agent's records (node_resolver.models) and nothing
-    # else of it: no gRPC, protobuf, NVML or containerd code.
+    # The server reads the agent's records (node_resolver.models, and the occupancy
+    # log's plain records) and nothing else of it: no gRPC, protobuf, NVML or
+    # containerd code.
     code = (
         "import sys\n"
         "import graph_schema.schema\n"
         "prefixes = ('node_resolver', 'grpc', 'google.protobuf', 'pynvml', 'containerd')\n"
         "print(sorted(m for m in sys.modules if m.startswith(prefixes)))\n"
     )
-    assert run_python(code) == "['node_resolver', 'node_resolver.models']"
+    assert run_python(code) == (
+        "['node_resolver', 'node_resolver.history', 'node_resolver.history.records', "
+        "'node_resolver.models']"
+    )
 
 
 def test_importing_a_top_level_package_loads_none_of_its_modules() -> None:

@@ -37,6 +37,7 @@ from node_resolver.agent import agent_running
 from node_resolver.cli import LISTENING
 from node_resolver.client import AgentClient
 from node_resolver.gpu_source import GpuSource
+from node_resolver.history.log import HistoryLog
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess
 from node_resolver.pod_resources import PodResourcesPoller
@@ -206,6 +207,7 @@ def start_agent_thread(
     token: str | Callable[[], str] | None = None,
     interval: float = 0.2,
     wait_serving: bool = True,
+    history: HistoryLog | None = None,
     pod_resources: PodResourcesPoller | None = None,
 ) -> AgentThread:
     """Run ``agent_running`` for ``source`` on ``host``, a free port, in a thread.
@@ -218,6 +220,7 @@ def start_agent_thread(
         resolver or AllAliveResolver(),
         node_name=node_name,
         interval=interval,
+        on_scan=history.observe if history is not None else None,
         pod_resources=pod_resources,
     )
     loop = asyncio.new_event_loop()
@@ -227,7 +230,7 @@ def start_agent_thread(
         stopping = asyncio.Event()
         try:
             async with agent_running(
-                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10
+                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10, history=history
             ) as server:
                 started.set_result((server, stopping))
                 await stopping.wait()

@@ -16,7 +16,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,9 @@ from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
 from node_resolver.agent import agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.history.log import HistoryLog, HistorySettings, read_boot_id
 from node_resolver.pids import CgroupResolver
+from node_resolver.pod_names import PodNames
 from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
@@ -119,9 +121,13 @@ class AgentNode:
         procs: Sequence[Proc] = (),
         token: str | None = None,
         interval: float = 0.1,
+        history: bool = False,
+        clock: Callable[[], float] = time.time,
         kubelet: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
+        # The sampler's clock: what the occupancy log takes for "now".
+        self.clock = clock
         self.ip = ip
         # The fake kubelet's PodResources data; None: no kubelet socket at all.
         self.kubelet_data = kubelet
@@ -132,6 +138,14 @@ class AgentNode:
         self.dir = workdir / name
         self.proc_root = self.dir / "proc"
         self.proc_root.mkdir(parents=True, exist_ok=True)
+        # With history on: the occupancy log's directory, and the log while running.
+        self.history_dir: Path | None = self.dir / "history" if history else None
+        self.history: HistoryLog | None = None
+        # The log's bounds, read at each start.
+        self.history_retention = 30 * 86400.0
+        self.history_max_bytes = 256 << 20
+        if history:
+            self.set_boot_id("boot-1")
         self.nvml_path = self.dir / "nvml.json"
         self.port = 0
         self.gpus = list(gpus)
@@ -168,6 +182,12 @@ class AgentNode:
         """Make ``pid`` exit."""
         remove_process(self.proc_root, pid)
 
+    def set_boot_id(self, boot_id: str) -> None:
+        """Write the node's boot ID (a new one is a reboot, to the occupancy log)."""
+        path = self.proc_root / "sys" / "kernel" / "random" / "boot_id"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(boot_id + "\n")
+
     def write_gpus(self, gpus: Sequence[Gpu] | None = None) -> None:
         """(Re)write the fake NVML file; the agent picks changes up on its next scan."""
         if gpus is not None:
@@ -183,6 +203,21 @@ class AgentNode:
 
     async def start(self) -> None:
         """Start serving and sampling; returns once sampled. A restart reuses the port."""
+        history = None
+        if self.history_dir is not None:
+            settings = HistorySettings(
+                self.history_dir,
+                retention_seconds=self.history_retention,
+                max_bytes=self.history_max_bytes,
+                flush_interval=0.2,
+            )
+            history = HistoryLog(
+                settings,
+                boot_id=read_boot_id(str(self.proc_root)),
+                pod_names=PodNames(),
+                clock=self.clock,
+            )
+        self.history = history
         # A unix socket path must fit in 108 bytes; the workdir's may not.
         if self._socket_dir is None:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
@@ -196,6 +231,8 @@ class AgentNode:
             CgroupResolver(proc_root=str(self.proc_root)),
             node_name=self.name,
             interval=self.interval,
+            clock=self.clock,
+            on_scan=history.observe if history is not None else None,
             pod_resources=PodResourcesPoller(client.list, interval=self.interval),
         )
         stack = contextlib.AsyncExitStack()
@@ -203,7 +240,12 @@ class AgentNode:
         # grace=None: stopping is like a killed process, connections drop at once.
         server = await stack.enter_async_context(
             agent_running(
-                sampler, f"{self.ip}:{self.port}", token=self.token, grace=None, join_timeout=5.0
+                sampler,
+                f"{self.ip}:{self.port}",
+                token=self.token,
+                grace=None,
+                join_timeout=5.0,
+                history=history,
             )
         )
         if not await asyncio.to_thread(sampler.wait_ready, 10.0):
@@ -348,11 +390,13 @@ class GraphTestCluster:
     /proc tree and fake NVML file, so the agent maps them to those pods.
     """
 
-    def __init__(self, workdir: Path, *, token: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, token: str | None = None, history: bool = False) -> None:
         from api.demo.cluster import StubApiServer
 
         self.workdir = workdir
         self.token = token
+        # Agents keep an occupancy log (in their node's directory).
+        self.history = history
         self.stub = StubApiServer(bookmark_interval=0.5)
         self.agents: dict[str, AgentNode] = {}
         self.kubeconfig = workdir / "kubeconfig"
@@ -373,7 +417,14 @@ class GraphTestCluster:
 
         ip = node_ips(len(self.agents) + 1)[-1]
         agent = AgentNode(
-            name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token, kubelet=kubelet
+            name,
+            ip,
+            self.workdir,
+            gpus=gpus,
+            procs=procs,
+            token=self.token,
+            history=self.history,
+            kubelet=kubelet,
         )
         self.agents[name] = agent
         self.stub.add_node(make_node(name, ip, gpus=len(gpus)))
@@ -456,7 +507,9 @@ async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterat
         gc.set_threshold(*thresholds)
 
 
-def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestCluster:
+def standard_cluster(
+    workdir: Path, *, token: str | None = None, history: bool = False
+) -> GraphTestCluster:
     """The cluster most server tests use (not yet started).
 
     - node-0: GPU-node-0-0 shared by ml/worker-0 (PID 1001, 3 GiB) and
@@ -470,7 +523,7 @@ def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestClu
     """
     from api.demo.cluster.manifests import pod_uid_for
 
-    cluster = GraphTestCluster(workdir, token=token)
+    cluster = GraphTestCluster(workdir, token=token, history=history)
     worker0 = pod_uid_for("ml", "worker-0")
     worker1 = pod_uid_for("ml", "worker-1")
     trainer = pod_uid_for("team-b", "trainer-0")

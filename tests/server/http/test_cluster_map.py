@@ -214,9 +214,10 @@ def test_filters_and_keyboard(demo: LiveDemo, tmp_path: Path) -> None:
         )
         assert visible() == {notebook}
         page.select_option("#f-only", "unattributed")
-        assert len(visible()) == 1 and visible() <= {
-            u for u, n in truth.items() if n == "gpu-node-0"
-        }
+        # The orphan's GPU, and the GPU of the pod deleted while running (history's scenario).
+        unattributed = visible()
+        assert len(unattributed) == 2
+        assert {truth[u] for u in unattributed} == {"gpu-node-0", "gpu-node-1"}
         page.select_option("#f-only", "")
         page.select_option("#f-ns", "research")
         assert visible() == {notebook}
@@ -335,6 +336,26 @@ def test_an_agent_that_stops_greys_its_node_without_a_reload(tmp_path: Path) -> 
         assert page.evaluate("() => performance.getEntriesByType('navigation').length") == 1
         screenshot(page, tmp_path, "map-agent-lost.png")
     assert browser.blocked == [] and browser.problems == []
+
+
+def test_a_gpus_panel_shows_who_held_it_in_the_last_24_hours(
+    demo: LiveDemo, tmp_path: Path
+) -> None:
+    # The orphan's GPU: the backfilled pod that finished an hour ago, and the orphan itself.
+    orphan_node, orphan_pid = demo.demo.cluster.orphan
+    body = demo.query(f'{{ gpuProcesses(nodeName: "{orphan_node}") {{ pid gpu {{ uuid }} }} }}')
+    uuid = next(p["gpu"]["uuid"] for p in body["data"]["gpuProcesses"] if p["pid"] == orphan_pid)
+    with chromium(tmp_path / "profile") as browser:
+        page = _open_map(browser, demo.url)
+        _tile(page, uuid).click()
+        strip = page.locator("#details .history-strip")
+        strip.wait_for(timeout=TIMEOUT_MS)
+        titles = strip.locator(".seg").evaluate_all("els => els.map(e => e.title)")
+        legend = page.locator("#details .history-legend").inner_text()
+    assert any(t.startswith("research/lr-sweep-7, PID 7300,") for t in titles), titles
+    assert any(f"PID {orphan_pid}," in t and t.endswith("now UTC") for t in titles), titles
+    assert "research/lr-sweep-7" in legend and "(no pod)" in legend
+    assert browser.blocked == []
 
 
 def test_graphiql_link_opens_the_gpus_query(demo: LiveDemo, tmp_path: Path) -> None:

@@ -34,7 +34,8 @@ def test_gpus_view_shows_the_shared_gpu_the_orphan_the_unrequested_pod_and_the_d
     for pod in ("inference/chat-api-0", "inference/chat-api-1"):
         process = [line for line in lines_with(out, "PID ") if pod in line]
         assert len(process) == 1 and "[triton]" in process[0]
-    orphan = lines_with(out, "(no pod)")
+    # PID 6100's pod was deleted while it ran (the demo's history scenario): no pod either.
+    orphan = [line for line in lines_with(out, "(no pod)") if "PID 6100 " not in line]
     assert len(orphan) == 1 and "python3" in orphan[0]
     unrequested = lines_with(out, "UNREQUESTED")
     assert len(unrequested) == 1 and "research/notebook-alice" in unrequested[0]
@@ -163,6 +164,35 @@ def test_json_and_yaml_keep_the_documented_shape(
         assert processes and all(set(p) == PROCESS_KEYS for p in processes)
     for down in document.get("downNodes", []):
         assert set(down) == {"node", "reason"}
+
+
+def test_since_lists_pods_by_gpu_hours_even_those_that_are_gone(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(top(capsys, demo, "--since", "24h", "-o", "json"))
+    assert document["kind"] == "PodUsageList"
+    hours = {(p["namespace"], p["name"]): p["gpuHours"] for p in document["pods"]}
+    # Backfilled: ran from three hours ago until one hour ago, and is gone.
+    assert hours[("research", "lr-sweep-7")] == pytest.approx(2.0, abs=0.01)
+    # The leftover host process: five hours, in no pod.
+    assert hours[(None, None)] >= 5.0
+    # Deleted while running: still named.
+    assert ("research", "eval-canary") in hours
+    assert list(hours.values()) == sorted(hours.values(), reverse=True)
+    table = top(capsys, demo, "--since", "24h")
+    assert table.splitlines()[0].split() == ["NAMESPACE", "POD", "GPU-HOURS", "GIB-HOURS"]
+    assert lines_with(table, "lr-sweep-7")[0].split()[2] == "2.00"
+    nodes = json.loads(top(capsys, demo, "nodes", "--since", "1d", "-o", "json"))
+    assert nodes["kind"] == "NodeUsageList" and nodes["nodes"][0]["node"] == "gpu-node-0"
+
+
+def test_since_refuses_a_bad_duration_and_watch(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["top", "--server", demo.url, "--since", "yesterday"]) == 1
+    assert "--since" in capsys.readouterr().err
+    assert main(["top", "--server", demo.url, "--since", "1h", "--watch"]) == 1
+    assert "no --watch" in capsys.readouterr().err
 
 
 def test_a_pod_and_a_node_whose_agent_is_down_are_unknown_not_zero(

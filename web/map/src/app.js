@@ -4,6 +4,7 @@ import { AuthRequired, query, subscribe, token } from "./api.js";
 import { ago, count, esc } from "./format.js";
 import { ClusterModel } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
+import { STRIP_HOURS, historyStripHtml } from "./history.js";
 import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
 
 const SKELETON = `
@@ -385,6 +386,40 @@ export class MapApp {
     }
     const node = this.model.nodes.get(entry.node);
     details.innerHTML = detailsHtml(entry, node, this.config, this.selectedPod, uuid === this.pinned);
+    this._renderHistory(details, uuid);
+  }
+
+  // The GPU's last 24 hours under its details, fetched at most once a minute per GPU.
+  _renderHistory(details, uuid) {
+    const historyQuery = this.config.queries.history;
+    if (!historyQuery) return;
+    const box = document.createElement("div");
+    box.className = "history";
+    box.dataset.uuid = uuid;
+    details.appendChild(box);
+    this.histories ??= new Map();
+    const cached = this.histories.get(uuid);
+    const now = Date.now();
+    if (cached && now - cached.at < 60_000) {
+      box.innerHTML = cached.html;
+      return;
+    }
+    const since = now - STRIP_HOURS * 3600_000;
+    const variables = { uuid, since: new Date(since).toISOString() };
+    query(this.config.graphqlPath, historyQuery, "GpuHistory", variables)
+      .then((body) => {
+        const gpu = body.data?.gpu;
+        const html = gpu
+          ? historyStripHtml(gpu.history ?? [], since, now, gpu.hiddenHistoryCount ?? 0)
+          : "";
+        this.histories.set(uuid, { at: now, html });
+        const shown = details.querySelector(`.history[data-uuid="${CSS.escape(uuid)}"]`);
+        if (shown) shown.innerHTML = html;
+      })
+      .catch((error) => {
+        const shown = details.querySelector(`.history[data-uuid="${CSS.escape(uuid)}"]`);
+        if (shown) shown.textContent = `history: ${describe(error)}`;
+      });
   }
 
   _renderStatus() {
