@@ -24,7 +24,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/gpugraph
 WORKDIR /src
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml constraints.txt README.md LICENSE ./
 # The pins reach the isolated build environment (setuptools) too: older pip reads
 # PIP_CONSTRAINT there, pip >= 25.3 PIP_BUILD_CONSTRAINT.
 ENV PIP_CONSTRAINT=/src/constraints.txt \
@@ -35,7 +35,8 @@ COPY node_resolver ./node_resolver
 COPY --from=web /src/api/static/graphiql ./api/static/graphiql
 COPY --from=web /src/api/static/map ./api/static/map
 RUN /opt/gpugraph/bin/pip install -c constraints.txt . \
-    && /opt/gpugraph/bin/gpugraph --help
+    && /opt/gpugraph/bin/gpugraph --help \
+    && /opt/gpugraph/bin/gpugraph --version
 
 # --- Runtime: the virtualenv on a slim base, no compilers, no npm.
 FROM ${PYTHON_IMAGE} AS runtime

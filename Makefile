@@ -18,7 +18,7 @@ PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt \
 	PIP_BUILD_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo test install install-dev lint typecheck proto proto-check web web-if-npm \
-	npm-if-npm bench-small bench gpu-check clean
+	npm-if-npm bench-small bench gpu-check clean release-check release-image release-krew
 
 # Debian's python3 without python3-venv leaves a $(VENV) without pip behind; remove
 # it, so the next run starts over, and say what to install.
@@ -104,6 +104,8 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/map_bench.py --small
 	$(PY) bench/top_bench.py --small
 	$(PY) bench/scale_bench.py --small
+	$(PY) bench/history_bench.py --small
+	$(PY) bench/allocation_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
 bench: install-dev web-if-npm
@@ -117,6 +119,8 @@ bench: install-dev web-if-npm
 	$(PY) bench/map_bench.py
 	$(PY) bench/top_bench.py
 	$(PY) bench/scale_bench.py
+	$(PY) bench/history_bench.py
+	$(PY) bench/allocation_bench.py
 
 # On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and
 # memory? Fails clearly (exit 2) where there is no GPU; see tools/gpu_check.py.
@@ -127,3 +131,20 @@ clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache api/static/graphiql \
 		api/static/map \
 		web/node_modules tests/federation/node_modules
+
+# Releases, run by a maintainer (README, "Install on a cluster"); the version is pyproject.toml's.
+VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= ghcr.io/gpugraph/gpugraph
+PLATFORMS ?= linux/amd64,linux/arm64
+
+# The wheel and sdist into dist/ (python -m build), checked by twine check; see tools/release/.
+release-check: install-dev web-if-npm
+	$(PY) tools/release/dist.py
+
+# One image for every platform, pushed: log in to the registry first (docker login).
+release-image:
+	docker buildx build --platform $(PLATFORMS) --tag $(IMAGE):$(VERSION) --push .
+
+# The krew archive and manifest of this version into dist/krew/.
+release-krew: install-dev
+	$(PY) tools/krew/package.py --out dist/krew

@@ -10,10 +10,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Lifespan
 
-from graph_schema import build_schema
+from graph_schema.allocations import AllocationRules, DraCatalog
 from graph_schema.cache_status import cache_age
 from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.schema import build_schema
 from graph_schema.visibility import VisibleCluster
 
 from .auth import AuthMiddleware, KubernetesAuth, request_scope
@@ -57,6 +58,7 @@ def create_app(
     metrics: Metrics | None = None,
     lifespan: Lifespan[Starlette] | None = None,
     auth: KubernetesAuth | None = None,
+    dra: DraCatalog | None = None,
 ) -> Starlette:
     """The server's ASGI app over a Kubernetes cache and an agent snapshot source.
 
@@ -74,8 +76,12 @@ def create_app(
     metrics.watch_cluster(cluster)
     limit_tracebacks()
     request_timeout = settings.request_timeout
+    # The one allocation join's inputs, shared by GraphQL, /gpu-pods and /metrics.
+    rules = AllocationRules(dra=dra, gpus=settings.gpus)
     schema = build_schema(
-        settings.limits, extensions=[lambda: QueryTimer(metrics, request_timeout)]
+        settings.limits,
+        extensions=[lambda: QueryTimer(metrics, request_timeout)],
+        allocation_rules=rules,
     )
     # Queries it covers skip strawberry's executor (graph_schema/compiled).
     compiled = CompiledDocuments(schema)
@@ -107,6 +113,7 @@ def create_app(
         snapshots,
         timeout=settings.request_timeout,
         dcgm_names=settings.metrics_dcgm_names,
+        rules=rules,
     )
 
     async def metrics_endpoint(request: Request) -> Response:
@@ -118,7 +125,7 @@ def create_app(
     def view_of(request: Request) -> VisibleCluster:
         return VisibleCluster(cluster, request_scope(request, auth))
 
-    gpu_pods = gpu_pods_endpoint(snapshots, view_of, timeout=settings.request_timeout)
+    gpu_pods = gpu_pods_endpoint(snapshots, view_of, timeout=settings.request_timeout, rules=rules)
 
     async def gpu_pods_counted(request: Request) -> Response:
         response = await gpu_pods(request)

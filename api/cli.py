@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 # The server's flags, defaults and settings load only for `serve`: `gpugraph top`
-# starts without them (the flags import the agent package through node_resolver).
+# starts without them (the settings import the schema's limits, and graphql-core).
 __all__ = ["add_serve_arguments", "build_parser", "main", "settings_from_args"]
 
 # Fail closed: a server started without --auth checks every caller with the
@@ -29,16 +29,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every ``gpugraph serve`` flag to ``parser``."""
     # Loaded here, not at the top: the settings take the query limits' defaults
     # from the schema package, which `gpugraph agent` should not import.
-    from .flags import LOG_LEVELS, listen_address
+    from node_resolver.address import listen_address
+
+    from .flags import LOG_LEVELS, add_defaulted
     from .settings import Settings
 
     d = Settings()
 
     def defaulted(group: Any, flag: str, help_text: str, **kwargs: Any) -> None:
-        """``flag``, defaulting to the Settings field of its name, named at the end of its help."""
-        default = getattr(d, flag.removeprefix("--").replace("-", "_"))
-        shown = format(default, "g") if isinstance(default, float) else default
-        group.add_argument(flag, default=default, help=f"{help_text} (default {shown})", **kwargs)
+        add_defaulted(group, d, flag, help_text, **kwargs)
 
     parser.add_argument(
         "--listen",
@@ -132,6 +131,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
     )
+    defaulted(
+        limits,
+        "--max-subscriptions-per-caller",
+        "concurrent subscriptions per authenticated identity, within --max-subscriptions",
+        type=int,
+        metavar="N",
+    )
+    defaulted(
+        limits, "--header-timeout", "time limit for a request's headers", type=float, metavar="S"
+    )
     http = parser.add_argument_group("http")
     http.add_argument(
         "--cors-origin",
@@ -204,7 +213,30 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "scrape (default on; turn off on large clusters and scrape the agents, see "
         "docs/scaling.md)",
     )
+    gpus = parser.add_argument_group("gpu requests")
+    gpus.add_argument(
+        "--gpu-resources",
+        type=_names,
+        default=d.gpu_resources,
+        metavar="NAME,…",
+        help="resource names that count as GPU requests; a trailing * covers a family "
+        f"(default: {','.join(d.gpu_resources)})",
+    )
+    gpus.add_argument(
+        "--gpu-dra-drivers",
+        type=_names,
+        default=d.gpu_dra_drivers,
+        metavar="DRIVER,…",
+        help=f"DRA drivers whose devices are GPUs (default: {','.join(d.gpu_dra_drivers)})",
+    )
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=d.log_level)
+
+
+def _names(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected at least one name")
+    return names
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -279,8 +311,31 @@ def _add_delegated(
         sub.set_defaults(handler=unavailable)
         return
     add_arguments, run_command = loaded
+    sub.set_defaults(parser=sub)
     add_arguments(sub)
     sub.set_defaults(handler=run_command)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed package's version, read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the installed gpugraph's version and exit")
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, default=argparse.SUPPRESS, **kwargs
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from node_resolver.version import version
+
+        print(f"gpugraph {version()}")  # on stdout, as argparse's own "version" action
+        parser.exit()
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -295,6 +350,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="gpugraph",
         description="Which pod, and which process inside it, is using this GPU.",
     )
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_delegated(
         subparsers,
@@ -326,7 +382,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         subparsers,
         "demo",
         "run a self-contained demo cluster with fake GPUs",
-        "api.demo",
+        "api.demo.command",
         "add_demo_arguments",
         "run_demo",
         load=command in (None, "demo"),
@@ -334,17 +390,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def kubectl_main() -> int:
-    """Entry point of ``kubectl-gpugraph``: ``kubectl gpugraph top`` is ``gpugraph top``."""
-    return main()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpugraph`` console script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in arguments if not a.startswith("-")), "")
     parser = build_parser(command)
-    args = parser.parse_args(arguments)
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:
+        # The subcommand's own usage, not the top-level one, says what it takes.
+        sub: argparse.ArgumentParser = getattr(args, "parser", parser)
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 

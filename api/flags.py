@@ -1,25 +1,23 @@
-"""Command-line value types shared by ``gpugraph serve`` and ``gpugraph demo``."""
+"""Command-line pieces shared by ``gpugraph serve`` and ``gpugraph demo``."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from node_resolver.address import split_host_port
-
-__all__ = ["LOG_LEVELS", "listen_address", "parse_listen"]
+__all__ = ["LOG_LEVELS", "add_defaulted"]
 
 # For ``--log-level`` with ``type=str.lower``, so DEBUG and debug both work.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (IPv6 hosts in brackets; ``:PORT`` means every IPv4 address)."""
-    return split_host_port(f"0.0.0.0{value}" if value.startswith(":") else value)
+def add_defaulted(
+    group: argparse._ActionsContainer, defaults: object, flag: str, help_text: str, **kwargs: Any
+) -> None:
+    """``flag``, defaulting to the field of its name in ``defaults``, named at the end of its help.
 
-
-def listen_address(text: str) -> tuple[str, int]:
-    """argparse type for HOST:PORT."""
-    try:
-        return parse_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    So a command's defaults are declared once, in its settings dataclass.
+    """
+    default = getattr(defaults, flag.removeprefix("--").replace("-", "_"))
+    shown = format(default, "g") if isinstance(default, float) else default
+    group.add_argument(flag, default=default, help=f"{help_text} (default {shown})", **kwargs)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import math
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from graph_schema.interfaces import Cluster, StalenessSource
+from node_resolver.version import version
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -86,6 +87,9 @@ class Metrics:
             "event or a bookmark, for both pods and nodes); NaN before it has.",
             registry=r,
         )
+        # Which release answered, for dashboards and alerts across an upgrade.
+        self.build_info = Info("gpugraph_build", "The running gpugraph's version.", registry=r)
+        self.build_info.info({"version": version()})
 
     def watch_cluster(self, cluster: Cluster) -> None:
         """Read the cache gauges from ``cluster`` at every scrape."""

@@ -11,13 +11,17 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.applications import Starlette
 
-from graph_schema import NodeRecord, PodRecord
 from graph_schema.interfaces import Cluster
+from graph_schema.records import NodeRecord, PodRecord
 from node_resolver.auth import TokenFile
+from node_resolver.version import version
 
-from .agents import AgentPool, Discovery, NodeIpDiscovery, PodIpDiscovery
+from .agents.discovery import Discovery, NodeIpDiscovery, PodIpDiscovery
+from .agents.pod_names import PodNamePusher
+from .agents.pool import AgentPool
 from .app import create_app
 from .auth import kubernetes_auth
+from .http.header_limits import bounded_headers
 from .http.uvicorn_server import UvicornServer
 from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
@@ -31,8 +35,8 @@ __all__ = [
     "Services",
     "build_discovery",
     "build_pool",
-    "running",
     "serve",
+    "services_running",
     "uvicorn_config",
     "warn_if_open",
 ]
@@ -94,6 +98,8 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         port=settings.listen_port,
         log_level=settings.log_level,
         ws_max_size=settings.max_body_bytes,
+        # Headers bounded in size and in time: unfinished ones are not held forever.
+        http=bounded_headers(timeout=settings.header_timeout),
         # Subscriptions are long-lived; give them a moment to finish, not forever.
         timeout_graceful_shutdown=5,
         lifespan="off",
@@ -110,10 +116,11 @@ class Services:
     pool: AgentPool
     metrics: Metrics
     app: Starlette
+    pod_names: PodNamePusher | None = None
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Services]:
+async def services_running(settings: Settings) -> AsyncIterator[Services]:
     """Start the Kubernetes watch and the agent pool; stop both on exit.
 
     The cache fills in the background, and ``/readyz`` answers 503 until it has.
@@ -123,23 +130,29 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     metrics = Metrics()
     pool = build_pool(settings, cache, metrics)
     configuration = load_kube_config(str(settings.kubeconfig) if settings.kubeconfig else None)
-    watcher = ClusterWatcher(cache, configuration)
+    watcher = ClusterWatcher(cache, configuration, gpu_resources=settings.gpus)
     auth = None
     if settings.auth_mode == "kubernetes":
         auth = kubernetes_auth(
             configuration, cache, audiences=settings.auth_audiences, ttl=settings.auth_cache_ttl
         )
-    app = create_app(settings, cache, pool, metrics=metrics, auth=auth)
+    app = create_app(settings, cache, pool, metrics=metrics, auth=auth, dra=cache.dra)
     departed = DepartedNodes(
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
     )
     stop_pruning = cache.subscribe(departed.on_change)
+    # Agents learn their pods' names from the watch, so their history names pods.
+    pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop())
+    stop_naming = cache.subscribe(pod_names.on_change)
+    pod_names.start()
     _tune_gc_once_ready(cache)
     watcher.start()
     try:
-        yield Services(cache, watcher, pool, metrics, app)
+        yield Services(cache, watcher, pool, metrics, app, pod_names)
     finally:
         log.info("shutting down: closing agent channels and the Kubernetes watch")
+        stop_naming()
+        await pod_names.stop()
         stop_pruning()
         await pool.close()
         await asyncio.to_thread(watcher.stop)
@@ -157,7 +170,8 @@ def warn_if_open(settings: Settings) -> None:
 
 async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+    log.info("gpugraph %s serving on %s (auth %s)", version(), settings.listen, settings.auth_mode)
     warn_if_open(settings)
-    async with running(settings) as services:
+    async with services_running(settings) as services:
         server = UvicornServer(uvicorn_config(services.app, settings))
         await server.serve()

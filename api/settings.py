@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from graph_schema.gpu_resources import DEFAULT_GPU_DRA_DRIVERS, DEFAULT_GPU_RESOURCES, GpuResources
 from graph_schema.limits import SchemaLimits
-from node_resolver.address import join_host_port
+from graph_schema.selectors import LabelSelectorError, parse_label_selector
+from node_resolver.address import AGENT_PORT, join_host_port
 
-__all__ = ["AuthMode", "Discovery", "Settings", "SettingsError"]
+__all__ = ["AuthMode", "DiscoveryMode", "Settings", "SettingsError"]
 
-Discovery = Literal["node-ip", "pod-ip"]
+DiscoveryMode = Literal["node-ip", "pod-ip"]
 AuthMode = Literal["none", "kubernetes"]
 # The query limits' defaults are the schema's, declared once in SchemaLimits.
 _LIMITS = SchemaLimits()
@@ -30,8 +32,8 @@ class Settings:
     listen_port: int = 8000
     kubeconfig: Path | None = None
     # Agents.
-    agent_discovery: Discovery = "node-ip"
-    agent_port: int = 50051
+    agent_discovery: DiscoveryMode = "node-ip"
+    agent_port: int = AGENT_PORT
     agent_namespace: str = "gpugraph"
     agent_selector: str = "app.kubernetes.io/name=gpugraph,app.kubernetes.io/component=agent"
     agent_timeout: float = 2.0
@@ -50,7 +52,10 @@ class Settings:
     # HTTP limits.
     max_body_bytes: int = 1_048_576
     request_timeout: float = 10.0
+    # How long a request's headers may take to arrive (their size is bounded too).
+    header_timeout: float = 10.0
     max_subscriptions: int = _LIMITS.max_subscriptions
+    max_subscriptions_per_caller: int = _LIMITS.max_subscriptions_per_caller
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     graphiql: bool = True
     introspection: bool = True
@@ -68,6 +73,14 @@ class Settings:
     metrics_gpu_series: bool = True
     # Run the queries the compiled plan covers through it (off: strawberry runs all).
     compiled_execution: bool = True
+    # What counts as a GPU request: resource names ("*" suffix: a family) and DRA drivers.
+    gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
+    gpu_dra_drivers: tuple[str, ...] = DEFAULT_GPU_DRA_DRIVERS
+
+    @property
+    def gpus(self) -> GpuResources:
+        """The GPU resource names and DRA drivers, as the cache and the join read them."""
+        return GpuResources(self.gpu_resources, self.gpu_dra_drivers)
 
     def __post_init__(self) -> None:
         # The one place where settings are checked; the command line reports
@@ -83,7 +96,7 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{_flag(name)} must be at least 1")
-        for name in ("agent_timeout", "request_timeout"):
+        for name in ("agent_timeout", "request_timeout", "header_timeout"):
             # Written so that NaN fails too.
             if not 0 < getattr(self, name) < math.inf:
                 problems.append(f"{_flag(name)} must be positive")
@@ -99,6 +112,8 @@ class Settings:
             )
         if self.max_subscriptions < 0:
             problems.append("max-subscriptions must not be negative")
+        if self.max_subscriptions_per_caller < 0:
+            problems.append("max-subscriptions-per-caller must not be negative")
         if not 0 < self.agent_port < 65536:
             problems.append("agent-port must be between 1 and 65535")
         if not 0 <= self.listen_port < 65536:
@@ -106,9 +121,6 @@ class Settings:
         if self.agent_discovery not in ("node-ip", "pod-ip"):
             problems.append("agent-discovery must be node-ip or pod-ip")
         elif self.agent_discovery == "pod-ip":
-            # Imported late, like strawberry below: the schema package is heavy.
-            from graph_schema.selectors import LabelSelectorError, parse_label_selector
-
             try:
                 parse_label_selector(self.agent_selector)
             except LabelSelectorError as exc:
@@ -121,7 +133,7 @@ class Settings:
             problems.append("auth-audience needs --auth kubernetes")
         if self.cors_origins:
             # The same rules the WebSocket origin check applies (imported late:
-            # strawberry is heavy, and the agent command shares this module).
+            # strawberry is heavy, and `gpugraph serve --help` reads Settings' defaults).
             from strawberry.http.websocket_origin import normalize_allowed_origins
 
             try:
@@ -144,6 +156,7 @@ class Settings:
             max_aliases=self.max_aliases,
             max_tokens=self.max_tokens,
             max_subscriptions=self.max_subscriptions,
+            max_subscriptions_per_caller=self.max_subscriptions_per_caller,
             max_result_items=self.max_result_items,
             max_variable_items=self.max_variable_items,
             introspection=self.introspection,

@@ -20,9 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import build_fleet, node_ip, node_name
 
-from node_resolver import AgentServer, Sampler
 from node_resolver.models import NodeSample
 from node_resolver.pids import ResolvedProcess
+from node_resolver.sampler import Sampler
+from node_resolver.service import AgentServer
 
 
 class StaticSource:

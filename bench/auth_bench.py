@@ -45,7 +45,8 @@ from cluster_bench import (  # noqa: E402
 )
 from starlette.applications import Starlette  # noqa: E402
 
-from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
+from api.agents.discovery import NodeIpDiscovery  # noqa: E402
+from api.agents.pool import AgentPool  # noqa: E402
 from api.app import create_app  # noqa: E402
 from api.auth import kubernetes_auth  # noqa: E402
 from api.demo.cluster.apiserver.reviews import Rule, StubUser  # noqa: E402

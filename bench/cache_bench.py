@@ -38,7 +38,9 @@ import urllib3
 from kubernetes.client import ApiClient
 
 from api.demo.cluster import kubeconfig_for
-from api.kube import ClusterCache, ClusterWatcher, pod_record
+from api.kube.cache import ClusterCache
+from api.kube.parse import pod_record
+from api.kube.watcher import ClusterWatcher
 from api.lifecycle.gc_tuning import gc_paused
 from graph_schema.records import PodRecord
 

@@ -44,12 +44,16 @@ import strawberry  # noqa: E402
 from fleet import build_fleet  # noqa: E402
 from strawberry.schema.config import StrawberryConfig  # noqa: E402
 
-from api.agents import CHANNEL_OPTIONS, AgentPool, NodeIpDiscovery  # noqa: E402
+from api.agents.discovery import NodeIpDiscovery  # noqa: E402
+from api.agents.pool import CHANNEL_OPTIONS, AgentPool  # noqa: E402
 from api.demo.cluster import StubApiServer, write_kubeconfig  # noqa: E402
-from api.kube import ClusterCache, ClusterWatcher  # noqa: E402
+from api.kube.cache import ClusterCache  # noqa: E402
+from api.kube.watcher import ClusterWatcher  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
-from graph_schema import Received, build_schema, make_context  # noqa: E402
+from graph_schema.context import make_context  # noqa: E402
+from graph_schema.interfaces import Received  # noqa: E402
 from graph_schema.scalars import Bytes, BytesScalar  # noqa: E402
+from graph_schema.schema import build_schema  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.models import NodeSnapshot  # noqa: E402
 from tests.support.demo_process import free_port  # noqa: E402

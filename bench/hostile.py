@@ -8,6 +8,15 @@ of tracebacks in the server's log. The probe runs in a process of its own, so
 the attacker's work (encoding bodies, opening sockets) does not delay it;
 request bodies are encoded before each attack starts.
 
+Then the attacks of issue 21, each against the process it targets: unfinished
+huge headers against the demo; a flood of random tokens while the API server
+is stopped (SIGSTOP) and a subscription-slot hog against a real ``gpugraph
+serve --auth kubernetes`` whose stub API server runs in a process of its own
+(the probe there carries the admin's token, so its reviews are cached, and
+asks for ``/metrics`` too); unauthenticated 4 MiB messages and a health-watch
+flood against a standalone ``gpugraph agent``, with a gRPC probe calling
+GetSnapshot with the agent's token, and the agent's peak RSS (VmHWM).
+
 Run ``python bench/hostile.py`` (the demo's size, 4 nodes x 8 GPUs, full
 repetitions) or ``--small`` (fewer repetitions, for CI).
 """
@@ -36,10 +45,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # Run as a script from anywhere: the demo's launcher lives in the repository's tests package.
 sys.path.insert(0, str(ROOT))
 
+import grpc  # noqa: E402
 import httpx  # noqa: E402
 import websockets  # noqa: E402
 from websockets.typing import Subprotocol  # noqa: E402
 
+from bench import hostile_targets  # noqa: E402
+from bench.hostile_targets import rss_mb  # noqa: E402
 from tests.support import demo_process  # noqa: E402
 
 TRIVIAL = '{ node(name: "gpu-node-0") { name } }'
@@ -51,13 +63,6 @@ def chain(depth: int) -> str:
     opened = ["gpus { " if i % 2 == 0 else "node { " for i in range(depth - 1)]
     leaf = "uuid" if (depth - 1) % 2 else "name"
     return "{ " + "".join(opened) + leaf + " }" * len(opened) + " }"
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 @dataclass
@@ -103,20 +108,26 @@ class Outcome:
     status: str
     health: list[float]
     trivial: list[float]
-    # The server's RSS once the attack is answered.
+    # The attacked process's RSS before the attack and once it is answered.
+    rss_before: float
     rss_mb: float
+    # Which process: the demo, serve --auth kubernetes, or the agent.
+    target: str = "demo"
+    # The agent's peak RSS growth during the attack (VmHWM), in MB.
+    peak_growth: float | None = None
 
 
-def probe_process(url: str, conn: Connection) -> None:
+def probe_process(url: str, token: str, conn: Connection) -> None:
     """Another client of the server, in a process of its own, so that the attacker's
     own work (encoding bodies, opening sockets) never delays it: between "start"
-    and "stop" it alternates ``/healthz`` and the trivial query, then sends back
-    its latencies and statuses."""
-    asyncio.run(_probe(url, conn))
+    and "stop" it alternates ``/healthz`` and the trivial query (with ``token``,
+    also ``/metrics``, gzipped), then sends back its latencies and statuses."""
+    asyncio.run(_probe(url, conn, token))
 
 
-async def _probe(url: str, conn: Connection) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+async def _probe(url: str, conn: Connection, token: str) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
         while conn.recv() == "start":
             health: list[float] = []
             trivial: list[float] = []
@@ -130,6 +141,11 @@ async def _probe(url: str, conn: Connection) -> None:
                 r = await client.post("/graphql", json={"query": TRIVIAL})
                 trivial.append(time.perf_counter() - started)
                 statuses.append(r.status_code)
+                if token:
+                    started = time.perf_counter()
+                    r = await client.get("/metrics", headers={"Accept-Encoding": "gzip"})
+                    trivial.append(time.perf_counter() - started)
+                    statuses.append(r.status_code)
                 await asyncio.sleep(0.01)
             conn.recv()  # "stop"
             conn.send((health, trivial, statuses))
@@ -143,15 +159,9 @@ class Bench:
         self.statuses: list[int] = []
 
     async def run(self, name: str, attack: Callable[[], Awaitable[str]]) -> Outcome:
-        self.probe.send("start")
-        await asyncio.sleep(0.05)
-        started = time.perf_counter()
-        status = await attack()
-        seconds = time.perf_counter() - started
-        self.probe.send("stop")
-        health, trivial, statuses = await asyncio.to_thread(self.probe.recv)
-        self.statuses.extend(statuses)
-        return Outcome(name, seconds, status, health, trivial, rss_mb(self.demo.process.pid))
+        return await run_probed(
+            name, attack, self.probe, self.demo.process.pid, "demo", self.statuses
+        )
 
     async def post(self, body: bytes) -> str:
         """POST a body encoded beforehand; the status and the first error's code."""
@@ -193,6 +203,28 @@ class Bench:
         return f"{count} sent, {accepted} accepted the subprotocol"
 
 
+async def run_probed(
+    name: str,
+    attack: Callable[[], Awaitable[str]],
+    probe: Connection,
+    pid: int,
+    target: str,
+    statuses: list[int],
+) -> Outcome:
+    """Run ``attack`` while ``probe`` measures; the process ``pid``'s RSS around it."""
+    before, peak = rss_mb(pid), rss_mb(pid, "VmHWM")
+    probe.send("start")
+    await asyncio.sleep(0.05)
+    started = time.perf_counter()
+    status = await attack()
+    seconds = time.perf_counter() - started
+    probe.send("stop")
+    first, second, seen = await asyncio.to_thread(probe.recv)
+    statuses.extend(seen)
+    growth = rss_mb(pid, "VmHWM") - peak if target == "agent" else None
+    return Outcome(name, seconds, status, first, second, before, rss_mb(pid), target, growth)
+
+
 ENTITIES = "query($r: [_Any!]!) { _entities(representations: $r) { ... on Gpu { uuid } } }"
 
 
@@ -227,6 +259,7 @@ async def attacks(bench: Bench, small: bool) -> list[Outcome]:
         b"[" * 100_000 + b"]" * 100_000,
     ]
     disconnects = 60 if small else 600
+    headers = 10 if small else 30
     plan: list[tuple[str, Callable[[], Awaitable[str]]]] = [
         ("depth-12 GPU/node multiplier", lambda: bench.post(deep[12])),
         ("depth-10 multiplier", lambda: bench.post(deep[10])),
@@ -258,35 +291,349 @@ async def attacks(bench: Bench, small: bool) -> list[Outcome]:
             f"{disconnects} abrupt graphql-transport-ws sockets",
             lambda: bench.abrupt("graphql-transport-ws", disconnects),
         ),
+        (
+            f"{headers} unfinished 8 MB headers",
+            lambda: unfinished_headers(bench.demo.url, headers, 8 * 1024 * 1024),
+        ),
+        (
+            f"{headers} unfinished small headers, then silence",
+            lambda: unfinished_headers(bench.demo.url, headers, 0, slow=True),
+        ),
     ]
     return [await bench.run(name, attack) for name, attack in plan]
+
+
+# -- issue 21: headers, reviews with the API server stopped, subscription slots, the agent
+
+
+async def unfinished_headers(url: str, count: int, size: int, *, slow: bool = False) -> str:
+    """``count`` connections, each sending one header of ``size`` bytes that never ends
+    (``slow``: a few bytes, then nothing); the statuses the server answers them with."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+
+    async def one() -> str:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: ")
+            chunk = b"a" * 65536
+            for _ in range(0 if slow else size // len(chunk)):
+                writer.write(chunk)
+                await writer.drain()
+        except ConnectionError:
+            pass  # closed on us mid-header: its answer, if any, is already buffered
+        try:
+            answer = await asyncio.wait_for(reader.read(), 60)
+        except (ConnectionError, TimeoutError):
+            answer = b""
+        finally:
+            writer.close()
+        return answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "closed"
+
+    answers = await asyncio.gather(*(one() for _ in range(count)))
+    return ", ".join(f"{a} x{answers.count(a)}" for a in sorted(set(answers)))
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def warm_up(url: str, token: str) -> str:
+    """The admin's reviews cached (the probe's requests carry its token), /metrics rendered."""
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=bearer(token)) as client:
+        for _ in range(3):
+            await client.get("/metrics")
+            await client.post("/graphql", json={"query": TRIVIAL})
+    return ""
+
+
+async def random_token_flood(url: str, stub: hostile_targets.StubProcess, count: int) -> str:
+    """``count`` requests with unseen tokens while the API server is stopped."""
+    limits = httpx.Limits(max_connections=count)
+    stub.stall()
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+            answers = await asyncio.gather(
+                *(
+                    client.post(
+                        "/graphql",
+                        json={"query": TRIVIAL},
+                        headers=bearer(f"random-{i}-{time.time()}"),
+                    )
+                    for i in range(count)
+                ),
+                return_exceptions=True,
+            )
+    finally:
+        stub.resume()
+    codes = [a.status_code if isinstance(a, httpx.Response) else type(a).__name__ for a in answers]
+    return ", ".join(f"{c} x{codes.count(c)}" for c in sorted(set(codes), key=str))
+
+
+async def recovered(url: str, token: str) -> str:
+    """Once the API server runs again, how long until a caller not yet reviewed passes
+    (it works through what queued while it was stopped; 503 until then)."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        for _ in range(300):
+            check = await client.post("/graphql", json={"query": TRIVIAL}, headers=bearer(token))
+            if check.status_code != 503:
+                return str(check.status_code)
+            await asyncio.sleep(0.2)
+    return "503 for 60 s"
+
+
+HOG = (
+    'subscription { podGpuUsage(namespace: "research", name: "nope", intervalSeconds: 60) '
+    "{ name } }"
+)
+
+
+async def subscribe_many(ws_url: str, token: str, count: int) -> tuple[list[str], Any]:
+    """Open a socket with ``token`` and ``count`` subscriptions; each first answer's
+    error message ("" when it ran), and the socket (left open: it holds the slots)."""
+    ws = await websockets.connect(ws_url, subprotocols=[Subprotocol("graphql-transport-ws")])
+    await ws.send(json.dumps({"type": "connection_init", "payload": bearer(token)}))
+    await ws.recv()
+    for i in range(count):
+        await ws.send(json.dumps({"type": "subscribe", "id": str(i), "payload": {"query": HOG}}))
+    firsts: dict[str, str] = {}
+    while len(firsts) < count:
+        message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        if message.get("id") in firsts or "id" not in message:
+            continue
+        payload = message.get("payload") or {}
+        errors = payload if message["type"] == "error" else payload.get("errors") or []
+        firsts[message["id"]] = errors[0]["message"] if errors else ""
+    return list(firsts.values()), ws
+
+
+async def subscription_hog(ws_url: str, tokens: dict[str, str], per_socket: int) -> str:
+    """The research user opens two sockets of ``per_socket`` subscriptions; then the admin
+    subscribes once. How many the hog got, and whether the admin's subscription ran."""
+    sockets = []
+    try:
+        held = 0
+        for _ in range(2):
+            firsts, ws = await subscribe_many(ws_url, tokens["research"], per_socket)
+            sockets.append(ws)
+            held += firsts.count("")
+        admin, ws = await subscribe_many(ws_url, tokens["admin"], 1)
+        sockets.append(ws)
+    finally:
+        for ws in sockets:
+            await ws.close()
+    return f"hog held {held} of {2 * per_socket}; admin: {admin[0] or 'subscribed'}"
+
+
+GET_SNAPSHOT = "/gpugraph.agent.v1.NodeAgent/GetSnapshot"
+UNLIMITED = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.use_local_subchannel_pool", 1),
+]
+
+
+async def big_unauthenticated_messages(address: str, count: int, connections: int) -> str:
+    """``count`` unauthenticated 4 MiB GetSnapshot requests at once over ``connections``."""
+    payload = b"\x0a" + bytes([0x80 | 0x70, 0xFF, 0xFF, 0x01]) + b"x" * (4 * 1024 * 1024 - 16)
+    channels = [grpc.aio.insecure_channel(address, options=UNLIMITED) for _ in range(connections)]
+
+    async def one(i: int) -> str:
+        call = channels[i % connections].unary_unary(
+            GET_SNAPSHOT, request_serializer=None, response_deserializer=None
+        )
+        try:
+            await call(payload, timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code().name
+        return "OK"
+
+    try:
+        codes = await asyncio.gather(*(one(i) for i in range(count)))
+    finally:
+        for channel in channels:
+            await channel.close(None)
+    return ", ".join(f"{c} x{codes.count(c)}" for c in sorted(set(codes)))
+
+
+async def health_watch_flood(address: str, count: int) -> str:
+    """``count`` health Watch streams (no token needed), each until its first answer."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    per_connection = 64
+    channels = [
+        grpc.aio.insecure_channel(address, options=UNLIMITED)
+        for _ in range(-(-count // per_connection))
+    ]
+    try:
+        watches = [
+            health_pb2_grpc.HealthStub(channels[i // per_connection]).Watch(
+                health_pb2.HealthCheckRequest(), timeout=30
+            )
+            for i in range(count)
+        ]
+
+        async def first(watch: Any) -> str:
+            try:
+                reply = await watch.read()
+            except grpc.aio.AioRpcError as exc:
+                return exc.code().name
+            return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+        answers = await asyncio.gather(*(first(w) for w in watches))
+        for watch in watches:
+            watch.cancel()
+    finally:
+        for channel in channels:
+            await channel.close(None)
+    return ", ".join(f"{a} x{answers.count(a)}" for a in sorted(set(answers)))
+
+
+def grpc_probe_process(address: str, token: str, conn: Connection) -> None:
+    """The agent's probe, in a process of its own: between "start" and "stop" it calls
+    GetSnapshot with the token and the health Check, and sends back their latencies."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from node_resolver.generated import agent_pb2, agent_pb2_grpc
+
+    metadata = (("authorization", f"Bearer {token}"),)
+    with grpc.insecure_channel(address) as channel:
+        agent = agent_pb2_grpc.NodeAgentStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        while conn.recv() == "start":
+            snapshots: list[float] = []
+            checks: list[float] = []
+            statuses: list[int] = []
+            while not conn.poll():
+                started = time.perf_counter()
+                try:
+                    agent.GetSnapshot(agent_pb2.GetSnapshotRequest(), metadata=metadata, timeout=30)
+                    statuses.append(200)
+                except grpc.RpcError:
+                    statuses.append(0)
+                snapshots.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                health.Check(health_pb2.HealthCheckRequest(), timeout=30)
+                checks.append(time.perf_counter() - started)
+                time.sleep(0.01)
+            conn.recv()  # "stop"
+            conn.send((snapshots, checks, statuses))
+
+
+def start_probe(target: Callable[..., None], *args: Any) -> tuple[Connection, Any]:
+    """A probe process running ``target(*args, conn)``; our end of its pipe, and it."""
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(
+        target=target, args=(*args, theirs), daemon=True
+    )
+    process.start()
+    return ours, process
+
+
+async def serve_attacks(
+    workdir: Path, small: bool, statuses: list[int]
+) -> tuple[list[Outcome], str]:
+    """Issue 21's attacks on ``gpugraph serve --auth kubernetes``; its outcomes and log."""
+    stub = hostile_targets.stub_api_server(workdir)
+    served = hostile_targets.serve_process(stub, workdir)
+    probe, process = start_probe(probe_process, served.url, stub.tokens["admin"])
+    pid = served.process.pid
+    try:
+        ws_url = served.url.replace("http://", "ws://") + "/graphql"
+        flood = 24 if small else 200
+        per_socket = 30 if small else 100
+        plan: list[tuple[str, Callable[[], Awaitable[str]]]] = [
+            ("warm-up", lambda: warm_up(served.url, stub.tokens["admin"])),
+            (
+                f"{flood} random tokens, API server stopped",
+                lambda: random_token_flood(served.url, stub, flood),
+            ),
+            (
+                "API server running again: a caller not yet reviewed",
+                lambda: recovered(served.url, stub.tokens["research"]),
+            ),
+            (
+                f"subscription hog: 2 sockets x {per_socket} of one user",
+                lambda: subscription_hog(ws_url, stub.tokens, per_socket),
+            ),
+        ]
+        outcomes = [
+            await run_probed(name, attack, probe, pid, "serve --auth", statuses)
+            for name, attack in plan
+        ]
+        probe.send("exit")
+        process.join(10)
+    finally:
+        served.stop()
+        stub.stop()
+    return outcomes[1:], served.output()
+
+
+async def agent_attacks(
+    workdir: Path, small: bool, statuses: list[int]
+) -> tuple[list[Outcome], str]:
+    """Issue 21's attacks on a standalone ``gpugraph agent``; its outcomes and log."""
+    agent = hostile_targets.agent_process(workdir)
+    probe, process = start_probe(grpc_probe_process, agent.address, hostile_targets.AGENT_TOKEN)
+    pid = agent.process.pid
+    try:
+        watches = 200 if small else 1000
+        plan: list[tuple[str, Callable[[], Awaitable[str]]]] = [
+            ("warm-up", lambda: asyncio.sleep(0.5, "")),
+            (
+                "100 unauthenticated 4 MiB messages, 10 connections",
+                lambda: big_unauthenticated_messages(agent.address, 100, 10),
+            ),
+            (
+                "100 unauthenticated 4 MiB messages, 1 connection",
+                lambda: big_unauthenticated_messages(agent.address, 100, 1),
+            ),
+            (f"{watches} health watches", lambda: health_watch_flood(agent.address, watches)),
+        ]
+        outcomes = [
+            await run_probed(name, attack, probe, pid, "agent", statuses) for name, attack in plan
+        ]
+        probe.send("exit")
+        process.join(10)
+    finally:
+        agent.stop()
+    return outcomes[1:], agent.logs()
 
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f}"
 
 
-def report(outcomes: list[Outcome], before: float, after: float, bench: Bench, log: str) -> None:
+def report(
+    outcomes: list[Outcome], before: float, after: float, statuses: list[int], logs: dict[str, str]
+) -> None:
     print(f"# Hostile-input benchmark ({platform.node()}, {os.cpu_count()} CPUs)\n")
-    print("Demo size: 4 nodes x 8 GPUs; request timeout 10 s.\n")
+    print("Demo size: 4 nodes x 8 GPUs; request timeout 10 s; header timeout 10 s.\n")
     print(
-        "| attack | answer ms | status | /healthz p50 / p99 ms | trivial query p50 / p99 ms "
-        "| RSS after, MB |"
+        "| target | attack | answer ms | status | probe 1 p50 / p99 ms | probe 2 p50 / p99 ms "
+        "| RSS before → after, MB | agent peak RSS growth, MB |"
     )
-    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for o in outcomes:
+        peak = f"{o.peak_growth:+.1f}" if o.peak_growth is not None else ""
         print(
-            f"| {o.name} | {ms(o.seconds)} | {o.status} | "
+            f"| {o.target} | {o.name} | {ms(o.seconds)} | {o.status} | "
             f"{ms(pct(o.health, 0.5))} / {ms(pct(o.health, 0.99))} | "
-            f"{ms(pct(o.trivial, 0.5))} / {ms(pct(o.trivial, 0.99))} | {o.rss_mb:.0f} |"
+            f"{ms(pct(o.trivial, 0.5))} / {ms(pct(o.trivial, 0.99))} | "
+            f"{o.rss_before:.0f} → {o.rss_mb:.0f} | {peak} |"
         )
     worst = max(max(pct(o.health, 0.99), pct(o.trivial, 0.99)) for o in outcomes)
+    peaks = [o.peak_growth for o in outcomes if o.peak_growth is not None]
     print()
-    print(f"- RSS before / after: {before:.0f} MB / {after:.0f} MB ({after - before:+.0f} MB)")
+    print("Probes: the demo and serve: `/healthz` / the trivial query (serve: with the admin's")
+    print("token, and `/metrics` gzipped); the agent: GetSnapshot with its token / health Check.\n")
+    print(f"- demo RSS before / after: {before:.0f} MB / {after:.0f} MB ({after - before:+.0f} MB)")
     print(f"- slowest attack answer: {ms(max(o.seconds for o in outcomes))} ms (target <= 11000)")
     print(f"- worst probe p99: {ms(worst)} ms (target <= 250)")
-    print(f"- responses with status 500: {bench.statuses.count(500)}")
-    print(f"- tracebacks in the server log: {log.count('Traceback')}")
+    if peaks:
+        print(f"- the agent's largest peak RSS growth: {max(peaks):+.1f} MB (target <= 50)")
+    print(f"- responses with status 500: {statuses.count(500)}")
+    for name, log in logs.items():
+        print(f"- tracebacks in the {name} log: {log.count('Traceback')}")
 
 
 async def main() -> None:
@@ -297,7 +644,7 @@ async def main() -> None:
         demo = start_demo(Path(workdir))
         ours, theirs = multiprocessing.Pipe()
         probe = multiprocessing.get_context("spawn").Process(
-            target=probe_process, args=(demo.url, theirs), daemon=True
+            target=probe_process, args=(demo.url, "", theirs), daemon=True
         )
         probe.start()
         try:
@@ -318,7 +665,11 @@ async def main() -> None:
                 demo.process.wait(15)
             if demo.process.poll() is None:
                 demo.process.kill()
-        report(outcomes, before, after, bench, "".join(demo.output))
+        statuses = bench.statuses
+        served, serve_log = await serve_attacks(Path(workdir), args.small, statuses)
+        agent, agent_log = await agent_attacks(Path(workdir), args.small, statuses)
+        logs = {"demo": "".join(demo.output), "serve": serve_log, "agent": agent_log}
+        report([*outcomes, *served, *agent], before, after, statuses, logs)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,9 @@ def measure(base: str, updates: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     body = httpx.post(f"{base}/graphql", json={"query": SNAPSHOT_QUERY}, timeout=120)
-    assert body.status_code == 200 and not body.json().get("errors"), body.text[:500]
+    assert body.status_code == 200 and not body.json().get("errors"), str(
+        body.json().get("errors")
+    )[:800]
     result: dict[str, Any] = {"snapshot_bytes": len(body.content)}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(

@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cluster_bench import CallLog, add_cluster_sizes, ms, pct, start_cluster  # noqa: E402
 
-from api.agents import AgentPool, NodeIpDiscovery  # noqa: E402
+from api.agents.discovery import NodeIpDiscovery  # noqa: E402
+from api.agents.pool import AgentPool  # noqa: E402
 from api.gpu_metrics import GpuMetricsExporter  # noqa: E402
 from api.http.exposition import GZIP_LEVEL  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -23,6 +23,7 @@ from .input_size import check_variable_items
 from .interfaces import Cluster
 from .limits import SchemaLimits
 from .views import ViewCache
+from .visibility import VisibleCluster
 
 __all__ = ["CostAdmission", "SizeGauge", "admit"]
 
@@ -33,12 +34,15 @@ logger = logging.getLogger(__name__)
 MIN_PROCESSES_PER_GPU = 4
 # How long measured sizes are reused.
 SIZES_TTL_SECONDS = 1.0
-# Distinct callers' scopes whose sizes are kept.
-MAX_MEASURED_SCOPES = 64
 
 
 class SizeGauge:
-    """The cluster's list sizes, measured from the cache and the agents' snapshots seen."""
+    """The list sizes a caller's view holds, measured from it and the agents' snapshots seen.
+
+    A restricted caller's estimate is over what it may see, so the refusal
+    reveals nothing of the rest of the cluster's size; each view is measured at
+    most once per ``ttl`` seconds per scope.
+    """
 
     def __init__(
         self,
@@ -46,27 +50,29 @@ class SizeGauge:
         *,
         ttl: float = SIZES_TTL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        max_scopes: int = 1024,
     ) -> None:
         self.views = views
         self.ttl = ttl
         self._clock = clock
-        # Per caller's scope: each request gets a view of its own, so keying on the
-        # view would measure every pod on every request.
-        self._measured: OrderedDict[Hashable, tuple[float, ClusterSizes]] = OrderedDict()
+        self._max_scopes = max_scopes
+        # scope (or the whole cache's id) -> (when measured, sizes)
+        self._measured: dict[Hashable, tuple[float, ClusterSizes]] = {}
 
     def sizes(self, cluster: Cluster) -> ClusterSizes:
-        """The sizes now (at most ``ttl`` seconds old)."""
+        """The sizes of ``cluster`` (a caller's view, or the whole cache) now, at most
+        ``ttl`` seconds old."""
         now = self._clock()
-        scope = getattr(cluster, "scope", None)
-        key: Hashable = ("cluster", id(cluster)) if scope is None else ("scope", scope)
+        # A view is keyed by its scope (a view lives for one operation, and its id()
+        # could be another caller's view's within the TTL); the whole cache by itself.
+        key: Hashable = cluster.scope if isinstance(cluster, VisibleCluster) else id(cluster)
         cached = self._measured.get(key)
         if cached is not None and now - cached[0] < self.ttl:
             return cached[1]
         sizes = self._measure(cluster)
+        if len(self._measured) >= self._max_scopes:
+            self._measured.clear()
         self._measured[key] = (now, sizes)
-        self._measured.move_to_end(key)
-        while len(self._measured) > MAX_MEASURED_SCOPES:
-            self._measured.popitem(last=False)
         return sizes
 
     def _measure(self, cluster: Cluster) -> ClusterSizes:
@@ -121,7 +127,7 @@ def admit(
     limits: SchemaLimits,
     schema: GraphQLSchema,
     document: DocumentNode,
-    cluster: Cluster | None,
+    cluster: VisibleCluster | None,
     *,
     operation_name: str | None,
     variables: dict[str, Any] | None,
@@ -138,9 +144,11 @@ def admit(
     # Before the cache fills every field fails NOT_READY anyway; the width and
     # depth are still bounded.
     sizes = None
+    named = False
     if cluster is not None and ready:
         try:
             sizes = gauge.sizes(cluster)
+            named = cluster.sees_cluster_sizes()
         except Exception:
             # A broken cache is a server fault that execution reports (masked) at
             # the field that reads it; execution's own budget still holds.
@@ -157,4 +165,5 @@ def admit(
     # Too deep: validation's depth limit refuses it with its own message.
     too_costly = cost.objects > limits.max_result_items
     if sizes is not None and cost.depth <= limits.max_depth and too_costly:
-        raise CostError(cost.objects, limits.max_result_items, sizes)
+        # Sizes are named only to a caller who sees the whole cluster.
+        raise CostError(cost.objects, limits.max_result_items, sizes if named else None)

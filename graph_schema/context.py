@@ -18,8 +18,9 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
+from .allocations import AllocationRules, AllocationTable
 from .errors import NodeSampleError, ResultBudgetError
-from .interfaces import Cluster, Received, SnapshotSource
+from .interfaces import AgentUnavailableError, Cluster, HistorySource, Received, SnapshotSource
 from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .scope import EVERYTHING, Scope, Viewer
 from .state import SharedState
@@ -54,6 +55,10 @@ class GraphContext:
         self.cluster = VisibleCluster(cluster, scope)
         self.viewer = viewer
         self.snapshots = snapshots
+        # The pool reads the agents' occupancy logs too; other sources have no history.
+        self.history: HistorySource | None = (
+            snapshots if isinstance(snapshots, HistorySource) else None
+        )
         self.state = state
         self.request = request
         self.response = response
@@ -169,6 +174,19 @@ class GraphContext:
                 except NodeSampleError as exc:
                     results.append(exc)
         return results
+
+    @property
+    def allocation_rules(self) -> AllocationRules:
+        """The claims and GPU resource names the allocation join reads."""
+        return self.state.views.rules
+
+    async def allocations(self, node_name: str) -> AllocationTable:
+        """The node's allocation table, built with its GPUs; without its agent, from the API."""
+        try:
+            snapshot: NodeSnapshot | None = await self.snapshot(node_name)
+        except AgentUnavailableError:
+            snapshot = None
+        return self.state.views.allocations(node_name, snapshot, self.raw_cluster)
 
     async def gpu(self, uuid: str) -> Gpu | None:
         """The GPU with this UUID on any node the caller may see, or None."""

@@ -40,6 +40,7 @@ from graphql import (
 from graphql.type import GraphQLNamedType, GraphQLOutputType, is_composite_type
 
 from .errors import GraphUserError
+from .history import HISTORY_LIST_LIMIT, MAX_FIRST
 
 __all__ = [
     "LIST_SIZES",
@@ -109,6 +110,15 @@ LIST_SIZES: dict[tuple[str, str], SizeRule] = {
     ("Pod", "gpuProcesses"): lambda s, f: s.gpus_per_node * s.processes_per_gpu,
     ("Pod", "gpus"): lambda s, f: s.gpus_per_node,
     ("Container", "gpuProcesses"): lambda s, f: s.gpus_per_node * s.processes_per_gpu,
+    # History: a plain list holds at most HISTORY_LIST_LIMIT records, a page MAX_FIRST.
+    ("Gpu", "history"): lambda s, f: HISTORY_LIST_LIMIT,
+    ("Node", "gpuHistory"): lambda s, f: HISTORY_LIST_LIMIT,
+    ("Pod", "gpuHistory"): lambda s, f: HISTORY_LIST_LIMIT,
+    ("GpuHistoryConnection", "edges"): lambda s, f: MAX_FIRST,
+    ("Query", "gpuUsage"): lambda s, f: max(s.pods, s.nodes * s.gpus_per_node),
+    # One per container given the GPU (a MIG device or a time-sliced replica each).
+    ("Gpu", "allocations"): lambda s, f: max(s.processes_per_gpu, MAX_MIG_DEVICES),
+    ("Pod", "gpuAllocations"): lambda s, f: s.gpus_per_node * s.containers_per_pod,
 }
 
 
@@ -118,11 +128,13 @@ class CostError(GraphUserError):
     # Per instance: the response carries this query's estimate.
     extensions: dict[str, Any]
 
-    def __init__(self, estimate: int, limit: int, sizes: ClusterSizes) -> None:
+    def __init__(self, estimate: int, limit: int, sizes: ClusterSizes | None) -> None:
         shown = f"{estimate:,}" if estimate < CEILING else f"more than {CEILING:,}"
+        # None for a restricted caller: the sizes are of its view, and not named.
+        named = f" (sizes: {sizes.describe()})" if sizes is not None else ""
         super().__init__(
             f"query refused before execution: it could return up to {shown} result objects, "
-            f"over this server's limit of {limit:,} (sizes: {sizes.describe()}); narrow it "
+            f"over this server's limit of {limit:,}{named}; narrow it "
             "with arguments such as nodeName or namespace, or select fewer nested lists"
         )
         self.extensions = {"code": "QUERY_TOO_COSTLY", "estimate": estimate, "limit": limit}

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
+from node_resolver.history.records import HistoryPage, HistoryQuery, UsageQuery, UsageRow
 from node_resolver.models import NodeSnapshot
 
 from .records import NodeRecord, PodRecord
@@ -137,4 +138,19 @@ class SnapshotSource(Protocol):
 
     def agent_address(self, node_name: str) -> str | None:
         """Where the node's agent is expected (host:port), if discoverable."""
+        ...
+
+
+@runtime_checkable
+class HistorySource(Protocol):
+    """Reads the agents' occupancy logs (the server's agent pool implements it)."""
+
+    async def history_page(
+        self, node_name: str, query: HistoryQuery, page_token: str = ""
+    ) -> HistoryPage:
+        """One page of the node's log; AgentUnavailableError when its agent cannot answer."""
+        ...
+
+    async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
+        """The node's usage sums and its log's status; AgentUnavailableError on failure."""
         ...

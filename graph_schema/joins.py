@@ -2,14 +2,50 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .interfaces import Cluster
 from .records import PodRecord
 
-__all__ = ["join_pod"]
+__all__ = ["Joined", "join_pod", "join_process"]
 
 
-def join_pod(cluster: Cluster, pod_uid: str | None, container_id: str | None) -> PodRecord | None:
-    """The cached pod a process belongs to: by the pod UID of its cgroup path, else container ID.
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A process's pod on its node, or why it has none there."""
+
+    pod: PodRecord | None
+    # The pod the process names, bound to another node than the one that reported
+    # it: never its pod (anything able to create cgroups could name any pod).
+    elsewhere: PodRecord | None = None
+
+
+def join_process(
+    cluster: Cluster, node_name: str, pod_uid: str | None, container_id: str | None
+) -> Joined:
+    """The cached pod a process on ``node_name`` belongs to, by its cgroup path.
+
+    The pod UID of the path wins over the container ID, and the container ID
+    alone places a process only when its path names no pod (see ``_named_pod``).
+    The pod must be bound to ``node_name``, the node whose agent reported the
+    process: a process on one node whose cgroup names a pod on another is
+    that pod's on no node, so one node cannot frame a tenant on another.
+    """
+    pod = _named_pod(cluster, pod_uid, container_id)
+    if pod is None or pod.node_name == node_name:
+        return Joined(pod)
+    return Joined(None, elsewhere=pod)
+
+
+def join_pod(
+    cluster: Cluster, node_name: str, pod_uid: str | None, container_id: str | None
+) -> PodRecord | None:
+    """The cached pod, bound to ``node_name``, that a process there belongs to (or None)."""
+    return join_process(cluster, node_name, pod_uid, container_id).pod
+
+
+def _named_pod(cluster: Cluster, pod_uid: str | None, container_id: str | None) -> PodRecord | None:
+    """The cached pod a process's cgroup path names: by its pod UID, else its container ID.
 
     The pod UID in the path is kubelet's, and a process cannot leave its pod's
     cgroup; the container ID is only the innermost name on the path, which a

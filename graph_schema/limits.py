@@ -13,6 +13,8 @@ from .errors import GraphUserError
 MIN_INTERVAL_SECONDS = 0.5
 MAX_INTERVAL_SECONDS = 3600.0
 DEFAULT_MAX_SUBSCRIPTIONS = 200
+# One identity's share of those: a quarter, so one tenant cannot lock the others out.
+DEFAULT_MAX_SUBSCRIPTIONS_PER_CALLER = 50
 DEFAULT_INTERVAL_SECONDS = 2.0
 # Fields one selection set may hold once its fragments are flattened (see cost.py).
 DEFAULT_MAX_FIELDS_PER_SELECTION = 100
@@ -53,6 +55,7 @@ class SchemaLimits:
     max_aliases: int = 30
     max_tokens: int = 5000
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+    max_subscriptions_per_caller: int = DEFAULT_MAX_SUBSCRIPTIONS_PER_CALLER
     max_result_items: int = 150_000
     max_variable_items: int = 5_000
     max_fields_per_selection: int = DEFAULT_MAX_FIELDS_PER_SELECTION
@@ -62,33 +65,56 @@ class SchemaLimits:
 
 
 class SubscriptionLimitError(GraphUserError):
-    """The server already serves as many subscriptions as it allows."""
+    """The server, or this caller, already holds as many subscriptions as allowed."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, per_caller: bool = False) -> None:
+        allowed = f"{limit} per caller" if per_caller else str(limit)
         super().__init__(
-            f"too many concurrent subscriptions: this server allows {limit}; try again later"
+            f"too many concurrent subscriptions: this server allows {allowed}; try again later"
         )
 
 
 class SubscriptionLimiter:
-    """Counts live subscriptions and refuses new ones above the cap."""
+    """Counts live subscriptions and refuses new ones above the server's or a caller's cap."""
 
-    def __init__(self, limit: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
+    def __init__(
+        self,
+        limit: int = DEFAULT_MAX_SUBSCRIPTIONS,
+        per_caller: int = DEFAULT_MAX_SUBSCRIPTIONS_PER_CALLER,
+    ) -> None:
         self.limit = limit
+        self.per_caller = per_caller
         self.active = 0
+        # Live subscriptions by caller identity; an identity leaves when it holds none.
+        self.by_caller: dict[str, int] = {}
 
     @contextmanager
-    def hold(self) -> Iterator[None]:
-        """One slot for the duration of the block; SubscriptionLimitError when full."""
+    def hold(self, caller: str | None = None) -> Iterator[None]:
+        """One slot for the duration of the block; SubscriptionLimitError when full.
+
+        ``caller`` is the authenticated identity (None without authentication,
+        where only the server-wide cap applies).
+        """
         # Check and increment with no await in between, so this is race-free
         # on one event loop.
         if self.active >= self.limit:
             raise SubscriptionLimitError(self.limit)
+        if caller is not None:
+            held = self.by_caller.get(caller, 0)
+            if held >= self.per_caller:
+                raise SubscriptionLimitError(self.per_caller, per_caller=True)
+            self.by_caller[caller] = held + 1
         self.active += 1
         try:
             yield
         finally:
             self.active -= 1
+            if caller is not None:
+                left = self.by_caller[caller] - 1
+                if left:
+                    self.by_caller[caller] = left
+                else:
+                    del self.by_caller[caller]
 
 
 def clamp_interval(seconds: float | None) -> float:

@@ -14,7 +14,9 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
-from .interfaces import ClusterView, Received, SnapshotSource
+from .allocations import AllocationRules, AllocationTable
+from .interfaces import ClusterView, HistorySource, Received, SnapshotSource
+from .scope import Viewer
 
 __all__ = ["Operation"]
 
@@ -30,8 +32,18 @@ class Operation(Protocol[GpuT]):
         ...
 
     @property
+    def viewer(self) -> Viewer | None:
+        """The caller as the server authenticated it; None when it checks no tokens."""
+        ...
+
+    @property
     def snapshots(self) -> SnapshotSource:
         """The agents' snapshots."""
+        ...
+
+    @property
+    def history(self) -> HistorySource | None:
+        """The agents' occupancy logs; None where the server cannot read them."""
         ...
 
     @property
@@ -41,6 +53,10 @@ class Operation(Protocol[GpuT]):
 
     def charge(self, items: int) -> None:
         """Count ``items`` more result objects; ResultBudgetError past the server's limit."""
+        ...
+
+    async def pace(self) -> None:
+        """Let other requests run when this operation has held the loop long enough."""
         ...
 
     async def received(self, node_name: str) -> Received:
@@ -57,4 +73,13 @@ class Operation(Protocol[GpuT]):
 
     async def gpu(self, uuid: str) -> GpuT | None:
         """The GPU with this UUID on any node the caller may see, or None."""
+        ...
+
+    @property
+    def allocation_rules(self) -> AllocationRules:
+        """The claims and GPU resource names the allocation join reads."""
+        ...
+
+    async def allocations(self, node_name: str) -> AllocationTable:
+        """The node's allocation table (unfiltered: filter its records through ``cluster``)."""
         ...

@@ -3,15 +3,44 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import time
 
 import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
+from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
+
 from .cache_status import CacheStatus
+from .errors import GraphUserError
+from .history import (
+    DEFAULT_FIRST,
+    MAX_FIRST,
+    connection_page,
+    owner_of,
+    partial,
+    usage_rows,
+    window,
+)
+from .identity import Identity
+from .interfaces import HistorySource
 from .operation import Operation
 from .selectors import parse_label_selector
-from .types import Gpu, GpuProcess, Node, Pod, context_of, ready_context
+from .types import (
+    Gpu,
+    GpuHistoryConnection,
+    GpuHistoryEdge,
+    GpuOccupancy,
+    GpuProcess,
+    GpuUsageRow,
+    Node,
+    PageInfo,
+    Pod,
+    UsageGroupBy,
+    context_of,
+    ready_context,
+)
 
 
 def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
@@ -21,6 +50,19 @@ def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
     if ctx.cluster.node(node_name) is None:
         return []
     return [node_name]
+
+
+def history_nodes(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
+    """The nodes whose logs a history query asks: those the caller may see."""
+    return node_names(ctx, node_name)
+
+
+def history_source(ctx: Operation[Gpu]) -> HistorySource:
+    """The agents' logs, or a clear error on a server without them."""
+    source = ctx.history
+    if source is None:
+        raise GraphUserError("this server cannot read the agents' history")
+    return source
 
 
 async def gpus_of_nodes(ctx: Operation[Gpu], info: Info, node_names: list[str]) -> list[Gpu]:
@@ -45,7 +87,7 @@ async def gpus_of_nodes(ctx: Operation[Gpu], info: Info, node_names: list[str]) 
 
 @strawberry.type(
     description="Entry points into the graph. Until the server has loaded the cluster's "
-    "pods and nodes, every field but cacheStatus fails with the error code NOT_READY."
+    "pods and nodes, every field but cacheStatus and viewer fails with the error code NOT_READY."
 )
 class Query:
     @strawberry.field(
@@ -54,6 +96,14 @@ class Query:
     )
     def cache_status(self, info: Info) -> CacheStatus:
         return CacheStatus.of(context_of(info).cluster)
+
+    @strawberry.field(
+        description="Who is asking: the caller as the server authenticated it (also before "
+        "the cache has loaded). Reveals only the caller's own name, so every caller may read it."
+    )
+    def viewer(self, info: Info) -> Identity:
+        viewer = context_of(info).viewer
+        return Identity(username=None if viewer is None else viewer.username)
 
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:
@@ -128,3 +178,111 @@ class Query:
             processes = [p for p in processes if p.pod is not None and p.pod.namespace == namespace]
         ctx.charge(len(processes))
         return processes
+
+    @strawberry.field(
+        description="Who held which GPU between since and until (default: now), across nodes, "
+        "oldest first, as a Relay connection: one record per process lifetime, kept after the "
+        "pod is gone. Filter by the pod's namespace and name (as recorded) and by node. "
+        f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Nodes whose agent cannot answer "
+        "are named in the response's errors and skipped."
+    )
+    async def gpu_history(
+        self,
+        info: Info,
+        since: datetime.datetime,
+        until: datetime.datetime | None = None,
+        namespace: str | None = None,
+        node_name: str | None = None,
+        pod_name: str | None = None,
+        first: int | None = None,
+        after: str | None = None,
+    ) -> GpuHistoryConnection:
+        ctx = ready_context(info)
+        count = DEFAULT_FIRST if first is None else first
+        if not 1 <= count <= MAX_FIRST:
+            raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
+        span = window(since, until)
+        if namespace is not None and not ctx.cluster.sees_namespace(namespace):
+            # As for a namespace that does not exist, before any agent is asked.
+            nothing = PageInfo(
+                has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
+            )
+            return GpuHistoryConnection(edges=[], page_info=nothing)
+        source = history_source(ctx)
+        query = HistoryQuery(
+            since=span.since,
+            until=span.until,
+            namespaces=(namespace,) if namespace is not None else (),
+            pod_names=(pod_name,) if pod_name is not None else (),
+        )
+        await ctx.pace()
+        page = await connection_page(
+            source, history_nodes(ctx, node_name), query, first=count, after=after,
+            named=ctx.cluster.sees_node,
+        )  # fmt: skip
+        ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
+        shown, _ = ctx.cluster.split_owned(page.records, owner_of)
+        visible = {id(o) for o in shown}
+        edges = [
+            GpuHistoryEdge(node=GpuOccupancy.of(o.record, o.node_name), page=page, index=i)
+            for i, o in enumerate(page.records)
+            if id(o) in visible
+        ]
+        ctx.charge(len(edges))
+        return GpuHistoryConnection(
+            edges=edges,
+            page_info=PageInfo(
+                has_next_page=page.has_next_page,
+                has_previous_page=after is not None,
+                start_cursor=after,
+                end_cursor=page.end_cursor,
+            ),
+        )
+
+    @strawberry.field(
+        description="GPU-seconds and GiB-seconds of GPU memory between since and until "
+        "(default: now), summed by the agents and grouped by groupBy (none: one total row), "
+        "for chargeback. Largest first."
+    )
+    async def gpu_usage(
+        self,
+        info: Info,
+        since: datetime.datetime,
+        until: datetime.datetime | None = None,
+        group_by: list[UsageGroupBy] | None = None,
+    ) -> list[GpuUsageRow]:
+        ctx = ready_context(info)
+        span = window(since, until)
+        end = span.until if span.until is not None else time.time()
+        if end <= span.since:
+            return []
+        source = history_source(ctx)
+        query = UsageQuery(
+            since=span.since,
+            until=end,
+            group_by=frozenset(UsageGroup(g.value) for g in group_by or ()),
+        )
+        await ctx.pace()
+        view = ctx.cluster
+
+        def visible(found: list[UsageRow]) -> list[UsageRow]:
+            # Each agent's sums by namespace, as the caller's view admits them.
+            shown, _ = view.split_owned(found, lambda row: row.namespace or None)
+            return shown
+
+        rows, errors = await usage_rows(
+            source, history_nodes(ctx, None), query, named=view.sees_node, visible=visible
+        )
+        ctx.partial_errors.extend(partial(info.path.as_list(), errors))
+        ctx.charge(len(rows))
+        return [
+            GpuUsageRow(
+                namespace=row.namespace or None,
+                pod_name=row.pod_name or None,
+                node_name=row.node_name,
+                gpu_uuid=row.gpu_uuid or None,
+                gpu_seconds=row.gpu_seconds,
+                memory_gib_seconds=row.memory_gib_seconds,
+            )
+            for row in rows
+        ]

@@ -18,6 +18,8 @@ class ContainerRecord:
     # Runtime prefix ("containerd://", "cri-o://", "docker://") stripped.
     container_id: str | None
     init: bool = False
+    # The pod-level claim names this container lists in resources.claims.
+    claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,10 @@ class PodRecord:
     gpu_request: int | None
     containers: tuple[ContainerRecord, ...]
     resource_version: str = ""
+    # Each spec.resourceClaims entry: (its name in the pod, the ResourceClaim's name), the
+    # latter from the spec or, for a template's claim, status.resourceClaimStatuses (None
+    # until the claim exists).
+    resource_claims: tuple[tuple[str, str | None], ...] = ()
 
     def container_with_id(self, container_id: str) -> ContainerRecord | None:
         """The container whose runtime ID (prefix stripped) is ``container_id``, if any."""
@@ -51,4 +57,52 @@ class NodeRecord:
     labels: dict[str, str]
     gpu_capacity: int | None
     gpu_allocatable: int | None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDeviceRecord:
+    """One device allocated to a ResourceClaim (status.allocation.devices.results)."""
+
+    driver: str
+    pool: str
+    device: str
+    # Set when the device is shared between claims (consumable capacity).
+    share_id: str | None = None
+    consumed_capacity: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimRecord:
+    """The fields of a ResourceClaim that the allocation join needs."""
+
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[ClaimDeviceRecord, ...]
+    # status.reservedFor pods: (name, uid).
+    reserved_for: tuple[tuple[str, str], ...] = ()
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDeviceRecord:
+    """One device of a ResourceSlice, by the attributes that tie it to a GPU."""
+
+    name: str
+    uuid: str | None
+    parent_uuid: str | None = None
+    type: str | None = None
+    product_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSliceRecord:
+    """The devices one driver publishes for one pool (usually one node)."""
+
+    name: str
+    driver: str
+    pool: str
+    node_name: str | None
+    devices: tuple[SliceDeviceRecord, ...]
     resource_version: str = ""

@@ -22,6 +22,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, ExecutionResult, Info, StreamExecutionResult
 
 from .admission import CostAdmission, SizeGauge
+from .allocations import AllocationRules
 from .context import GraphContext
 from .errors import GraphUserError, ResultBudgetError, in_response_order, is_internal
 from .limits import SchemaLimits, SubscriptionLimiter
@@ -31,6 +32,7 @@ from .representations import entity_keys, representation_problem
 from .scalars import Bytes, BytesScalar
 from .state import SharedState
 from .subscriptions import Subscription
+from .views import ViewCache
 
 logger = logging.getLogger(__name__)
 
@@ -112,11 +114,16 @@ def _keep_first_budget_error(result: object) -> None:
 class GraphSchema(strawberry.federation.Schema):
     """The federation schema, carrying the server-wide state its resolvers share."""
 
-    def __init__(self, limits: SchemaLimits, **kwargs: Any) -> None:
+    def __init__(
+        self, limits: SchemaLimits, allocation_rules: AllocationRules | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.limits = limits
         self.state = SharedState(
-            subscriptions=SubscriptionLimiter(limits.max_subscriptions),
+            subscriptions=SubscriptionLimiter(
+                limits.max_subscriptions, limits.max_subscriptions_per_caller
+            ),
+            views=ViewCache(allocation_rules),
             max_result_items=limits.max_result_items,
         )
         # The cluster's list sizes for the cost estimate, shared by every operation.
@@ -163,11 +170,13 @@ def build_schema(
     limits: SchemaLimits = SchemaLimits(),  # noqa: B008
     *,
     extensions: Sequence[type[SchemaExtension] | ExtensionFactory] = (),
+    allocation_rules: AllocationRules | None = None,
 ) -> GraphSchema:
     """The gpugraph schema with these limits; each call has its own server-wide state.
 
     ``extensions`` (classes or factories) run after the per-operation context
-    is made and around the schema's own limits.
+    is made and around the schema's own limits. ``allocation_rules`` give the
+    allocation join the cached claims and the GPU resource names.
     """
     schema: GraphSchema
 
@@ -176,6 +185,7 @@ def build_schema(
 
     schema = GraphSchema(
         limits,
+        allocation_rules,
         query=Query,
         subscription=Subscription,
         config=StrawberryConfig(scalar_map={Bytes: BytesScalar}),

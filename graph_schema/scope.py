@@ -56,6 +56,16 @@ class AccessEndedError(GraphUserError):
 class Viewer(Protocol):
     """The caller behind an operation, as the server authenticated it."""
 
+    @property
+    def identity(self) -> str:
+        """Who the caller is (its Kubernetes username): what per-caller caps count by."""
+        ...
+
+    @property
+    def username(self) -> str:
+        """The caller's Kubernetes username, from its TokenReview."""
+        ...
+
     async def current_scope(self) -> Scope:
         """The caller's scope now: re-checked once its reviews expire.
 

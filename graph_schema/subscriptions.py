@@ -21,9 +21,15 @@ def _live_context(info: Info) -> GraphContext:
     return cast(GraphContext, ready_context(info))
 
 
+def _identity(ctx: GraphContext) -> str | None:
+    # Each authenticated identity gets its own share of the slots; without
+    # authentication there is no identity and only the server-wide cap applies.
+    return ctx.viewer.identity if ctx.viewer is not None else None
+
+
 @strawberry.type(
     description="Live views: each field yields a fresh result every tick, re-reading the "
-    "agents. The server caps how many subscriptions run at once."
+    "agents. The server caps how many subscriptions run at once, in all and per caller."
 )
 class Subscription:
     @strawberry.subscription(
@@ -36,7 +42,7 @@ class Subscription:
     ) -> AsyncGenerator[list[Gpu], None]:
         ctx = _live_context(info)
         interval = clamp_interval(interval_seconds)
-        with ctx.state.subscriptions.hold():
+        with ctx.state.subscriptions.hold(_identity(ctx)):
             while True:
                 # Fresh loaders each tick; the snapshot source's TTL sharing
                 # keeps many subscribers of one node to about one call a tick.
@@ -60,7 +66,7 @@ class Subscription:
     ) -> AsyncGenerator[Pod | None, None]:
         ctx = _live_context(info)
         interval = clamp_interval(interval_seconds)
-        with ctx.state.subscriptions.hold():
+        with ctx.state.subscriptions.hold(_identity(ctx)):
             while True:
                 ctx.new_tick()
                 await ctx.refresh_scope()

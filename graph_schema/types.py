@@ -8,15 +8,61 @@ node's snapshot, and they go through the operation's loader: one call per node.
 
 from __future__ import annotations
 
-from typing import cast
+import asyncio
+import datetime
+import enum
+import weakref
+from typing import Any, cast
 
 import strawberry
+from graphql import GraphQLError
 from strawberry.types import Info
 
+from node_resolver.history.records import HistoryQuery, OccupancyRecord
+from node_resolver.models import AllocationMechanism
+
+from .allocations import (
+    Allocation,
+    AllocationRule,
+    AllocationSource,
+    AllocationVerdict,
+    LazyTable,
+    pod_gpu_request,
+)
 from .errors import GraphUserError, NotReadyError
+from .history import (
+    HISTORY_LIST_LIMIT,
+    ConnectionPage,
+    Occupancy,
+    Window,
+    node_history,
+    owner_of,
+    window,
+)
 from .operation import Operation
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .scalars import JSON, Bytes
+
+strawberry.enum(
+    AllocationVerdict,
+    description="Whether the kubelet gave a process's container the GPU the process runs on "
+    "(ALLOCATED, NOT_ALLOCATED), the process is in no pod (NO_POD), or that cannot be known "
+    "(UNKNOWN: no allocation data for the node, or the pod is gone).",
+)
+strawberry.enum(
+    AllocationSource,
+    description="Where a node's allocation data comes from: the kubelet's PodResources API "
+    "(POD_RESOURCES), the API server's ResourceClaims alone (API_ONLY), or nowhere (NONE).",
+)
+strawberry.enum(
+    AllocationRule,
+    description="Which rule decided a process's allocation verdict; SPEC: no allocation "
+    "data, only the pod spec's GPU request is compared.",
+)
+strawberry.enum(
+    AllocationMechanism,
+    description="How the device was handed out: a device plugin, or Dynamic Resource Allocation.",
+)
 
 
 def context_of(info: Info) -> Operation[Gpu]:
@@ -120,6 +166,16 @@ class Node:
     async def gpu_count(self, info: Info) -> int | None:
         return len(await context_of(info).gpus(self.name))
 
+    @strawberry.field(
+        description="Where the node's allocation data comes from; NONE when there is none."
+    )
+    async def allocation_source(self, info: Info) -> AllocationSource:
+        return (await context_of(info).allocations(self.name)).source
+
+    @strawberry.field(description="Why the node has no allocation data, when its source is NONE.")
+    async def allocation_source_reason(self, info: Info) -> str | None:
+        return (await context_of(info).allocations(self.name)).reason
+
     @strawberry.field(description="The node's agent: where it is and whether it answered.")
     async def agent(self, info: Info) -> AgentStatus:
         ctx = context_of(info)
@@ -136,6 +192,27 @@ class Node:
             error=received.snapshot.sample.error,
             snapshot_age_seconds=received.age_seconds,
         )
+
+    @strawberry.field(
+        description='The agent\'s occupancy log: "ok", "off" (no --history-dir), or what is '
+        "wrong with it (e.g. a corrupt database); null when the agent cannot answer."
+    )
+    async def history_status(self, info: Info) -> str | None:
+        try:
+            snapshot = await context_of(info).snapshot(self.name)
+        except Exception:
+            return None
+        return snapshot.history_status
+
+    @strawberry.field(
+        description="Who held this node's GPUs between since and until (default: now), oldest "
+        f"first; at most {HISTORY_LIST_LIMIT} records (gpuHistory pages past that)."
+    )
+    async def gpu_history(
+        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    ) -> list[GpuOccupancy]:
+        shown, _ = await _history(info, self.name, _query(window(since, until)))
+        return _occupancies(info, shown)
 
 
 @strawberry.type(description="A MIG device (GPU instance + compute instance) of a GPU.")
@@ -184,6 +261,8 @@ class Gpu:
         default=0,
         description="GPU memory used by the processes withheld from this caller.",
     )
+    # The node's allocations, joined on first use; ``allocations`` shows the caller's share.
+    allocations_of_node: strawberry.Private[LazyTable | None] = None
 
     @classmethod
     async def resolve_reference(cls, info: Info, uuid: str) -> Gpu | None:
@@ -197,6 +276,39 @@ class Gpu:
         ctx.charge(1)
         record = ctx.cluster.node(self.node_name)
         return Node.stub(self.node_name) if record is None else Node.from_record(record)
+
+    @strawberry.field(
+        description="Who held this GPU between since and until (default: now), oldest first: "
+        "one record per process lifetime, kept after the pod is gone. Other tenants' records "
+        f"are withheld (see hiddenHistoryCount); at most {HISTORY_LIST_LIMIT} records."
+    )
+    async def history(
+        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    ) -> list[GpuOccupancy]:
+        shown, _ = await _gpu_history(info, self, window(since, until))
+        return _occupancies(info, shown)
+
+    @strawberry.field(
+        description="Records of this GPU between since and until withheld from this caller "
+        "(other tenants' processes, or processes in no pod)."
+    )
+    async def hidden_history_count(
+        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    ) -> int:
+        _, hidden = await _gpu_history(info, self, window(since, until))
+        return hidden
+
+    @strawberry.field(
+        description="The devices on this GPU (it, or a MIG device of it) that the kubelet gave "
+        "to containers, as the caller may see them."
+    )
+    def allocations(self, info: Info) -> list[GpuAllocation]:
+        ctx = context_of(info)
+        table = self.allocations_of_node
+        records = table.get().for_gpu(self.uuid) if table is not None else []
+        shown, _ = ctx.cluster.split_owned(records, _owner)
+        ctx.charge(len(shown))
+        return [GpuAllocation.of(a) for a in shown]
 
     @strawberry.field(description="Distinct pods with processes on this GPU.")
     def pods(self, info: Info) -> list[Pod]:
@@ -229,6 +341,23 @@ class GpuProcess:
         "null when the pod is not in the cache (a host process, or a pod already gone)."
     )
 
+    @strawberry.field(
+        description="Whether its container was given this GPU (or a MIG device on it)."
+    )
+    def allocation(self) -> AllocationVerdict:
+        table = self.gpu.allocations_of_node
+        if table is None:
+            return AllocationVerdict.UNKNOWN
+        record = self.pod.record if self.pod is not None else None
+        return table.verdict(record, self.pod_uid is not None, self.container_id, self.gpu.uuid)
+
+    @strawberry.field(description="Which rule decided ``allocation``.")
+    def allocation_rule(self) -> AllocationRule:
+        table = self.gpu.allocations_of_node
+        if table is None:
+            return AllocationRule.SPEC
+        return table.get().rule(self.pod.record if self.pod is not None else None)
+
     @strawberry.field(description="The pod's container it runs in.")
     def container(self) -> Container | None:
         if not self.container_id:
@@ -254,7 +383,6 @@ class Pod:
     node_name: str | None
     pod_ip: str | None
     labels: JSON | None
-    gpu_request: int | None = strawberry.field(description="The pod's nvidia.com/gpu limit.")
     record: strawberry.Private[PodRecord]
 
     @classmethod
@@ -268,7 +396,6 @@ class Pod:
             node_name=record.node_name,
             pod_ip=record.pod_ip,
             labels=JSON(record.labels),
-            gpu_request=record.gpu_request,
             record=record,
         )
 
@@ -290,6 +417,27 @@ class Pod:
         else:
             raise GraphUserError("a Pod reference needs uid, or namespace and name")
         return None if record is None else cls.from_record(record)
+
+    @strawberry.field(
+        description="GPUs it requests: every GPU-like device-plugin resource (nvidia.com/gpu, "
+        "nvidia.com/gpu.shared, nvidia.com/mig-*, as configured) and its DRA claims' GPU "
+        "devices; null when it requests none."
+    )
+    def gpu_request(self, info: Info) -> int | None:
+        return pod_gpu_request(self.record, context_of(info).allocation_rules)
+
+    @strawberry.field(
+        description="The GPU devices the kubelet (or its DRA claims) gave its containers."
+    )
+    async def gpu_allocations(self, info: Info) -> list[GpuAllocation]:
+        if not self.node_name:
+            return []
+        ctx = context_of(info)
+        table = await ctx.allocations(self.node_name)
+        mine = [a for a in table.for_pod(self.namespace, self.name) if a.is_gpu]
+        shown, _ = ctx.cluster.split_owned(mine, _owner)
+        ctx.charge(len(shown))
+        return [GpuAllocation.of(a) for a in shown]
 
     @strawberry.field(description="The node it is scheduled on.")
     def node(self, info: Info) -> Node | None:
@@ -314,6 +462,19 @@ class Pod:
         processes = [p for g in gpus for p in g.processes if p.belongs_to(uid)]
         ctx.charge(len(processes))
         return processes
+
+    @strawberry.field(
+        description="Its processes' lifetimes on its node's GPUs between since and until "
+        f"(default: now), oldest first; at most {HISTORY_LIST_LIMIT} records."
+    )
+    async def gpu_history(
+        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    ) -> list[GpuOccupancy]:
+        if not self.node_name:
+            return []
+        query = _query(window(since, until), pod_uids=(str(self.uid),))
+        shown, _ = await _history(info, self.node_name, query)
+        return _occupancies(info, shown)
 
     @strawberry.field(description="GPUs where it has processes; null when the agent fails.")
     async def gpus(self, info: Info) -> list[Gpu] | None:
@@ -358,3 +519,225 @@ class Container:
         processes = [p for g in gpus for p in g.processes if p.container_id == cid]
         ctx.charge(len(processes))
         return processes
+
+
+# -- history: the agents' occupancy logs -----------------------------------------------
+
+
+@strawberry.type(description="A GPU as a history record names it (it may no longer exist).")
+class GpuRef:
+    uuid: str
+
+
+@strawberry.type(
+    description="One process's lifetime on one GPU, from its node's occupancy log: who held "
+    "the GPU, from when to when, and how much of it."
+)
+class GpuOccupancy:
+    mig_device_uuid: str | None = strawberry.field(
+        description="The MIG device it ran on, on a GPU in MIG mode."
+    )
+    pid: int = strawberry.field(description="The host PID.")
+    process_name: str | None
+    container_id: str | None
+    pod_namespace: str | None = strawberry.field(
+        description="Its pod's namespace, kept after the pod is gone; null for no pod."
+    )
+    pod_name: str | None = strawberry.field(
+        description="Its pod's name, kept after the pod is gone."
+    )
+    pod_uid: str | None
+    start: datetime.datetime = strawberry.field(description="When it was first seen on the GPU.")
+    end: datetime.datetime | None = strawberry.field(
+        description="When it was last seen on the GPU; null while it runs."
+    )
+    peak_memory_bytes: Bytes
+    mean_memory_bytes: Bytes | None = strawberry.field(description="Time-weighted mean GPU memory.")
+    mean_sm_utilization: float | None = strawberry.field(
+        description="Time-weighted mean SM utilization (percent), where NVML gives it."
+    )
+    gpu_seconds: float = strawberry.field(description="Seconds it held the GPU (start to end).")
+    gpu_uuid: strawberry.Private[str]
+    node_name: strawberry.Private[str]
+
+    @classmethod
+    def of(cls, record: OccupancyRecord, node_name: str) -> GpuOccupancy:
+        """The graph object of one record of ``node_name``'s log."""
+        mean_memory = record.mean_memory_bytes
+        return cls(
+            mig_device_uuid=record.mig_device_uuid or None,
+            pid=record.pid,
+            process_name=record.process_name or None,
+            container_id=record.container_id or None,
+            pod_namespace=record.pod_namespace or None,
+            pod_name=record.pod_name or None,
+            pod_uid=record.pod_uid or None,
+            start=_utc(record.first_seen),
+            end=None if record.end is None else _utc(record.end),
+            peak_memory_bytes=Bytes(record.peak_memory_bytes),
+            mean_memory_bytes=None if mean_memory is None else Bytes(round(mean_memory)),
+            mean_sm_utilization=record.mean_sm_utilization,
+            gpu_seconds=record.gpu_seconds,
+            gpu_uuid=record.gpu_uuid,
+            node_name=node_name,
+        )
+
+    @strawberry.field(description="The GPU it ran on.")
+    def gpu(self) -> GpuRef:
+        return GpuRef(uuid=self.gpu_uuid)
+
+    @strawberry.field(description="The node whose agent recorded it.")
+    def node(self, info: Info) -> Node:
+        record = context_of(info).cluster.node(self.node_name)
+        return Node.stub(self.node_name) if record is None else Node.from_record(record)
+
+    @strawberry.field(description="The live pod; null once it is gone (podName still names it).")
+    def pod(self, info: Info) -> Pod | None:
+        if not self.pod_uid:
+            return None
+        # The caller's view: a pod it may not see is None, as a gone one is. Only a pod bound
+        # to the recording node: a cgroup naming another node's pod must not borrow it.
+        record = context_of(info).cluster.pod_by_uid(self.pod_uid)
+        if record is None or record.node_name != self.node_name:
+            return None
+        return Pod.from_record(record)
+
+
+@strawberry.type(description="One record of gpuHistory, and the cursor that resumes after it.")
+class GpuHistoryEdge:
+    node: GpuOccupancy
+    page: strawberry.Private[ConnectionPage]
+    index: strawberry.Private[int]
+
+    @strawberry.field(description="Pass as after to continue right after this record.")
+    def cursor(self) -> str:
+        return self.page.cursor_after(self.index)
+
+
+@strawberry.type(description="Where a page of a connection stands (Relay's PageInfo).")
+class PageInfo:
+    has_next_page: bool
+    has_previous_page: bool
+    start_cursor: str | None
+    end_cursor: str | None
+
+
+@strawberry.type(
+    description="Process lifetimes on GPUs across nodes, oldest first, a page at a time."
+)
+class GpuHistoryConnection:
+    edges: list[GpuHistoryEdge]
+    page_info: PageInfo
+
+
+@strawberry.enum(description="What gpuUsage sums by.")
+class UsageGroupBy(enum.Enum):
+    NAMESPACE = "NAMESPACE"
+    POD = "POD"
+    NODE = "NODE"
+    GPU = "GPU"
+
+
+@strawberry.type(description="GPU time and memory over a range, for one group (chargeback).")
+class GpuUsageRow:
+    namespace: str | None = strawberry.field(
+        description="Null when not grouped by NAMESPACE or POD, or for processes in no pod."
+    )
+    pod_name: str | None = strawberry.field(description="Null when not grouped by POD.")
+    node_name: str | None = strawberry.field(description="Null when not grouped by NODE.")
+    gpu_uuid: str | None = strawberry.field(description="Null when not grouped by GPU.")
+    gpu_seconds: float = strawberry.field(description="Seconds of GPU held, summed.")
+    memory_gib_seconds: float = strawberry.field(
+        description="GiB of GPU memory held times seconds (time-weighted mean x time), summed."
+    )
+
+
+def _utc(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+
+
+def _query(span: Window, **filters: Any) -> HistoryQuery:
+    return HistoryQuery(since=span.since, until=span.until, **filters)
+
+
+# Per operation: a GPU's records, read once for history and hiddenHistoryCount alike.
+_GPU_READS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+async def _gpu_history(info: Info, gpu: Gpu, span: Window) -> tuple[list[Occupancy], int]:
+    ctx = context_of(info)
+    reads = _GPU_READS.setdefault(ctx, {})
+    key = (gpu.node_name, gpu.uuid, span)
+    task = reads.get(key)
+    if task is None:
+        query = _query(span, gpu_uuids=(gpu.uuid,))
+        task = reads[key] = asyncio.ensure_future(_history(info, gpu.node_name, query))
+    shown, hidden = await asyncio.shield(task)
+    return shown, hidden
+
+
+async def _history(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[Occupancy], int]:
+    """One node's records for ``query`` as the caller may see them, and how many it may not."""
+    ctx = context_of(info)
+    source = ctx.history
+    if source is None:
+        raise GraphUserError("this server cannot read the agents' history")
+    await ctx.pace()
+    found, truncated = await node_history(source, node_name, query)
+    if truncated:
+        ctx.partial_errors.append(
+            GraphQLError(
+                f"more than {HISTORY_LIST_LIMIT} records on node {node_name!r}; the oldest are "
+                "shown: narrow since and until, or page with gpuHistory",
+                path=info.path.as_list(),
+            )
+        )
+    shown, hidden = ctx.cluster.split_owned(found, owner_of)
+    return shown, len(hidden)
+
+
+def _occupancies(info: Info, shown: list[Occupancy]) -> list[GpuOccupancy]:
+    context_of(info).charge(len(shown))
+    return [GpuOccupancy.of(o.record, o.node_name) for o in shown]
+
+
+def _owner(allocation: Allocation) -> str | None:
+    return allocation.pod_namespace
+
+
+@strawberry.type(description="One device the kubelet gave a container, on a GPU.")
+class GpuAllocation:
+    container_name: str | None = strawberry.field(
+        description="The container; null for a DRA claim no container lists."
+    )
+    mechanism: AllocationMechanism
+    resource: str = strawberry.field(
+        description="The resource name, or for DRA the claim's namespace/name."
+    )
+    device_id: str = strawberry.field(
+        description="The device ID as the kubelet gave it, or for DRA the device name."
+    )
+    shared: bool = strawberry.field(
+        description="A time-sliced replica (an ID ending ::N), or a DRA device shared between "
+        "claims (shareID)."
+    )
+    mig_device_uuid: str | None = strawberry.field(description="Set for a MIG device.")
+    record: strawberry.Private[Allocation]
+
+    @classmethod
+    def of(cls, allocation: Allocation) -> GpuAllocation:
+        """The graph object of one allocation."""
+        return cls(
+            container_name=allocation.container,
+            mechanism=allocation.mechanism,
+            resource=allocation.resource,
+            device_id=allocation.device_id,
+            shared=allocation.shared,
+            mig_device_uuid=allocation.mig_device_uuid,
+            record=allocation,
+        )
+
+    @strawberry.field(description="The pod it was given to; null when not cached or not visible.")
+    def pod(self, info: Info) -> Pod | None:
+        record = context_of(info).cluster.pod(self.record.namespace, self.record.pod)
+        return None if record is None else Pod.from_record(record)

@@ -8,6 +8,13 @@ from strawberry.utils.str_converters import to_camel_case
 
 from node_resolver.models import GpuSample, NodeSnapshot
 
+from .allocations import (
+    AllocationRules,
+    AllocationSource,
+    AllocationTable,
+    LazyTable,
+    allocation_table,
+)
 from .interfaces import Cluster
 from .joins import join_pod
 from .scalars import JSON
@@ -15,20 +22,23 @@ from .types import Gpu, GpuProcess, MigDevice, Pod
 
 
 class PodJoiner:
-    """Joins processes to cached pods, making one Pod object per pod record.
+    """Joins one node's processes to the cached pods bound to it, one Pod object per record.
 
     Pod objects from the node's previous build are reused while the cache
     still holds the same record, so a new snapshot allocates only what changed.
     """
 
-    def __init__(self, cluster: Cluster, previous: dict[str, Pod] | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, node_name: str, previous: dict[str, Pod] | None = None
+    ) -> None:
         self.cluster = cluster
+        self.node_name = node_name
         self.previous = previous or {}
         self.pods: dict[str, Pod] = {}
 
     def pod(self, pod_uid: str | None, container_id: str | None) -> Pod | None:
-        """The Pod a process belongs to, or None when its pod is not cached."""
-        record = join_pod(self.cluster, pod_uid, container_id)
+        """The Pod a process belongs to, or None when its pod is not cached on this node."""
+        record = join_pod(self.cluster, self.node_name, pod_uid, container_id)
         if record is None:
             return None
         uid = record.uid
@@ -45,8 +55,14 @@ class PodJoiner:
 _NO_FIELD_ERRORS = JSON({})
 
 
-def build_gpu(sample: GpuSample, node_name: str, joiner: PodJoiner) -> Gpu:
-    """One Gpu, with its processes joined to their pods, from a GPU sample."""
+def build_gpu(
+    sample: GpuSample,
+    node_name: str,
+    joiner: PodJoiner,
+    allocations: LazyTable | None = None,
+) -> Gpu:
+    """One Gpu, with its processes joined to their pods (judged against ``allocations`` on use)."""
+    table = allocations if allocations is not None else _NO_TABLE
     processes: list[GpuProcess] = []
     gpu = Gpu(
         uuid=sample.uuid,
@@ -79,11 +95,13 @@ def build_gpu(sample: GpuSample, node_name: str, joiner: PodJoiner) -> Gpu:
         ),
         processes=processes,
         node_name=node_name,
+        allocations_of_node=table,
     )
     for p in sample.processes:
         ref = p.container
         container_id = (ref.container_id or None) if ref else None
         pod_uid = (ref.pod_uid or None) if ref else None
+        pod = joiner.pod(pod_uid, container_id)
         processes.append(
             GpuProcess(
                 pid=p.pid,
@@ -97,15 +115,24 @@ def build_gpu(sample: GpuSample, node_name: str, joiner: PodJoiner) -> Gpu:
                 mig_device_uuid=p.mig_device_uuid or None,
                 cmdline=p.cmdline,
                 gpu=gpu,
-                pod=joiner.pod(pod_uid, container_id),
+                pod=pod,
             )
         )
     return gpu
 
 
-def build_gpus(node_name: str, snapshot: NodeSnapshot, joiner: PodJoiner) -> list[Gpu]:
+# Judges every process UNKNOWN: for GPUs built without allocation data.
+_NO_TABLE = LazyTable.of(AllocationTable(AllocationSource.NONE, reason="no allocation data"))
+
+
+def build_gpus(
+    node_name: str,
+    snapshot: NodeSnapshot,
+    joiner: PodJoiner,
+    allocations: LazyTable | None = None,
+) -> list[Gpu]:
     """Every GPU of a node's snapshot as graph objects, processes joined to pods."""
-    return [build_gpu(s, node_name, joiner) for s in snapshot.sample.gpus]
+    return [build_gpu(s, node_name, joiner, allocations) for s in snapshot.sample.gpus]
 
 
 @dataclass(slots=True)
@@ -113,6 +140,7 @@ class _NodeViews:
     snapshot: NodeSnapshot
     gpus: list[Gpu]
     pods: dict[str, Pod]
+    allocations: LazyTable
 
 
 class ViewCache:
@@ -125,7 +153,9 @@ class ViewCache:
     first read, so the join is as fresh as the snapshot itself.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rules: AllocationRules | None = None) -> None:
+        # The claims and GPU names the allocation join reads.
+        self.rules = rules if rules is not None else AllocationRules()
         self._by_node: dict[str, _NodeViews] = {}
         # The most GPUs on one node and processes on one GPU seen since start:
         # the cost estimate's bounds for what agents report (see cost.py).
@@ -137,13 +167,23 @@ class ViewCache:
         cached = self._by_node.get(node_name)
         if cached is not None and cached.snapshot is snapshot:
             return cached.gpus
-        joiner = PodJoiner(cluster, cached.pods if cached is not None else None)
-        gpus = build_gpus(node_name, snapshot, joiner)
+        joiner = PodJoiner(cluster, node_name, cached.pods if cached is not None else None)
+        allocations = LazyTable(node_name, snapshot, cluster, self.rules)
+        gpus = build_gpus(node_name, snapshot, joiner, allocations)
         self.max_gpus_per_node = max(self.max_gpus_per_node, len(gpus))
         for gpu in gpus:
             self.max_processes_per_gpu = max(self.max_processes_per_gpu, len(gpu.processes))
-        self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods)
+        self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods, allocations)
         return gpus
+
+    def allocations(
+        self, node_name: str, snapshot: NodeSnapshot | None, cluster: Cluster
+    ) -> AllocationTable:
+        """The node's allocation table: the one built with its GPUs, or (agent down) a fresh one."""
+        if snapshot is None:
+            return allocation_table(node_name, None, cluster, self.rules)
+        self.gpus(node_name, snapshot, cluster)
+        return self._by_node[node_name].allocations.get()
 
     def forget(self, node_name: str) -> None:
         """Drop a node's objects (e.g. when the node leaves the cluster)."""

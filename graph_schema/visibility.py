@@ -102,6 +102,10 @@ class VisibleCluster:
         """
         return shown_processes > 0 or self._scope.all_nodes
 
+    def sees_cluster_sizes(self) -> bool:
+        """Whether the caller may be told the whole cluster's sizes (it sees everything)."""
+        return self._scope.unrestricted
+
     def sees_node(self, name: str) -> bool:
         """Whether the caller may see the node called ``name``."""
         visible = self._visible_node_names()

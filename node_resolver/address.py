@@ -1,19 +1,28 @@
-"""``HOST:PORT`` addresses as gRPC writes them: IPv6 hosts go in brackets."""
+"""``HOST:PORT`` addresses as gRPC writes them (IPv6 hosts in brackets), and the agent's port."""
 
 from __future__ import annotations
 
-__all__ = ["join_host_port", "split_host_port"]
+import argparse
+
+__all__ = ["AGENT_PORT", "join_host_port", "listen_address", "split_host_port"]
+
+# The agent's gRPC port: its --listen default and the server's --agent-port default.
+AGENT_PORT = 50051
 
 
 def split_host_port(listen: str) -> tuple[str, int]:
-    """Split "HOST:PORT" (IPv6 as "[::1]:PORT"); ValueError on anything else."""
+    """Split "HOST:PORT" (IPv6 as "[::1]:PORT"; ":PORT" is every IPv4 address); else ValueError."""
+    if listen.startswith(":"):
+        listen = "0.0.0.0" + listen
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"expected HOST:PORT, got {listen!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets, e.g. [::]:50051, got {listen!r}")
+        raise ValueError(
+            f"write an IPv6 address in brackets, e.g. [::]:{AGENT_PORT}, got {listen!r}"
+        )
     return host, int(port)
 
 
@@ -22,3 +31,11 @@ def join_host_port(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         return f"[{host}]:{port}"
     return f"{host}:{port}"
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """argparse type for a ``--listen`` HOST:PORT (as split_host_port reads it)."""
+    try:
+        return split_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -6,20 +6,25 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
+from .history.log import HistoryLog
 from .sampler import Sampler
 from .service import AgentServer
 
-__all__ = ["running"]
+__all__ = ["CALLS_STOP_GRACE_SECONDS", "agent_running"]
+
+# How long calls in flight may take to finish once the agent is asked to stop.
+CALLS_STOP_GRACE_SECONDS = 2.0
 
 
 @contextlib.asynccontextmanager
-async def running(
+async def agent_running(
     sampler: Sampler,
     listen: str,
     *,
     token: str | Callable[[], str] | None = None,
-    grace: float | None = 2.0,
+    grace: float | None = CALLS_STOP_GRACE_SECONDS,
     join_timeout: float | None = None,
+    history: HistoryLog | None = None,
 ) -> AsyncIterator[AgentServer]:
     """Serve ``sampler`` on ``listen`` and start it scanning; stop both on exit.
 
@@ -27,14 +32,18 @@ async def running(
     server gets ``grace`` seconds for calls in flight, then the sampler is
     joined (at most ``join_timeout`` seconds; ``Sampler.stop``'s default if
     None), before the loop closes, so a scan in progress finishes cleanly.
-    The sampler is joined even if stopping the server fails.
+    The sampler is joined even if stopping the server fails. With ``history``
+    (whose ``observe`` the sampler must call on each scan), the occupancy log
+    is opened before the first scan and flushed and closed after the last.
     """
-    server = AgentServer(sampler, token=token)
+    server = AgentServer(sampler, token=token, history=history)
     try:
         await server.start(listen)
     except OSError:
         await server.stop(0)
         raise
+    if history is not None:
+        await asyncio.to_thread(history.start)
     sampler.start()
     try:
         yield server
@@ -43,3 +52,5 @@ async def running(
             await server.stop(grace)
         finally:
             await asyncio.to_thread(sampler.stop, join_timeout)
+            if history is not None:
+                await asyncio.to_thread(history.stop)

@@ -13,33 +13,40 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from .address import split_host_port
-from .agent import running
+from .address import AGENT_PORT, join_host_port, listen_address
+from .agent import agent_running
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
+from .history.durations import parse_duration
+from .history.log import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_RETENTION,
+    HistoryLog,
+    HistorySettings,
+    read_boot_id,
+)
 from .nvml import NvmlGpuSource, NvmlUnavailableError
 from .pids import RESOLVER_KINDS, build_resolver
+from .pod_names import PodNames
+from .pod_resources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient, PodResourcesPoller
 from .sampler import Sampler
+from .version import version
 
 log = logging.getLogger("node_resolver")
 
-DEFAULT_LISTEN = "0.0.0.0:50051"
+DEFAULT_LISTEN = join_host_port("0.0.0.0", AGENT_PORT)
 DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEFAULT_CONTAINERD_NAMESPACE = "k8s.io"
-# How long calls in flight may take to finish after SIGTERM.
-STOP_GRACE_SECONDS = 2.0
 # What the log line that names the bound address starts with; tools and tests read it.
 LISTENING = "agent listening on "
 
 
-def _listen_address(value: str) -> str:
-    try:
-        split_host_port(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
+def _listen(value: str) -> str:
+    # Written out in full, so that gRPC binds ":PORT" as the server's flag reads it.
+    return join_host_port(*listen_address(value))
 
 
 def positive_seconds(value: str) -> float:
@@ -53,6 +60,25 @@ def positive_seconds(value: str) -> float:
     return seconds
 
 
+def duration_seconds(value: str) -> float:
+    """argparse type for a duration such as 30d or 12h, in seconds."""
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_bytes(value: str) -> int:
+    """argparse type for a positive number of bytes."""
+    try:
+        size = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected plain bytes, got {value!r}") from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return size
+
+
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the agent's flags to ``parser``."""
     parser.add_argument(
@@ -64,7 +90,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
-        type=_listen_address,
+        type=_listen,
         metavar="HOST:PORT",
         help=f"gRPC address to serve on; port 0 picks a free one (default: {DEFAULT_LISTEN})",
     )
@@ -100,6 +126,13 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_CONTAINERD_NAMESPACE})",
     )
     parser.add_argument(
+        "--pod-resources-socket",
+        default=DEFAULT_POD_RESOURCES_SOCKET,
+        metavar="PATH",
+        help="the kubelet's PodResources socket, for which device each container was given; "
+        f"empty to not ask (default: {DEFAULT_POD_RESOURCES_SOCKET})",
+    )
+    parser.add_argument(
         "--interval",
         default=1.0,
         type=positive_seconds,
@@ -116,6 +149,27 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         "--expose-cmdline",
         action="store_true",
         help="send each process's full command line (it can carry secrets)",
+    )
+    parser.add_argument(
+        "--history-dir",
+        metavar="DIR",
+        help="keep the occupancy log (who held which GPU, when) in a SQLite file here; "
+        "without it history is off",
+    )
+    parser.add_argument(
+        "--history-retention",
+        default=parse_duration(DEFAULT_RETENTION),
+        type=duration_seconds,
+        metavar="DURATION",
+        help=f"drop ended records older than this, e.g. 30d or 12h (default: {DEFAULT_RETENTION})",
+    )
+    parser.add_argument(
+        "--history-max-bytes",
+        default=DEFAULT_MAX_BYTES,
+        type=positive_bytes,
+        metavar="BYTES",
+        help="the log's size on disk, WAL included; the oldest records go first "
+        f"(default: {DEFAULT_MAX_BYTES})",
     )
     parser.add_argument(
         "--log-level",
@@ -168,28 +222,59 @@ def run_agent(args: argparse.Namespace) -> int:
         containerd_namespace=args.containerd_namespace,
         expose_cmdline=args.expose_cmdline,
     )
-    sampler = Sampler(source, resolver, node_name=args.node_name, interval=args.interval)
+    history = build_history(args)
+    kubelet = PodResourcesClient(args.pod_resources_socket) if args.pod_resources_socket else None
+    sampler = Sampler(
+        source,
+        resolver,
+        node_name=args.node_name,
+        interval=args.interval,
+        on_scan=history.observe if history is not None else None,
+        pod_resources=(
+            PodResourcesPoller(kubelet.list, interval=args.interval) if kubelet else None
+        ),
+    )
     try:
-        return asyncio.run(_serve(sampler, args.listen, token))
+        return asyncio.run(_serve(sampler, args.listen, token, history))
     finally:
         sampler.stop()
         source.close()
         resolver.close()
+        if kubelet is not None:
+            kubelet.close()
 
 
-async def _serve(sampler: Sampler, listen: str, token: Callable[[], str] | None) -> int:
+def build_history(args: argparse.Namespace) -> HistoryLog | None:
+    """The occupancy log the flags ask for; None without --history-dir."""
+    if not args.history_dir:
+        return None
+    settings = HistorySettings(
+        directory=Path(args.history_dir),
+        retention_seconds=args.history_retention,
+        max_bytes=args.history_max_bytes,
+    )
+    return HistoryLog(settings, boot_id=read_boot_id(args.proc_root), pod_names=PodNames())
+
+
+async def _serve(
+    sampler: Sampler,
+    listen: str,
+    token: Callable[[], str] | None,
+    history: HistoryLog | None = None,
+) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     try:
-        async with running(sampler, listen, token=token, grace=STOP_GRACE_SECONDS) as server:
+        async with agent_running(sampler, listen, token=token, history=history) as server:
             log.info(
-                LISTENING + "%s (node %s, scanning every %gs%s)",
+                LISTENING + "%s (node %s, scanning every %gs%s; gpugraph %s)",
                 server.address,
                 sampler.node_name,
                 sampler.interval,
                 ", token required" if token else "",
+                version(),
             )
             await stopping.wait()
             log.info("stopping")

@@ -16,10 +16,14 @@ import logging
 
 from .generated import agent_pb2
 from .models import (
+    AllocationMechanism,
+    ContainerAllocations,
     ContainerRef,
+    DeviceAllocation,
     GpuProcess,
     GpuSample,
     MigDevice,
+    NodeAllocations,
     NodeSample,
     NodeSnapshot,
     ProcessType,
@@ -39,6 +43,11 @@ _TYPE_TO_PROTO = {
 _TYPE_FROM_PROTO = {value: kind for kind, value in _TYPE_TO_PROTO.items()} | {
     agent_pb2.PROCESS_TYPE_UNSPECIFIED: ProcessType.COMPUTE
 }
+_MECHANISM_TO_PROTO = {
+    AllocationMechanism.DEVICE_PLUGIN: agent_pb2.ALLOCATION_MECHANISM_DEVICE_PLUGIN,
+    AllocationMechanism.DRA: agent_pb2.ALLOCATION_MECHANISM_DRA,
+}
+_MECHANISM_FROM_PROTO = {value: kind for kind, value in _MECHANISM_TO_PROTO.items()}
 
 
 def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapshot:
@@ -52,6 +61,59 @@ def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapsh
         sampled_at=snapshot.sampled_at,
         age_seconds=max(0.0, now - snapshot.sampled_at),
         error=sample.error or "",
+        history_status=snapshot.history_status,
+        allocations=_allocations_to_proto(snapshot.allocations),
+    )
+
+
+# The last containers encoded, and their messages: an unchanged kubelet answer (the very
+# tuple, which the poller and the sampler keep while nothing changes) is encoded once, not
+# once per scan. Holding the tuple keeps its identity from being reused.
+_encoded: tuple[object, list[agent_pb2.ContainerAllocation]] | None = None
+
+
+def _allocations_to_proto(
+    allocations: NodeAllocations | None,
+) -> agent_pb2.DeviceAllocations | None:
+    global _encoded
+    if allocations is None:
+        return None
+    cached = _encoded
+    if cached is not None and cached[0] is allocations.containers:
+        containers = cached[1]
+    else:
+        containers = [_container_to_proto(c) for c in allocations.containers]
+        _encoded = (allocations.containers, containers)
+    return agent_pb2.DeviceAllocations(
+        state=(
+            agent_pb2.ALLOCATION_SOURCE_STATE_POD_RESOURCES
+            if allocations.available
+            else agent_pb2.ALLOCATION_SOURCE_STATE_NONE
+        ),
+        reason=allocations.reason or "",
+        age_seconds=allocations.age_seconds,
+        containers=containers,
+    )
+
+
+def _container_to_proto(c: ContainerAllocations) -> agent_pb2.ContainerAllocation:
+    return agent_pb2.ContainerAllocation(
+        namespace=c.namespace,
+        pod=c.pod,
+        container=c.container,
+        devices=[
+            agent_pb2.DeviceAllocation(
+                mechanism=_MECHANISM_TO_PROTO[d.mechanism],
+                resource=d.resource,
+                device_id=d.device_id,
+                gpu_uuid=d.gpu_uuid or "",
+                mig_device_uuid=d.mig_device_uuid or "",
+                shared=d.shared,
+                driver=d.driver or "",
+                pool=d.pool or "",
+            )
+            for d in c.devices
+        ],
     )
 
 
@@ -92,6 +154,7 @@ def _gpu_to_proto(gpu: GpuSample) -> agent_pb2.Gpu:
         processes=[_process_to_proto(p) for p in gpu.processes],
         error=gpu.error or "",
         field_errors=gpu.field_errors,
+        minor_number=gpu.minor_number,
     )
 
 
@@ -125,6 +188,43 @@ def snapshot_from_proto(pb: agent_pb2.Snapshot) -> NodeSnapshot:
         sample=sample,
         sampled_at=pb.sampled_at,
         age_seconds=pb.age_seconds,
+        history_status=pb.history_status if has("history_status") else None,
+        allocations=_allocations_from_proto(pb.allocations) if has("allocations") else None,
+    )
+
+
+def _allocations_from_proto(pb: agent_pb2.DeviceAllocations) -> NodeAllocations | None:
+    if pb.state == agent_pb2.ALLOCATION_SOURCE_STATE_UNSPECIFIED:
+        # A newer agent's state this server does not know: treat as no data.
+        return NodeAllocations(available=False, reason="unknown allocation state from the agent")
+    if pb.state != agent_pb2.ALLOCATION_SOURCE_STATE_POD_RESOURCES:
+        return NodeAllocations(available=False, reason=pb.reason or "no allocation data")
+    return NodeAllocations(
+        available=True,
+        age_seconds=pb.age_seconds,
+        containers=tuple(
+            ContainerAllocations(
+                namespace=c.namespace,
+                pod=c.pod,
+                container=c.container,
+                devices=tuple(_device_from_proto(d) for d in c.devices),
+            )
+            for c in pb.containers
+        ),
+    )
+
+
+def _device_from_proto(pb: agent_pb2.DeviceAllocation) -> DeviceAllocation:
+    return DeviceAllocation(
+        # An unknown mechanism from a newer agent is kept as the device plugin's.
+        mechanism=_MECHANISM_FROM_PROTO.get(pb.mechanism, AllocationMechanism.DEVICE_PLUGIN),
+        resource=pb.resource,
+        device_id=pb.device_id,
+        gpu_uuid=pb.gpu_uuid or None,
+        mig_device_uuid=pb.mig_device_uuid or None,
+        shared=pb.shared,
+        driver=pb.driver or None,
+        pool=pb.pool or None,
     )
 
 
@@ -146,6 +246,7 @@ def _gpu_from_proto(pb: agent_pb2.Gpu) -> GpuSample:
         processes=[_process_from_proto(p) for p in pb.processes],
         error=pb.error or None,
         field_errors=dict(pb.field_errors),
+        minor_number=pb.minor_number if has("minor_number") else None,
     )
 
 

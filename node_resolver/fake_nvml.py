@@ -8,7 +8,7 @@ changed while the agent runs. Its shape mirrors what NVML reports::
                "memoryTotalBytes": 150754820096, "memoryUsedBytes": 2147483648,
                "utilizationGpu": 87, "utilizationMemory": 40, "temperatureC": 55,
                "powerUsageWatts": 350.5, "powerLimitWatts": 700.0, "error": null,
-               "migEnabled": false, "migDevices": [], "fieldErrors": {},
+               "migEnabled": false, "migDevices": [], "fieldErrors": {}, "minorNumber": 0,
                "processes": [{"pid": 4242, "usedMemoryBytes": 1073741824,
                               "type": "COMPUTE", "smUtilization": 50,
                               "migDeviceUuid": null}]}]}
@@ -51,6 +51,7 @@ GPU_METRICS: dict[str, tuple[str, type]] = {
     "powerUsageWatts": ("power_usage_watts", float),
     "powerLimitWatts": ("power_limit_watts", float),
     "migEnabled": ("mig_enabled", bool),
+    "minorNumber": ("minor_number", int),
 }
 GPU_METRICS_ATTRS = frozenset(attr for attr, _ in GPU_METRICS.values())
 # Field names as NVML failures are reported, for fieldErrors given in either spelling.
@@ -82,6 +83,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "gpuInstanceId": UINT32,
     "computeInstanceId": UINT32,
     "pid": UINT32,
+    "minorNumber": UINT32,
 }
 
 

@@ -54,6 +54,9 @@ class GpuProcess:
     name: str | None = None
     cmdline: str | None = None
     container: ContainerRef | None = None
+    # Clock ticks after boot (/proc/<pid>/stat field 22); with the PID it names one
+    # process lifetime. Kept on the agent (the occupancy log's key), not sent.
+    start_time: int | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +79,8 @@ class GpuSample:
     error: str | None = None
     # Field name (as in this class) -> NVML error name, e.g. "NOT_SUPPORTED".
     field_errors: dict[str, str] = field(default_factory=dict)
+    # The /dev/nvidia<minor> number; DRA names a full GPU "gpu-<minor>".
+    minor_number: int | None = None
 
 
 @dataclass(slots=True)
@@ -88,6 +93,58 @@ class NodeSample:
     error: str | None = None
 
 
+class AllocationMechanism(enum.Enum):
+    """How the kubelet handed a device to a container."""
+
+    DEVICE_PLUGIN = "DEVICE_PLUGIN"
+    DRA = "DRA"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAllocation:
+    """One device the kubelet gave a container, mapped to a GPU where the agent could."""
+
+    mechanism: AllocationMechanism
+    # The resource name ("nvidia.com/gpu"), or for DRA the claim's "namespace/name".
+    resource: str
+    # The device ID as the kubelet gave it ("GPU-…::2"), or for DRA the device name ("gpu-0").
+    device_id: str
+    # The GPU it is on; None when the ID matches no GPU of this node.
+    gpu_uuid: str | None = None
+    mig_device_uuid: str | None = None
+    # A time-sliced replica ("::N"), or a DRA device shared between claims.
+    shared: bool = False
+    # DRA only: the driver and pool that, with the device name, identify the device.
+    driver: str | None = None
+    pool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAllocations:
+    """Every device of one container, as the kubelet listed it (possibly none)."""
+
+    namespace: str
+    pod: str
+    container: str
+    devices: tuple[DeviceAllocation, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAllocations:
+    """The kubelet's PodResources answer for the node, or why there is none.
+
+    ``containers`` lists every container of every pod the kubelet runs, with
+    or without devices, so a pod missing from it is one the answer predates.
+    """
+
+    available: bool
+    containers: tuple[ContainerAllocations, ...] = ()
+    # Why there is no data (``available`` False), e.g. "kubelet socket ... not found".
+    reason: str | None = None
+    # Seconds between the kubelet's answer and the scan that carries it.
+    age_seconds: float = 0.0
+
+
 @dataclass(slots=True)
 class NodeSnapshot:
     """A node's sample after PID resolution, stamped with its node name and time."""
@@ -96,3 +153,8 @@ class NodeSnapshot:
     sample: NodeSample
     sampled_at: float
     age_seconds: float = 0.0
+    # The agent's occupancy log: "ok", "off" (no --history-dir) or what is wrong with it;
+    # None from an agent that predates the log.
+    history_status: str | None = None
+    # The kubelet's device allocations; None from an agent that does not send them.
+    allocations: NodeAllocations | None = None

@@ -72,6 +72,9 @@ MISSING_LIBRARY_HINT = (
     "agent pod was started without the NVIDIA container runtime (set runtimeClassName: nvidia "
     "or make it the default runtime) or without the environment that makes the runtime mount "
     "the driver: NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (or =all). "
+    "A runtime that ignores that variable in unprivileged pods "
+    "(accept-nvidia-visible-devices-envvar-when-unprivileged=false), a CDI-only runtime or "
+    "GKE's driver install needs the Helm chart's agent.nvml.mode (docs/nvml.md). "
     "Use --nvml-fake PATH to run without a GPU."
 )
 
@@ -266,6 +269,9 @@ class NvmlGpuSource:
     def _fill(self, gpu: GpuSample, handle: Any) -> None:
         nvml = self._nvml
         gpu.name = self._read(gpu, ("name",), lambda: _text(nvml.nvmlDeviceGetName(handle)))
+        gpu.minor_number = self._read(
+            gpu, ("minor_number",), lambda: int(nvml.nvmlDeviceGetMinorNumber(handle))
+        )
         memory = self._read(
             gpu, ("memory_total_bytes", "memory_used_bytes"), self._memory_info, handle
         )

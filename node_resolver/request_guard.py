@@ -9,6 +9,7 @@ INVALID_ARGUMENT with a one-line reason and nothing is logged.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -59,23 +60,42 @@ class MalformedRequestGuard(aio.ServerInterceptor):
             inner: Any = handler.unary_unary
 
             async def unary(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-                if isinstance(request, _Malformed):
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {request.reason}"
-                    )
+                await _refuse_malformed(request, context)
                 return await inner(request, context)
 
             return grpc.unary_unary_rpc_method_handler(unary, **options)
         if handler.unary_stream is not None:
-            inner_stream: Any = handler.unary_stream
-
-            async def streaming(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-                if isinstance(request, _Malformed):
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {request.reason}"
-                    )
-                async for item in inner_stream(request, context):
-                    yield item
-
-            return grpc.unary_stream_rpc_method_handler(streaming, **options)
+            return grpc.unary_stream_rpc_method_handler(
+                _guard_streaming(handler.unary_stream), **options
+            )
         return handler
+
+
+def _guard_streaming(inner: Any) -> Any:
+    """A server-streaming behaviour of the same kind as ``inner``.
+
+    grpc.aio takes either an async generator (``yield`` each response) or a
+    coroutine (``await context.write(...)``), such as the health service's Watch;
+    the guard must be the same kind or grpc cannot drive it.
+    """
+    if inspect.isasyncgenfunction(inner):
+
+        async def generated(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            await _refuse_malformed(request, context)
+            async for item in inner(request, context):
+                yield item
+
+        return generated
+
+    async def written(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        await _refuse_malformed(request, context)
+        return await inner(request, context)
+
+    return written
+
+
+async def _refuse_malformed(request: Any, context: aio.ServicerContext[Any, Any]) -> None:
+    if isinstance(request, _Malformed):
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {request.reason}"
+        )

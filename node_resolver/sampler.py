@@ -12,15 +12,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
+from .allocations import node_allocations
 from .gpu_source import GpuSource
-from .models import NodeSample, NodeSnapshot
+from .models import NodeAllocations, NodeSample, NodeSnapshot
 from .pids import PidResolver
+from .pod_resources import PodResourcesPoller
 
 log = logging.getLogger(__name__)
 
 # How long stop() waits for a scan in progress beyond one interval.
-STOP_GRACE_SECONDS = 5.0
+SCAN_STOP_GRACE_SECONDS = 5.0
 # Scans in a row in which none of NVML's PIDs exists before the agent calls it
 # misconfigured; one such scan happens whenever the only GPU process exits.
 MISSING_SCANS = 2
@@ -41,6 +44,8 @@ class Sampler:
         node_name: str,
         interval: float = 1.0,
         clock: Callable[[], float] = time.time,
+        on_scan: Callable[[NodeSnapshot], None] | None = None,
+        pod_resources: PodResourcesPoller | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
@@ -49,6 +54,10 @@ class Sampler:
         self.node_name = node_name
         self.interval = interval
         self._clock = clock
+        # Polls the kubelet in its own thread; a scan only reads its last answer.
+        self.pod_resources = pod_resources
+        # The last answer mapped to GPUs, kept while neither it nor the GPUs change.
+        self._mapped: tuple[object, tuple[object, ...], NodeAllocations] | None = None
         self._latest: NodeSnapshot | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -56,6 +65,9 @@ class Sampler:
         self._on_ready: list[Callable[[], None]] = []
         self._thread: threading.Thread | None = None
         self._missing_scans = 0
+        # Called with each published snapshot, on the sampling thread (the occupancy log).
+        self._on_scan = on_scan
+        self._on_scan_failed = False
         # Scans done so far; tests and benchmarks read it to count NVML work.
         self.scans = 0
 
@@ -84,6 +96,8 @@ class Sampler:
         """Start the sampling thread; the first scan begins at once."""
         if self._thread is not None:
             raise RuntimeError("sampler already started")
+        if self.pod_resources is not None:
+            self.pod_resources.start()
         self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._thread.start()
 
@@ -94,9 +108,11 @@ class Sampler:
         driver call) is left behind in its daemon thread rather than blocking shutdown.
         """
         self._stop.set()
+        if self.pod_resources is not None:
+            self.pod_resources.stop(0)
         if self._thread is None:
             return
-        limit = self.interval + STOP_GRACE_SECONDS if timeout is None else timeout
+        limit = self.interval + SCAN_STOP_GRACE_SECONDS if timeout is None else timeout
         self._thread.join(limit)
         if self._thread.is_alive():
             log.warning("a GPU scan is still running after %gs; not waiting for it", limit)
@@ -112,12 +128,55 @@ class Sampler:
             sample = NodeSample(error=f"GPU scan failed: {type(exc).__name__}: {exc}")
         else:
             self._resolve(sample)
-        snapshot = NodeSnapshot(node_name=self.node_name, sample=sample, sampled_at=sampled_at)
+        snapshot = NodeSnapshot(
+            node_name=self.node_name,
+            sample=sample,
+            sampled_at=sampled_at,
+            allocations=self._allocations(sample),
+        )
         self._latest = snapshot
         self.scans += 1
         if not self._ready.is_set():
             self._set_ready()
+        if self._on_scan is not None:
+            self._observe(snapshot)
         return snapshot
+
+    def _observe(self, snapshot: NodeSnapshot) -> None:
+        assert self._on_scan is not None
+        try:
+            self._on_scan(snapshot)
+        except Exception:
+            # The live snapshot is already published; a failing observer must not stop
+            # sampling, and logs once per episode rather than every interval.
+            if not self._on_scan_failed:
+                log.exception("the scan observer failed")
+            self._on_scan_failed = True
+        else:
+            self._on_scan_failed = False
+
+    def _allocations(self, sample: NodeSample) -> NodeAllocations | None:
+        poller = self.pod_resources
+        if poller is None:
+            return None
+        state = poller.state()
+        if state.answer is None:
+            return NodeAllocations(available=False, reason=state.reason)
+        age = poller.age_of(state.answer)
+        containers = state.answer.containers
+        gpus = tuple(
+            (g.uuid, g.minor_number, tuple(m.uuid for m in g.mig_devices)) for g in sample.gpus
+        )
+        mapped = self._mapped
+        if mapped is not None and mapped[0] is containers and mapped[1] == gpus:
+            return replace(mapped[2], age_seconds=age)
+        try:
+            allocations = node_allocations(containers, sample.gpus, age_seconds=age)
+        except Exception as exc:
+            log.exception("mapping the kubelet's allocations failed")
+            return NodeAllocations(available=False, reason=f"mapping failed: {exc}")
+        self._mapped = (containers, gpus, allocations)
+        return allocations
 
     def _set_ready(self) -> None:
         with self._ready_lock:
@@ -150,6 +209,7 @@ class Sampler:
                 process.name = found.name
                 process.cmdline = found.cmdline
                 process.container = found.container
+                process.start_time = found.start_time
                 kept.append(process)
             gpu.processes = kept
 

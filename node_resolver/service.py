@@ -1,7 +1,8 @@
 """The agent's gRPC server: NodeAgent, the standard health service and reflection.
 
 Every GetSnapshot call is answered from the sampler's latest snapshot, which
-is encoded once per scan; a call only copies it and stamps its age.
+is encoded once per scan; a call only copies it and stamps its age. History
+calls read the occupancy log in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,11 +24,51 @@ from .address import join_host_port, split_host_port
 from .auth import BearerTokenInterceptor
 from .codec import snapshot_to_proto
 from .generated import agent_pb2, agent_pb2_grpc
+from .history.log import OFF, HistoryLog
+from .history_codec import (
+    BadHistoryRequestError,
+    history_query_from_proto,
+    page_token,
+    pod_names_from_proto,
+    record_to_proto,
+    usage_query_from_proto,
+    usage_row_to_proto,
+)
+from .log_limits import AGENT_LOGGERS, limit_tracebacks
 from .models import NodeSnapshot
+from .pod_names import PodNames
 from .request_guard import MalformedRequestGuard
 from .sampler import Sampler
 
 log = logging.getLogger(__name__)
+
+# The largest request any method takes: requests are small (the biggest, a
+# batch of pod names, is sent in pieces of 16 KiB), and gRPC buffers a whole
+# message before any interceptor can refuse its call.
+MAX_REQUEST_BYTES = 64 * 1024
+MAX_STREAMS_PER_CONNECTION = 64
+MAX_CONNECTIONS = 64
+# Options of the whole server, so every method on it, present or future, is
+# bounded alike; no method can opt out.
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    # gRPC sets SO_REUSEPORT by default, which would let a second agent bind the same
+    # port and silently take half the calls; a port in use must be an error instead.
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+    ("grpc.max_metadata_size", 16 * 1024),
+    # HTTP/2 flow control: without these, gRPC widens each stream's window to
+    # fit the message a caller announces, and 100 unauthenticated 4 MiB
+    # messages on one connection raised the agent's peak RSS by 115 MB (its
+    # memory limit in the chart is 256 Mi); with them, by about 1 MB.
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.http2.lookahead_bytes", 16 * 1024),
+    # Streams per connection, and connections: the server opens one channel per
+    # agent, Prometheus and probes a few more.
+    ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+    ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS),
+    # An idle connection is closed (GOAWAY; a client reconnects when it needs to).
+    ("grpc.max_connection_idle_ms", 5 * 60 * 1000),
+)
 
 SERVICE_NAME: str = agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -36,9 +78,18 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
     """Answers GetSnapshot from the sampler without touching NVML."""
 
-    def __init__(self, sampler: Sampler, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        *,
+        clock: Callable[[], float] = time.time,
+        history: HistoryLog | None = None,
+        pod_names: PodNames | None = None,
+    ) -> None:
         self._sampler = sampler
         self._clock = clock
+        self._history = history
+        self.pod_names = pod_names if pod_names is not None else PodNames()
         # The last snapshot and its encoding, or None when it could not be encoded.
         self._encoded: tuple[NodeSnapshot, agent_pb2.Snapshot | None] | None = None
         # Calls answered so far; tests and benchmarks read it.
@@ -53,8 +104,80 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
                 # Logged once per snapshot; calls get INTERNAL until a scan encodes again.
                 log.exception("cannot encode the snapshot taken at %s", snapshot.sampled_at)
                 encoded = None
+            if encoded is not None:
+                encoded.history_status = self.history_status
             cached = self._encoded = (snapshot, encoded)
         return cached[1]
+
+    @property
+    def history_status(self) -> str:
+        """The occupancy log's status: "ok", "off" or what is wrong."""
+        return self._history.status if self._history is not None else OFF
+
+    async def GetHistory(
+        self, request: agent_pb2.GetHistoryRequest, context: aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.HistoryPage:
+        """One page of the records overlapping the asked range."""
+        page = agent_pb2.HistoryPage(node_name=self._sampler.node_name)
+        try:
+            query = history_query_from_proto(request)
+        except BadHistoryRequestError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable: abort raises") from None
+        history = self._history
+        if history is None:
+            page.status = OFF
+            return page
+        try:
+            records = await asyncio.to_thread(history.history, query)
+        except (sqlite3.Error, OSError):
+            page.status = history.status
+            return page
+        page.status = history.status
+        page.records.extend(record_to_proto(record) for record in records)
+        if len(records) == query.limit:
+            page.next_page_token = page_token(records[-1])
+        return page
+
+    async def GetUsage(
+        self, request: agent_pb2.GetUsageRequest, context: aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.UsageReply:
+        """GPU- and GiB-seconds over the asked range, summed and grouped here."""
+        reply = agent_pb2.UsageReply(node_name=self._sampler.node_name)
+        try:
+            query = usage_query_from_proto(request, now=self._clock())
+        except BadHistoryRequestError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable: abort raises") from None
+        history = self._history
+        if history is None:
+            reply.status = OFF
+            return reply
+        try:
+            rows = await asyncio.to_thread(history.usage, query)
+        except (sqlite3.Error, OSError):
+            reply.status = history.status
+            return reply
+        reply.status = history.status
+        reply.rows.extend(usage_row_to_proto(row) for row in rows)
+        return reply
+
+    async def PutPodNames(
+        self, request: agent_pb2.PutPodNamesRequest, context: aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.PutPodNamesReply:
+        """Remember the names of pods on this node (written to the log with its next flush)."""
+        node_name = self._sampler.node_name
+        if request.node_name and request.node_name != node_name:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"this agent serves node {node_name!r}, not {request.node_name!r}",
+            )
+        try:
+            pods = pod_names_from_proto(list(request.pods))
+        except BadHistoryRequestError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable: abort raises") from None
+        return agent_pb2.PutPodNamesReply(stored=self.pod_names.put(pods))
 
     async def GetSnapshot(
         self, request: agent_pb2.GetSnapshotRequest, context: aio.ServicerContext[Any, Any]
@@ -78,17 +201,28 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
 class AgentServer:
     """A running (or runnable) agent gRPC server over one sampler."""
 
-    def __init__(self, sampler: Sampler, *, token: str | Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        *,
+        token: str | Callable[[], str] | None = None,
+        history: HistoryLog | None = None,
+        pod_names: PodNames | None = None,
+    ) -> None:
+        # A flood of failing calls must not flood the log.
+        limit_tracebacks(AGENT_LOGGERS)
         self.sampler = sampler
-        self.servicer = NodeAgentServicer(sampler)
+        self.history = history
+        if pod_names is None and history is not None:
+            pod_names = history.pod_names
+        self.servicer = NodeAgentServicer(sampler, history=history, pod_names=pod_names)
+        self.pod_names = self.servicer.pod_names
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         # The token check first: an unauthenticated call is refused before its payload
         # is decoded at all; then undecodable payloads are INVALID_ARGUMENT, not tracebacks.
         interceptors: list[aio.ServerInterceptor] = [BearerTokenInterceptor(token)] if token else []
         interceptors.append(MalformedRequestGuard())
-        # gRPC sets SO_REUSEPORT by default, which would let a second agent bind the same
-        # port and silently take half the calls; a port in use must be an error instead.
-        self._server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+        self._server = aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
         agent_pb2_grpc.add_NodeAgentServicer_to_server(self.servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection(

@@ -6,9 +6,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from api.execution.view import quiet_cut_off_executions
 from tests.support.server import GraphTestCluster, standard_cluster
+
+# Property tests check behaviour, not speed (bench/ measures that): no
+# per-example deadline, and no health check that fails because generating
+# examples is slow, as both are on a busy machine.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def pytest_configure(config: pytest.Config) -> None:

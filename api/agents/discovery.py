@@ -12,7 +12,7 @@ from typing import Protocol
 
 from graph_schema.interfaces import Cluster
 from graph_schema.selectors import LabelSelector, parse_label_selector
-from node_resolver.address import join_host_port
+from node_resolver.address import AGENT_PORT, join_host_port
 
 __all__ = [
     "AddressUnknownError",
@@ -39,7 +39,7 @@ class NodeIpDiscovery:
     """The agent listens on the node's InternalIP at a fixed port."""
 
     cluster: Cluster
-    port: int = 50051
+    port: int = AGENT_PORT
 
     def address(self, node_name: str) -> str:
         """The node's InternalIP joined with the agent port."""
@@ -54,7 +54,9 @@ class NodeIpDiscovery:
 class PodIpDiscovery:
     """The agent is the Running pod on the node that matches a label selector."""
 
-    def __init__(self, cluster: Cluster, namespace: str, selector: str, port: int = 50051) -> None:
+    def __init__(
+        self, cluster: Cluster, namespace: str, selector: str, port: int = AGENT_PORT
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.selector_text = selector

@@ -22,12 +22,19 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 
 from graph_schema.interfaces import AgentUnavailableError, Received
 from node_resolver.auth import TokenFile
+from node_resolver.history.records import (
+    HistoryPage,
+    HistoryQuery,
+    UsageGroup,
+    UsageQuery,
+    UsageRow,
+)
 from node_resolver.models import NodeSnapshot
 
 from ..backoff import Backoff
@@ -56,7 +63,30 @@ class AgentClientLike(Protocol):
         ...
 
 
+class HistoryClientLike(Protocol):
+    """What history reads need from an agent client (node_resolver.client.AgentClient)."""
+
+    async def get_history(
+        self, query: HistoryQuery, *, page_token: str = "", timeout: float
+    ) -> HistoryPage:
+        """One GetHistory page."""
+        ...
+
+    async def get_usage(
+        self,
+        since: float,
+        until: float | None,
+        group_by: frozenset[UsageGroup],
+        namespaces: list[str],
+        *,
+        timeout: float,
+    ) -> tuple[list[UsageRow], str]:
+        """One GetUsage call."""
+        ...
+
+
 ClientFactory = Callable[[str, "str | None"], AgentClientLike]
+T = TypeVar("T")
 
 
 # gRPC shares subchannels (connections) between channels to the same address
@@ -234,6 +264,57 @@ class AgentPool:
             self._keep,
             name=f"agent-refresh-{node_name}",
         )
+
+    async def call(
+        self, node_name: str, method: Callable[[AgentClientLike], Awaitable[T]], *, what: str
+    ) -> T:
+        """Run ``method`` on the node's agent channel (history, pod names).
+
+        Skips a node in backoff, as snapshots do, and turns every failure into
+        AgentUnavailableError; a failure here leaves the snapshot path's backoff
+        alone (a history call may fail for its own reasons, e.g. an old agent).
+        """
+        if self._closed:
+            raise AgentUnavailableError(node_name, "the agent pool is shut down")
+        blocked = self._backoff.blocked(node_name)
+        if blocked is not None:
+            error, left = blocked
+            raise AgentUnavailableError(node_name, f"{error} (next retry in {left:.1f} s)")
+        try:
+            address = self.discovery.address(node_name)
+        except AddressUnknownError as exc:
+            raise AgentUnavailableError(node_name, str(exc)) from None
+        client = await self._client_for(node_name, address)
+        try:
+            return await method(client)
+        except Exception as exc:
+            reason = f"{what}: {_describe(exc, self.timeout)} (agent at {address})"
+            log.debug("agent on node %s: %s", node_name, reason)
+            raise AgentUnavailableError(node_name, reason) from None
+
+    async def history_page(
+        self, node_name: str, query: HistoryQuery, page_token: str = ""
+    ) -> HistoryPage:
+        """One page of the node's occupancy log (graph_schema's HistorySource)."""
+        timeout = self.timeout
+
+        async def get(client: AgentClientLike) -> HistoryPage:
+            reader: HistoryClientLike = client  # type: ignore[assignment]
+            return await reader.get_history(query, page_token=page_token, timeout=timeout)
+
+        return await self.call(node_name, get, what="GetHistory")
+
+    async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
+        """The node's usage sums, grouped on the agent (graph_schema's HistorySource)."""
+        timeout = self.timeout
+
+        async def get(client: AgentClientLike) -> tuple[list[UsageRow], str]:
+            reader: HistoryClientLike = client  # type: ignore[assignment]
+            return await reader.get_usage(
+                query.since, query.until, query.group_by, list(query.namespaces), timeout=timeout
+            )
+
+        return await self.call(node_name, get, what="GetUsage")
 
     async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
         token = self._token.current() if isinstance(self._token, TokenFile) else self._token

@@ -1,7 +1,7 @@
 """Who may see what: Kubernetes TokenReview and SubjectAccessReview for every way in."""
 
 from .access import AccessReviewer, Question
-from .asgi import AuthMiddleware, bearer_token, caller_of
+from .asgi import AuthMiddleware, authorization_param, bearer_token, caller_of
 from .callers import Caller, KubernetesAuth, RejectedTokenError, kubernetes_auth
 from .request_scope import request_scope
 from .review_cache import ReviewCache
@@ -18,6 +18,7 @@ __all__ = [
     "ReviewUnavailableError",
     "TokenReviewer",
     "UserInfo",
+    "authorization_param",
     "bearer_token",
     "caller_of",
     "kubernetes_auth",

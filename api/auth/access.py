@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from kubernetes.client import (
     ApiClient,
@@ -16,11 +16,23 @@ from kubernetes.client import (
 )
 
 from .review_cache import ReviewCache
+from .review_pool import ReviewPool, ThrottledWarning
 from .tokens import FAILURE_TTL, REVIEW_TIMEOUT, SUCCESS_TTL, ReviewUnavailableError, UserInfo
 
-__all__ = ["AccessReviewer", "Question"]
+__all__ = [
+    "EXEC_PODS",
+    "GET_METRICS",
+    "LIST_NODES",
+    "LIST_PODS",
+    "NAMESPACED",
+    "QUESTIONS",
+    "AccessReviewer",
+    "Question",
+    "declared",
+]
 
 log = logging.getLogger(__name__)
+_failures = ThrottledWarning(log)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +45,19 @@ class Question:
     namespace: str = ""  # "" asks cluster-wide
     path: str = ""  # a non-resource URL such as /metrics
 
+    def in_namespace(self, namespace: str) -> Question:
+        """This question about ``namespace`` ("" for every namespace)."""
+        return replace(self, namespace=namespace)
+
     @classmethod
     def list_pods(cls, namespace: str = "") -> Question:
         """``list pods`` in ``namespace`` ("" for every namespace)."""
-        return cls("list", "pods", namespace=namespace)
+        return LIST_PODS.in_namespace(namespace)
 
     @classmethod
     def exec_pods(cls, namespace: str = "") -> Question:
         """``create pods/exec`` in ``namespace`` ("" for every namespace)."""
-        return cls("create", "pods", "exec", namespace=namespace)
+        return EXEC_PODS.in_namespace(namespace)
 
     @classmethod
     def get_url(cls, path: str) -> Question:
@@ -49,7 +65,29 @@ class Question:
         return cls("get", path=path)
 
 
+# Every question the server asks the API server about a caller, declared once:
+# the chart's roles (gpugraph-viewer, gpugraph-namespace-viewer, the metrics
+# reader) grant exactly these, and a chart test reads this table.
+LIST_PODS = Question("list", "pods")
 LIST_NODES = Question("list", "nodes")
+EXEC_PODS = Question("create", "pods", "exec")
+GET_METRICS = Question("get", path="/metrics")
+QUESTIONS: Mapping[Question, str] = {
+    LIST_PODS: "a namespace's pods and their GPU processes (cluster-wide: every namespace, "
+    "and processes in no pod)",
+    LIST_NODES: "every node and GPU (without it: those running one of the caller's pods)",
+    EXEC_PODS: "command lines of the pods' processes (only sent by agents run with "
+    "--expose-cmdline)",
+    GET_METRICS: "the /metrics endpoint: every namespace's GPU series",
+}
+# The questions also asked about one namespace at a time.
+NAMESPACED = frozenset({LIST_PODS, EXEC_PODS})
+
+
+def declared(question: Question) -> bool:
+    """Whether ``question`` is one of QUESTIONS, cluster-wide or in a namespace it may name."""
+    general = question.in_namespace("")
+    return general in QUESTIONS and (not question.namespace or general in NAMESPACED)
 
 
 class AccessReviewer:
@@ -62,17 +100,23 @@ class AccessReviewer:
         allowed_ttl: float = SUCCESS_TTL,
         denied_ttl: float = FAILURE_TTL,
         cache: ReviewCache[bool] | None = None,
+        pool: ReviewPool | None = None,
     ) -> None:
         self.api = AuthorizationV1Api(api_client)
+        self.pool = pool if pool is not None else ReviewPool()
         self.allowed_ttl = allowed_ttl
         self.denied_ttl = denied_ttl
         self.cache: ReviewCache[bool] = cache if cache is not None else ReviewCache()
 
     async def allowed(self, user: UserInfo, question: Question) -> bool:
         """Whether ``user`` may do ``question``; ReviewUnavailableError if it cannot be asked."""
+        if not declared(question):
+            # The chart's roles are built from QUESTIONS: a question missing there
+            # would be denied to every viewer, however the cluster grants it.
+            raise ValueError(f"{question} is not declared in QUESTIONS")
 
         async def ask() -> tuple[bool, float]:
-            allowed = await asyncio.to_thread(self._review, user, question)
+            allowed = await self.pool.run(lambda: self._review(user, question))
             return allowed, (self.allowed_ttl if allowed else self.denied_ttl)
 
         return await self.cache.get((user, question), ask)
@@ -103,6 +147,6 @@ class AccessReviewer:
         except Exception as exc:
             status = getattr(exc, "status", None)
             reason = f"the API server answered {status}" if status else type(exc).__name__
-            log.warning("SubjectAccessReview for %r failed: %s", user.username, reason)
+            _failures.warning("SubjectAccessReview for %r failed: %s", user.username, reason)
             raise ReviewUnavailableError(reason) from None
         return bool(answer.status is not None and answer.status.allowed)

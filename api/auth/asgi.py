@@ -13,16 +13,17 @@ import logging
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from ..http import cluster_map
 from ..http.graphiql import STATIC_URL
 from ..http.responses import json_response
-from .access import Question
+from .access import GET_METRICS
 from .callers import Caller, KubernetesAuth, RejectedTokenError
 from .tokens import ReviewUnavailableError
 
-__all__ = ["OPEN_PATHS", "AuthMiddleware", "bearer_token", "caller_of"]
+__all__ = ["OPEN_PATHS", "AuthMiddleware", "authorization_param", "bearer_token", "caller_of"]
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 OPEN_PATHS = ("/healthz", "/readyz", *cluster_map.OPEN_PAGES)
 OPEN_PREFIXES = (STATIC_URL.rstrip("/") + "/", cluster_map.STATIC_URL.rstrip("/") + "/")
 CALLER_KEY = "gpugraph.caller"
-METRICS = Question.get_url("/metrics")
 
 
 def bearer_token(value: str | None) -> str:
@@ -40,6 +40,22 @@ def bearer_token(value: str | None) -> str:
         return ""
     scheme, _, token = value.strip().partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def authorization_param(params: object) -> str | None:
+    """The ``Authorization`` value of a connection_init payload, its key in any case.
+
+    Header names are case-insensitive, and clients send either spelling. Two
+    spellings with different values are ambiguous: no token is taken from them.
+    """
+    if not isinstance(params, dict):
+        return None
+    values = {
+        value
+        for key, value in params.items()
+        if isinstance(key, str) and key.lower() == "authorization" and isinstance(value, str)
+    }
+    return values.pop() if len(values) == 1 else None
 
 
 def caller_of(connection: HTTPConnection) -> Caller | None:
@@ -64,7 +80,7 @@ def unavailable() -> Response:
     return response
 
 
-def _is_ide_page(scope: Scope, headers: Headers) -> bool:
+def _is_ide_page(scope: AsgiScope, headers: Headers) -> bool:
     # GraphiQL's page itself (no query in the URL) holds no data; it is where a
     # person pastes a token, so it is served without one.
     return (
@@ -83,7 +99,7 @@ class AuthMiddleware:
         self.app = app
         self.auth = auth
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
@@ -104,10 +120,10 @@ class AuthMiddleware:
         else:
             await response(scope, receive, send)
 
-    async def _check(self, path: str, token: str, scope: Scope) -> Response | None:
+    async def _check(self, path: str, token: str, scope: AsgiScope) -> Response | None:
         try:
             caller = await self.auth.authenticate(token)
-            if path == "/metrics" and not await self.auth.may(caller.user, METRICS):
+            if path == "/metrics" and not await self.auth.may(caller.user, GET_METRICS):
                 return json_response(403, {"error": "get on /metrics is not allowed"})
         except RejectedTokenError as exc:
             return unauthorized(str(exc))
@@ -117,7 +133,9 @@ class AuthMiddleware:
         return None
 
 
-async def _refuse_websocket(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+async def _refuse_websocket(
+    response: Response, scope: AsgiScope, receive: Receive, send: Send
+) -> None:
     """Answer a refused upgrade with the HTTP response where the server allows it."""
     if "websocket.http.response" in scope.get("extensions", {}):
         await response(scope, receive, send)

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient, Configuration
 
-from graph_schema import GraphUserError
+from graph_schema.errors import GraphUserError
 from graph_schema.interfaces import Cluster
 from graph_schema.scope import AccessEndedError, Scope
 
 from .access import LIST_NODES, AccessReviewer, Question
 from .review_cache import ReviewCache
-from .tokens import SUCCESS_TTL, ReviewUnavailableError, TokenReviewer, UserInfo
+from .review_pool import REVIEW_WORKERS, ReviewPool
+from .tokens import MAX_TOKEN_LENGTH, SUCCESS_TTL, ReviewUnavailableError, TokenReviewer, UserInfo
+
+# Half the review pool's workers: room is left for other callers' reviews.
+NAMESPACE_REVIEWS_AT_ONCE = REVIEW_WORKERS // 2
 
 __all__ = [
     "AuthUnavailableError",
@@ -57,6 +62,8 @@ class KubernetesAuth:
         """The token's caller; RejectedTokenError (401) or ReviewUnavailableError (503)."""
         if not token:
             raise RejectedTokenError("no bearer token")
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise RejectedTokenError(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
         user = await self.tokens.review(token)
         if user is None:
             raise RejectedTokenError("the token was not accepted")
@@ -100,7 +107,15 @@ class KubernetesAuth:
     ) -> frozenset[str]:
         """The namespaces among ``namespaces`` where ``user`` may do ``question(namespace)``."""
         ordered = sorted(namespaces)
-        answers = await asyncio.gather(*(self.access.allowed(user, question(n)) for n in ordered))
+        # One caller's per-namespace questions must not fill the bounded review pool by
+        # themselves (it answers 503 when full), however many namespaces the cluster has.
+        gate = asyncio.Semaphore(NAMESPACE_REVIEWS_AT_ONCE)
+
+        async def ask(namespace: str) -> bool:
+            async with gate:
+                return await self.access.allowed(user, question(namespace))
+
+        answers = await asyncio.gather(*(ask(n) for n in ordered))
         return frozenset(n for n, ok in zip(ordered, answers, strict=True) if ok)
 
 
@@ -113,6 +128,16 @@ class Caller:
     auth: KubernetesAuth = field(repr=False)
     # Kept to re-review it; never logged or shown (repr=False).
     token: str = field(repr=False)
+
+    @property
+    def identity(self) -> str:
+        """The Kubernetes username: per-caller caps count by it, whatever token it uses."""
+        return self.user.username
+
+    @property
+    def username(self) -> str:
+        """The Kubernetes username the TokenReview gave the token."""
+        return self.user.username
 
     async def current_scope(self) -> Scope:
         """The scope now; AccessEndedError once the token no longer passes."""
@@ -137,11 +162,17 @@ def kubernetes_auth(
     """Token and access reviews against the API server ``configuration`` points at.
 
     Passed reviews are trusted for ``ttl`` seconds, failed ones for a sixth of it.
+    Both kinds share one bounded ReviewPool, without retries.
     """
-    client = ApiClient(configuration)
+    # Reviews are not retried: the caller gets 503 and asks again, instead of
+    # holding a review thread through the retries.
+    reviews = copy.copy(configuration)
+    reviews.retries = False
+    client = ApiClient(reviews)
+    pool = ReviewPool()
     return KubernetesAuth(
-        TokenReviewer(client, audiences=audiences, success_ttl=ttl, failure_ttl=ttl / 6),
-        AccessReviewer(client, allowed_ttl=ttl, denied_ttl=ttl / 6),
+        TokenReviewer(client, audiences=audiences, success_ttl=ttl, failure_ttl=ttl / 6, pool=pool),
+        AccessReviewer(client, allowed_ttl=ttl, denied_ttl=ttl / 6, pool=pool),
         cluster,
         scope_ttl=ttl,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -11,21 +10,23 @@ from dataclasses import dataclass
 from kubernetes.client import ApiClient, AuthenticationV1Api, V1TokenReview, V1TokenReviewSpec
 
 from .review_cache import ReviewCache
+from .review_pool import ReviewPool, ReviewUnavailableError, ThrottledWarning
 
 __all__ = ["ReviewUnavailableError", "TokenReviewer", "UserInfo", "token_hash"]
 
 log = logging.getLogger(__name__)
+_failures = ThrottledWarning(log)
 
 # How long a reviewed token's answer is trusted. Successes live longer than
 # failures, so a token that starts to work (or a typo fixed) is not refused for long.
 SUCCESS_TTL = 60.0
 FAILURE_TTL = 10.0
-# One review may take this long before the caller gets 503.
-REVIEW_TIMEOUT = 5.0
-
-
-class ReviewUnavailableError(Exception):
-    """The API server could not be asked; the caller gets 503, never a pass."""
+# One review may take this long before the caller gets 503: short, since a
+# review holds one of the few review threads (review_pool.py) until it ends.
+REVIEW_TIMEOUT = 2.0
+# Longer tokens are refused without a review: Kubernetes tokens (JWTs) are a
+# few KiB, and a 64 MB one must not travel on to the API server.
+MAX_TOKEN_LENGTH = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +55,10 @@ class TokenReviewer:
         success_ttl: float = SUCCESS_TTL,
         failure_ttl: float = FAILURE_TTL,
         cache: ReviewCache[UserInfo | None] | None = None,
+        pool: ReviewPool | None = None,
     ) -> None:
         self.api = AuthenticationV1Api(api_client)
+        self.pool = pool if pool is not None else ReviewPool()
         self.audiences = list(audiences)
         self.success_ttl = success_ttl
         self.failure_ttl = failure_ttl
@@ -69,7 +72,7 @@ class TokenReviewer:
         key = token_hash(token)
 
         async def ask() -> tuple[UserInfo | None, float]:
-            user = await asyncio.to_thread(self._review, token, key)
+            user = await self.pool.run(lambda: self._review(token, key))
             return user, (self.success_ttl if user is not None else self.failure_ttl)
 
         return await self.cache.get(key, ask)
@@ -82,7 +85,7 @@ class TokenReviewer:
             )
         except Exception as exc:
             # Only the hash's prefix is logged, never the token.
-            log.warning("TokenReview for token sha256:%s… failed: %s", key[:8], _reason(exc))
+            _failures.warning("TokenReview for token sha256:%s… failed: %s", key[:8], _reason(exc))
             raise ReviewUnavailableError(_reason(exc)) from None
         status = answer.status
         if status is None or not status.authenticated or status.user is None:

@@ -56,6 +56,7 @@ def fake_nvml_document(node: DemoNode, t: float) -> dict[str, Any]:
                     "usedMemoryBytes": memory,
                     "type": "COMPUTE",
                     "smUtilization": sm,
+                    "migDeviceUuid": process.mig_device_uuid,
                 }
             )
         utilization = min(100, busy)
@@ -71,7 +72,12 @@ def fake_nvml_document(node: DemoNode, t: float) -> dict[str, Any]:
                 "temperatureC": 33 + utilization * 2 // 5,
                 "powerUsageWatts": round(72.0 + utilization * 5.9, 1),
                 "powerLimitWatts": POWER_LIMIT_WATTS,
-                "migEnabled": False,
+                "migEnabled": bool(gpu.mig_devices),
+                "migDevices": [
+                    {"index": slot, "uuid": mig, "gpuInstanceId": 9 + slot, "computeInstanceId": 0}
+                    for slot, mig in enumerate(gpu.mig_devices)
+                ],
+                "minorNumber": gpu.index,
                 "error": None,
                 "processes": procs,
             }

@@ -48,11 +48,24 @@ query Worker {{
 }}"""
 
 
+MISALLOCATED = """\
+# Pod {namespace}/{name} runs on a GPU the kubelet did not give it (allocation NOT_ALLOCATED).
+query Misallocated {{
+  pod(namespace: "{namespace}", name: "{name}") {{
+    gpuRequest
+    gpuAllocations {{ resource deviceId mechanism }}
+    gpuProcesses {{ pid gpu {{ index uuid }} allocation allocationRule }}
+  }}
+}}"""
+
+
 def example_queries(cluster: DemoCluster) -> list[str]:
-    """Three example queries about the notable parts of ``cluster``."""
+    """Example queries about the notable parts of ``cluster``."""
     namespace, name = cluster.worker
+    stray_namespace, stray = cluster.misallocated
     return [
         SHARED_GPU.format(uuid=cluster.shared_gpu[1]),
         NO_POD.format(node=cluster.orphan[0]),
         WORKER.format(namespace=namespace, name=name),
+        MISALLOCATED.format(namespace=stray_namespace, name=stray),
     ]

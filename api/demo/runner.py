@@ -10,9 +10,9 @@ resolver on a fixture /proc tree. Only the GPUs and the API server are fake.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
+import datetime
 import errno
 import logging
 import os
@@ -25,32 +25,46 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from node_resolver import AgentServer, FakeGpuSource, Sampler, build_resolver, write_fake_nvml
 from node_resolver.address import join_host_port
-from node_resolver.agent import running
-from node_resolver.cli import positive_seconds
+from node_resolver.agent import agent_running
+from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.pids import build_resolver
+from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
+from node_resolver.sampler import Sampler
+from node_resolver.service import AgentServer
 
-from ..agents import AgentPool
-from ..flags import LOG_LEVELS, listen_address, parse_listen
 from ..http.cluster_map import MAP_PATH
 from ..http.uvicorn_server import UvicornServer
 from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
+from .cluster.kubelet import FakeKubelet
 from .gpus import GPU_NAME, fake_nvml_document
+from .history import (
+    DELETED_NODE,
+    DELETED_POD,
+    FINISHED_POD,
+    HISTORY_QUERY,
+    backfill,
+    deleted_pod_uid,
+    history_log,
+    with_deleted_pod,
+)
 from .proc_tree import write_proc_tree
 from .queries import example_queries
-from .scenario import MIN_GPUS, MIN_NODES, DemoCluster, DemoNode, build_cluster
+from .scenario import DemoCluster, DemoNode, build_cluster
 
-__all__ = ["DemoConfig", "DemoError", "add_demo_arguments", "run_demo", "run_demo_async"]
+__all__ = ["Demo", "DemoConfig", "DemoError", "run_demo_async"]
+
+# sun_path is 108 bytes, NUL included.
+_MAX_SOCKET_PATH = 100
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LISTEN = "127.0.0.1:8000"
 # How long the server may take to list the cluster and answer /readyz.
 READY_TIMEOUT = 60.0
 
@@ -72,104 +86,8 @@ class DemoConfig:
     # Kubernetes auth through the stub's TokenReview/SubjectAccessReview; off by
     # default, so the first look needs no token.
     auth: bool = False
-
-
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-class _QuietDownNode(logging.Filter):
-    """Drops the agent pool's reports about the node whose agent is down on purpose."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__()
-        self.node = node
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return f"node {self.node} " not in record.getMessage()
-
-
-def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``gpugraph demo`` flags to ``parser``."""
-    parser.add_argument(
-        "--nodes",
-        type=_at_least(MIN_NODES),
-        default=4,
-        metavar="N",
-        help=f"GPU nodes in the simulated cluster; the last one's agent is down (default 4, "
-        f"at least {MIN_NODES})",
-    )
-    parser.add_argument(
-        "--gpus-per-node",
-        type=_at_least(MIN_GPUS),
-        default=8,
-        metavar="G",
-        help=f"GPUs on each node (default 8, at least {MIN_GPUS})",
-    )
-    parser.add_argument(
-        "--listen",
-        type=listen_address,
-        default=parse_listen(DEFAULT_LISTEN),
-        metavar="HOST:PORT",
-        help=f"where to serve HTTP; port 0 picks a free one (default {DEFAULT_LISTEN})",
-    )
-    parser.add_argument(
-        "--interval",
-        type=positive_seconds,
-        default=1.0,
-        metavar="SECONDS",
-        help="how often the fake GPUs change and the agents scan them (default 1)",
-    )
-    parser.add_argument(
-        "--log-level",
-        type=str.lower,
-        choices=LOG_LEVELS,
-        default="warning",
-        help="log verbosity of the server and agents (default warning)",
-    )
-    parser.add_argument(
-        "--auth",
-        action="store_true",
-        help="check callers as gpugraph serve --auth kubernetes does, against the "
-        "embedded API server; prints a token of an admin and of a user who sees only "
-        "the research namespace (default: open)",
-    )
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    """Run the demo until Ctrl-C or SIGTERM; returns the exit status."""
-    host, port = args.listen
-    config = DemoConfig(
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        listen_host=host,
-        listen_port=port,
-        interval=args.interval,
-        log_level=args.log_level,
-        auth=args.auth,
-    )
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # The banner says which node is down on purpose; its failures are news only at info.
-    if not logging.getLogger().isEnabledFor(logging.INFO):
-        down = build_cluster(config.nodes, config.gpus_per_node).down_node
-        logging.getLogger(AgentPool.__module__).addFilter(_QuietDownNode(down))
-    try:
-        return asyncio.run(run_demo_async(config))
-    except DemoError as exc:
-        print(f"gpugraph demo: {exc}", file=sys.stderr)
-        return 1
+    # The MIG mixed, time-sliced and DRA nodes, on top of ``nodes``.
+    allocation_nodes: bool = True
 
 
 async def run_demo_async(config: DemoConfig, *, out: TextIO | None = None) -> int:
@@ -251,7 +169,13 @@ class Demo:
 
     def __post_init__(self) -> None:
         try:
-            self.cluster = build_cluster(self.config.nodes, self.config.gpus_per_node)
+            cluster = build_cluster(
+                self.config.nodes,
+                self.config.gpus_per_node,
+                allocation_nodes=self.config.allocation_nodes,
+            )
+            # History's scenario: a pod that is deleted while its process runs.
+            self.cluster = with_deleted_pod(cluster)
         except ValueError as exc:
             raise DemoError(str(exc)) from None
 
@@ -276,7 +200,12 @@ class Demo:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32))
         self.api = StubApiServer()
-        self.api.load(pods=self.cluster.pods, nodes=self.cluster.node_objects)
+        self.api.load(
+            pods=self.cluster.pods,
+            nodes=self.cluster.node_objects,
+            claims=self.cluster.claims,
+            slices=self.cluster.slices,
+        )
         self.api.start()
         write_kubeconfig(str(self.kubeconfig), self.api.url)
         self._add_service()
@@ -321,21 +250,39 @@ class Demo:
         write_proc_tree(proc_root, node.processes)
         nvml = workdir / "nvml.json"
         write_fake_nvml(nvml, fake_nvml_document(node, 0.0))
+        # Each agent keeps its occupancy log in the demo's temp dir; the first has a past.
+        history = history_log(workdir, proc_root)
+        if node is self.cluster.nodes[0]:
+            await asyncio.to_thread(backfill, history, self.cluster)
+        # The node's kubelet: its PodResources API on a unix socket, as the agent reads it.
+        socket = str(workdir / "kubelet.sock")
+        if len(socket) > _MAX_SOCKET_PATH:
+            # A unix socket's path must fit in 108 bytes; a deep TMPDIR would not.
+            short = tempfile.mkdtemp(prefix="gpugraph-kubelet-", dir="/tmp")
+            self._agent_steps.callback(shutil.rmtree, short, ignore_errors=True)
+            socket = str(Path(short) / "kubelet.sock")
+        kubelet = FakeKubelet(socket, data=node.kubelet or {"pods": []}).start()
+        self._agent_steps.callback(kubelet.stop)
+        client = PodResourcesClient(socket)
+        self._agent_steps.callback(client.close)
         sampler = Sampler(
             FakeGpuSource(nvml),
             build_resolver("cgroup", proc_root=str(proc_root)),
             node_name=node.name,
             interval=self.config.interval,
+            on_scan=history.observe,
+            pod_resources=PodResourcesPoller(client.list, interval=self.config.interval),
         )
         server = await self._agent_steps.enter_async_context(
             _closing_source(
                 sampler,
-                running(
+                agent_running(
                     sampler,
                     f"{node.ip}:{self.agent_port}",
                     token=token,
                     grace=0.5,
                     join_timeout=5.0,
+                    history=history,
                 ),
             )
         )
@@ -351,6 +298,21 @@ class Demo:
                     write_fake_nvml(agent.workdir / "nvml.json", fake_nvml_document(agent.node, t))
                 except OSError as exc:
                     log.warning("cannot update the fake GPUs of %s: %s", agent.node.name, exc)
+
+    async def delete_running_pod(self) -> None:
+        """Delete the history scenario's pod while it runs, once its agent knows its name."""
+        uid = deleted_pod_uid(self.cluster)
+        first = self.cluster.nodes[DELETED_NODE].name
+        agent = next((a for a in self.agents if a.node.name == first), None)
+        if agent is None or self.api is None:
+            return
+        deadline = time.monotonic() + READY_TIMEOUT
+        while agent.server.pod_names.get(uid) is None:
+            if time.monotonic() > deadline or self.stopping.is_set():
+                log.warning("the agent of %s was not told the pod names in time", first)
+                break
+            await asyncio.sleep(0.1)
+        self.api.delete_pod(*DELETED_POD)
 
     def settings(self) -> Settings:
         """The server's settings: node-ip discovery of the agents, the token, the stub cluster."""
@@ -368,10 +330,10 @@ class Demo:
 
     async def serve(self) -> None:
         """Run the real server (cache, agent pool, app) until a stop is requested."""
-        from ..serve import running, uvicorn_config
+        from ..serve import services_running, uvicorn_config
 
         settings = self.settings()
-        async with running(settings) as services:
+        async with services_running(settings) as services:
             self._server = UvicornServer(uvicorn_config(services.app, settings), own_signals=False)
             # A stop requested while the cache and pool were starting still counts.
             self._server.should_exit = self.stopping.is_set()
@@ -408,6 +370,7 @@ class Demo:
                 error = serving.exception() if not serving.cancelled() else None
                 raise DemoError(f"the server stopped while starting: {error!r}")
             if await asyncio.to_thread(_http_ok, url):
+                await self.delete_running_pod()
                 return f"{self.base_url}/graphql"
             await asyncio.sleep(0.1)
         raise DemoError(f"the server did not become ready within {READY_TIMEOUT:g}s")
@@ -435,7 +398,7 @@ class Demo:
             f"  gpu-pods   {self.base_url}/gpu-pods?worker_id={self.cluster.worker[1]}",
             f"  metrics    {self.base_url}/metrics",
             f"  kubectl    kubectl --kubeconfig {self.kubeconfig} get pods -A",
-            f"  top        gpugraph top --kubeconfig {self.kubeconfig}",
+            f"  top        gpugraph top --kubeconfig {self.kubeconfig}{self._top_token()}",
         ]
         if not (graphiql.assets_present() and cluster_map.assets_present()):
             lines.append(
@@ -451,8 +414,9 @@ class Demo:
                 f"  admin      {reviews.token_of('admin')}",
                 "             sees every namespace, node, host process and command line",
                 f"  research   {reviews.token_of('research-user')}",
-                "             sees only pods in research, their nodes and GPUs; other tenants'",
-                "             processes are counted in hiddenProcessCount/hiddenMemoryBytes",
+                "             sees only pods in research, their node and GPU, no command lines;",
+                "             a GPU it shares with another tenant would count their processes in",
+                "             hiddenProcessCount/hiddenMemoryBytes (0 here: its GPU is its own)",
             ]
         shared_node, shared_uuid = cluster.shared_gpu
         orphan_node, orphan_pid = cluster.orphan
@@ -463,12 +427,32 @@ class Demo:
             f"  no pod        PID {orphan_pid} on {orphan_node} holds GPU memory outside any pod",
             f"  unrequested   pod {'/'.join(cluster.unrequested)} uses a GPU it never requested",
             f"  agent down    {cluster.down_node}: its gpus are null, with an error naming it",
+            f"  history       pod {'/'.join(FINISHED_POD)} finished an hour ago "
+            f"({cluster.nodes[0].name}), {'/'.join(DELETED_POD)} was deleted while running "
+            f"({cluster.nodes[DELETED_NODE].name})",
+            f"  not allocated pod {'/'.join(cluster.misallocated)} runs on a GPU its kubelet did "
+            "not give it (example 4)",
+            "  allocations   MIG, time-sliced and DRA (template claims) nodes: "
+            "kubectl get resourceclaims,resourceslices -A",
         ]
         lines += ["", "Paste one of these into GraphiQL:", ""]
         for n, query in enumerate(example_queries(cluster), 1):
             lines += [f"--- example {n} ---", query, ""]
+        since = datetime.datetime.fromtimestamp(time.time() - 86400, datetime.UTC)
+        history_gpu = cluster.nodes[0].gpus[1].uuid
+        lines += [
+            "--- history ---",
+            HISTORY_QUERY.format(uuid=history_gpu, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            "",
+        ]
         lines.append("Press Ctrl-C to stop.")
         return "\n".join(lines)
+
+    def _top_token(self) -> str:
+        """With auth on, the admin's ``--token`` for the top line: the kubeconfig has no token."""
+        if not (self.config.auth and self.api is not None):
+            return ""
+        return f" --token {self.api.reviews.token_of('admin')}"
 
     async def _stop_agents(self) -> None:
         self.agents = []

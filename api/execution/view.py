@@ -23,14 +23,18 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult as StrawberryExecutionResult
 from strawberry.types.graphql import OperationType
 
-from graph_schema import GraphContext, GraphSchema, GraphUserError, SharedState, make_context
 from graph_schema.compiled.documents import CompiledDocuments
+from graph_schema.context import GraphContext, make_context
+from graph_schema.errors import GraphUserError
 from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.schema import GraphSchema
+from graph_schema.state import SharedState
 
 from ..auth import (
     KubernetesAuth,
     RejectedTokenError,
     ReviewUnavailableError,
+    authorization_param,
     bearer_token,
     caller_of,
     request_scope,
@@ -240,14 +244,12 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
 
     async def on_ws_connect(self, context: Any) -> Any:
         """With auth on, a socket not authenticated at the upgrade needs a token in
-        connection_init's payload: ``{"Authorization": "Bearer <token>"}``."""
+        connection_init's payload: ``{"Authorization": "Bearer <token>"}`` (the key in any case)."""
         if self.auth is None or not isinstance(context, GraphContext):
             return await super().on_ws_connect(context)
         if context.viewer is not None:
             return await super().on_ws_connect(context)
-        params = context.connection_params
-        value = params.get("Authorization") if isinstance(params, dict) else None
-        token = bearer_token(value if isinstance(value, str) else None)
+        token = bearer_token(authorization_param(context.connection_params))
         try:
             caller = await self.auth.authenticate(token)
         except RejectedTokenError as exc:

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graph_schema.allocations import (
+    AllocationRules,
+    AllocationTable,
+    AllocationVerdict,
+    allocation_table,
+    judge_process,
+)
 from graph_schema.interfaces import Cluster
-from graph_schema.joins import join_pod
+from graph_schema.joins import join_process
 from graph_schema.records import PodRecord
 from node_resolver.models import GpuProcess, GpuSample, NodeSnapshot
 
@@ -25,8 +32,9 @@ __all__ = [
 ]
 
 # Why memory belongs to no pod: a process in no container, a container the
-# cache does not know (e.g. its pod is gone), a PID the agent could not read.
-UNATTRIBUTED_REASONS = ("host_process", "unknown_container", "unresolved")
+# cache does not know (e.g. its pod is gone), a PID the agent could not read,
+# a process whose cgroup names a pod bound to another node (never that pod's).
+UNATTRIBUTED_REASONS = ("host_process", "unknown_container", "unresolved", "pod_on_other_node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,9 @@ class NodeAttribution:
     unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
     # pod uid -> (pod, the GPUs or MIG devices its processes use)
     pod_devices: dict[str, tuple[PodRecord, set[str]]] = field(default_factory=dict)
+    # (namespace, pod, container, gpu uuid) of containers running on a GPU they were not given
+    # (the allocation verdict NOT_ALLOCATED; UNKNOWN is never counted).
+    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
 
 
 def unattributed_reason(process: GpuProcess) -> str:
@@ -100,7 +111,13 @@ def _container_name(pod: PodRecord, container_id: str | None) -> str:
     return "" if container is None else container.name
 
 
-def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) -> None:
+def _attribute_gpu(
+    cluster: Cluster,
+    node_name: str,
+    gpu: GpuSample,
+    result: NodeAttribution,
+    table: AllocationTable,
+) -> None:
     lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
     # Memory in no pod is only known where every process was listed: a list
     # that failed would make it read 0 (and silence the leftover-process alert).
@@ -110,9 +127,12 @@ def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) ->
         ref = process.container
         container_id = (ref.container_id or None) if ref else None
         pod_uid = (ref.pod_uid or None) if ref else None
-        pod = join_pod(cluster, pod_uid, container_id) if ref else None
+        joined = join_process(cluster, node_name, pod_uid, container_id) if ref else None
+        pod = joined.pod if joined is not None else None
         if pod is None:
-            lost[unattributed_reason(process)] += process.used_memory_bytes or 0
+            elsewhere = joined is not None and joined.elsewhere is not None
+            reason = "pod_on_other_node" if elsewhere else unattributed_reason(process)
+            lost[reason] += process.used_memory_bytes or 0
             continue
         mig = process.mig_device_uuid or ""
         key = ContainerKey(
@@ -132,11 +152,22 @@ def _attribute_gpu(cluster: Cluster, gpu: GpuSample, result: NodeAttribution) ->
         if entry is None:
             entry = result.pod_devices[pod.uid] = (pod, set())
         entry[1].add(mig or gpu.uuid)
+        if judge_process(table, pod, process, gpu.uuid) is AllocationVerdict.NOT_ALLOCATED:
+            result.unallocated.add((pod.namespace, pod.name, key.container, gpu.uuid))
 
 
-def attribute_node(cluster: Cluster, snapshot: NodeSnapshot) -> NodeAttribution:
-    """Every process of ``snapshot`` joined to its pod and container, or counted as no pod's."""
+def attribute_node(
+    cluster: Cluster, node_name: str, snapshot: NodeSnapshot, rules: AllocationRules | None = None
+) -> NodeAttribution:
+    """Every process of ``snapshot``, fetched from ``node_name``'s agent, joined to its pod
+    (bound to that node) and container, or counted as no pod's.
+
+    Each process is judged against the node's allocations by the join GraphQL uses.
+    """
     result = NodeAttribution()
+    table = allocation_table(
+        snapshot.node_name, snapshot, cluster, rules if rules is not None else AllocationRules()
+    )
     for gpu in snapshot.sample.gpus:
-        _attribute_gpu(cluster, gpu, result)
+        _attribute_gpu(cluster, node_name, gpu, result, table)
     return result

@@ -17,6 +17,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from graph_schema.allocations import AllocationRules
 from graph_schema.interfaces import AgentUnavailableError, Cluster, SnapshotSource
 from graph_schema.records import NodeRecord
 
@@ -45,8 +46,10 @@ class GpuMetricsExporter:
         *,
         timeout: float,
         dcgm_names: bool = False,
+        rules: AllocationRules | None = None,
     ) -> None:
         self._cluster = cluster
+        self._rules = rules
         self._snapshots = snapshots
         self._timeout = timeout
         self._dcgm_names = dcgm_names
@@ -79,7 +82,11 @@ class GpuMetricsExporter:
     def render_results(self, results: list[NodeResult]) -> bytes:
         """The text exposition of ``results`` (CPU-bound: call it off the event loop)."""
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(SnapshotCollector(self._cluster, results, dcgm_names=self._dcgm_names))
+        registry.register(
+            SnapshotCollector(
+                self._cluster, results, dcgm_names=self._dcgm_names, rules=self._rules
+            )
+        )
         return generate_latest(registry)
 
     async def render(self) -> bytes:

@@ -1,4 +1,4 @@
-"""Attributed snapshots as Prometheus metric families, named as the README's table lists.
+"""Attributed snapshots as Prometheus metric families, named as docs/metrics.md's table lists.
 
 Label names follow kube-state-metrics (``namespace``, ``pod``, ``container``,
 ``node``), so ``group_left`` joins with ``kube_pod_info`` and
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from graph_schema.allocations import AllocationRules, pod_gpu_request
 from graph_schema.interfaces import Cluster
 from node_resolver.models import GpuSample, NodeSnapshot
 
@@ -113,14 +114,21 @@ class _Families:
             "gpugraph_gpu_unattributed_memory_bytes",
             "GPU memory of processes in no cached pod, by reason: host_process (in no "
             "container), unknown_container (a container the cache does not know), "
-            "unresolved (the PID could not be read). None for a GPU whose process list failed.",
+            "unresolved (the PID could not be read), pod_on_other_node (its cgroup names a pod "
+            "bound to another node). None for a GPU whose process list failed.",
             ("node", "gpu", "gpu_uuid", "reason"),
         )
         self.unrequested = g(
             "gpugraph_pod_gpus_unrequested",
-            "GPUs (or MIG devices) the pod's processes use beyond its nvidia.com/gpu request; "
-            "present only while above 0.",
+            "GPUs (or MIG devices) the pod's processes use beyond its GPU request (every "
+            "GPU-like resource and its DRA claims' GPU devices); present only while above 0.",
             ("namespace", "pod", "node"),
+        )
+        self.unallocated = g(
+            "gpugraph_container_gpu_unallocated",
+            "1 while the container runs on a GPU the kubelet did not give it (allocation "
+            "verdict NOT_ALLOCATED); absent where the verdict is unknown.",
+            ("namespace", "pod", "container", "node", "gpu_uuid"),
         )
         self.dcgm: tuple[GaugeMetricFamily, GaugeMetricFamily] | None = None
         if dcgm_names:
@@ -146,11 +154,12 @@ class _Families:
             self.info,
             self.unattributed,
             self.unrequested,
+            self.unallocated,
         )
         if self.dcgm is not None:
             yield from self.dcgm
 
-    def add_node(self, cluster: Cluster, result: NodeResult) -> None:
+    def add_node(self, cluster: Cluster, result: NodeResult, rules: AllocationRules) -> None:
         """The node's series: agent_up always, the rest only from a snapshot."""
         node = result.node
         self.agent_up.add_metric([node], 1.0 if result.snapshot is not None else 0.0)
@@ -158,7 +167,7 @@ class _Families:
             return
         self.snapshot_age.add_metric([node], result.age_seconds)
         sample = result.snapshot.sample
-        attributed = attribute_node(cluster, result.snapshot)
+        attributed = attribute_node(cluster, node, result.snapshot, rules)
         for key, usage in attributed.containers.items():
             labels = [
                 node,
@@ -179,10 +188,12 @@ class _Families:
             for reason, used in reasons.items():
                 self.unattributed.add_metric([node, str(index), uuid, reason], float(used))
         for pod, devices in attributed.pod_devices.values():
-            beyond = len(devices) - (pod.gpu_request or 0)
+            beyond = len(devices) - (pod_gpu_request(pod, rules) or 0)
             # Only while positive: one series per GPU pod would mostly say 0.
             if beyond > 0:
                 self.unrequested.add_metric([pod.namespace, pod.name, node], float(beyond))
+        for namespace, pod_name, container, gpu_uuid in sorted(attributed.unallocated):
+            self.unallocated.add_metric([namespace, pod_name, container, node, gpu_uuid], 1.0)
         for gpu in sample.gpus:
             self._add_gpu(node, gpu, sample.driver_version or "", attributed)
 
@@ -233,15 +244,21 @@ class SnapshotCollector(Collector):
     """A prometheus_client collector over one scrape's node results."""
 
     def __init__(
-        self, cluster: Cluster, results: list[NodeResult], *, dcgm_names: bool = False
+        self,
+        cluster: Cluster,
+        results: list[NodeResult],
+        *,
+        dcgm_names: bool = False,
+        rules: AllocationRules | None = None,
     ) -> None:
         self._cluster = cluster
         self._results = results
         self._dcgm_names = dcgm_names
+        self._rules = rules if rules is not None else AllocationRules()
 
     def collect(self) -> Iterator[Metric]:
         """Every family, each node's series in node order."""
         families = _Families(self._dcgm_names)
         for result in self._results:
-            families.add_node(self._cluster, result)
+            families.add_node(self._cluster, result, self._rules)
         yield from families.all()

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .map_queries import GPU_QUERY, LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
+from .map_queries import GPU_QUERY, HISTORY_QUERY, LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
 from .offline_assets import (
     STATIC_ROOT,
     all_present,
@@ -78,7 +78,12 @@ def map_config(*, graphql_path: str = "/graphql", graphiql: bool = True) -> dict
         "graphqlPath": graphql_path,
         "graphiqlPath": graphql_path if graphiql else None,
         "intervalSeconds": INTERVAL_SECONDS,
-        "queries": {"snapshot": SNAPSHOT_QUERY, "live": LIVE_SUBSCRIPTION, "gpu": GPU_QUERY},
+        "queries": {
+            "snapshot": SNAPSHOT_QUERY,
+            "live": LIVE_SUBSCRIPTION,
+            "gpu": GPU_QUERY,
+            "history": HISTORY_QUERY,
+        },
     }
 
 

@@ -15,6 +15,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .accept import quality
+
 __all__ = ["accepts_gzip", "exposition_response"]
 
 # Fastest level: most of the gain at a fraction of the cost of the default 9.
@@ -22,20 +24,8 @@ GZIP_LEVEL = 1
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
-    """Whether an Accept-Encoding header allows gzip (``gzip;q=0`` refuses it)."""
-    for part in accept_encoding.split(","):
-        coding, *params = (p.strip() for p in part.split(";"))
-        if coding.lower() not in ("gzip", "x-gzip"):
-            continue
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    return float(value) > 0
-                except ValueError:
-                    return False
-        return True
-    return False
+    """Whether an Accept-Encoding header allows gzip (``gzip;q=0`` refuses it, ``*`` allows it)."""
+    return quality(accept_encoding, ("gzip", "x-gzip"), wildcard="*") > 0
 
 
 async def exposition_response(request: Request, body: bytes) -> Response:

@@ -3,13 +3,16 @@
 Given a worker pod's name, it answers for the node that pod runs on, in the
 original ``GetGpuPodsResponse`` shape::
 
-    {"GpuPods":  {uuid: {"pidPods": [{"pid", "processName", "UsedGpuMemory", "pod"}]}},
+    {"GpuPods":  {uuid: {"pidPods": [{"pid", "processName", "UsedGpuMemory", "pod",
+                                      "allocation"}]}},
      "GpuInfos": {uuid: {"uuid", "gpuName", "usageGpu"}}}
 
 As in the original, ``GpuPods`` lists only processes that belong to a pod in
 the cache (host processes and processes of vanished pods are left out; the
 GraphQL API shows those), ``pod`` is the pod's name, and ``UsedGpuMemory`` is
 in MiB, rounded down, as an integer. ``GpuInfos`` has every GPU of the node.
+``allocation`` (added) is the allocation verdict GraphQL's
+``GpuProcess.allocation`` gives: ALLOCATED, NOT_ALLOCATED or UNKNOWN.
 Values the GPU could not report are ``null`` rather than a misleading zero.
 """
 
@@ -21,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
+from graph_schema.allocations import AllocationRules, allocation_table, judge_process
 from graph_schema.interfaces import AgentUnavailableError, SnapshotSource
 from graph_schema.joins import join_pod
 from graph_schema.visibility import VisibleCluster
@@ -37,11 +41,19 @@ def _error(status: int, message: str, **details: object) -> Response:
     return json_response(status, {"error": message, **details})
 
 
-def gpu_pods_response(view: VisibleCluster, snapshot: NodeSnapshot) -> dict[str, object]:
-    """The original ``GetGpuPodsResponse`` JSON for one node's snapshot, as ``view`` sees it.
+def gpu_pods_response(
+    view: VisibleCluster,
+    node_name: str,
+    snapshot: NodeSnapshot,
+    rules: AllocationRules | None = None,
+) -> dict[str, object]:
+    """The original ``GetGpuPodsResponse`` JSON for ``node_name``'s snapshot, as ``view`` sees it.
 
     A caller without ``list nodes`` gets only the GPUs running one of its pods.
     """
+    table = allocation_table(
+        snapshot.node_name, snapshot, view.raw, rules if rules is not None else AllocationRules()
+    )
     gpu_pods: dict[str, dict[str, list[dict[str, object]]]] = {}
     gpu_infos: dict[str, dict[str, object]] = {}
     for gpu in snapshot.sample.gpus:
@@ -55,7 +67,11 @@ def gpu_pods_response(view: VisibleCluster, snapshot: NodeSnapshot) -> dict[str,
             ref = process.container
             # Joined on the whole cache, as the graph joins: a process in another
             # tenant's pod must not pass for one of the caller's.
-            pod = None if ref is None else join_pod(view.raw, ref.pod_uid, ref.container_id)
+            pod = (
+                None
+                if ref is None
+                else join_pod(view.raw, node_name, ref.pod_uid, ref.container_id)
+            )
             if pod is None or not view.sees_namespace(pod.namespace):
                 continue
             used = process.used_memory_bytes
@@ -64,6 +80,7 @@ def gpu_pods_response(view: VisibleCluster, snapshot: NodeSnapshot) -> dict[str,
                 "processName": process.name,
                 "UsedGpuMemory": None if used is None else used // MIB,
                 "pod": pod.name,
+                "allocation": judge_process(table, pod, process, gpu.uuid).value,
             }
             entries.append(entry)
         if view.sees_gpu(len(entries)):
@@ -78,6 +95,7 @@ def gpu_pods_endpoint(
     view_of: Callable[[Request], VisibleCluster],
     *,
     timeout: float = 10.0,
+    rules: AllocationRules | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
     """The ``/gpu-pods`` endpoint over a snapshot source.
 
@@ -133,6 +151,6 @@ def gpu_pods_endpoint(
                 f"{snapshot.sample.error}",
                 node=pod.node_name,
             )
-        return json_response(200, gpu_pods_response(cluster, snapshot))
+        return json_response(200, gpu_pods_response(cluster, pod.node_name, snapshot, rules))
 
     return gpu_pods

@@ -6,7 +6,7 @@ cost admission's test measures exactly what the browser sends.
 
 from __future__ import annotations
 
-__all__ = ["GPU_FIELDS", "GPU_QUERY", "LIVE_SUBSCRIPTION", "SNAPSHOT_QUERY"]
+__all__ = ["GPU_FIELDS", "GPU_QUERY", "HISTORY_QUERY", "LIVE_SUBSCRIPTION", "SNAPSHOT_QUERY"]
 
 # One GPU as a tile and its details draw it.
 GPU_FIELDS = """\
@@ -26,6 +26,7 @@ fragment MapGpu on Gpu {
     pid
     usedMemoryBytes
     smUtilization
+    allocation
     container { name }
     pod { namespace name gpuRequest }
   }
@@ -33,10 +34,12 @@ fragment MapGpu on Gpu {
 """
 
 # Every node with its agent's state and GPUs: the first picture, and again
-# when the set of GPUs changes (a node joins, or its agent comes back).
+# when the set of GPUs changes (a node joins, or its agent comes back); and who
+# the caller is, for the header's "Signed in as".
 SNAPSHOT_QUERY = (
     """\
 query ClusterMap {
+  viewer { username }
   nodes {
     name
     gpuCapacity
@@ -79,8 +82,27 @@ query Gpu($uuid: String!) {
       name
       usedMemoryBytes
       smUtilization
+      allocation
       container { name image }
       pod { namespace name gpuRequest node { name } }
+    }
+  }
+}
+"""
+
+# A GPU's panel: who held it over the last 24 hours (the strip under its details).
+HISTORY_QUERY = """\
+query GpuHistory($uuid: String!, $since: DateTime!) {
+  gpu(uuid: $uuid) {
+    uuid
+    hiddenHistoryCount(since: $since)
+    history(since: $since) {
+      pid
+      processName
+      podNamespace
+      podName
+      start
+      end
     }
   }
 }

@@ -12,18 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .accept import quality
+
 __all__ = ["GRAPHQL_RESPONSE_JSON", "is_request_error", "wants_graphql_response"]
 
 GRAPHQL_RESPONSE_JSON = "application/graphql-response+json"
 
 
 def wants_graphql_response(headers: Mapping[str, str]) -> bool:
-    """True when the Accept header names application/graphql-response+json (not with q=0)."""
-    for part in headers.get("accept", "").split(","):
-        media, *params = (p.strip() for p in part.split(";"))
-        if media.lower() == GRAPHQL_RESPONSE_JSON:
-            return not any(p.replace(" ", "") in ("q=0", "q=0.0", "q=0.00") for p in params)
-    return False
+    """True when the Accept header names application/graphql-response+json with a weight above 0.
+
+    Only naming it counts: ``*/*`` keeps the legacy ``application/json`` answer.
+    """
+    return quality(headers.get("accept", ""), (GRAPHQL_RESPONSE_JSON,)) > 0
 
 
 def is_request_error(data: object, errors: Sequence[Any] | None) -> bool:

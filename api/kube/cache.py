@@ -12,11 +12,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from graph_schema.records import NodeRecord, PodRecord
 
+from .dra_cache import DraCache
 from .parse import strip_runtime_prefix
+from .watch_stats import WatchStats
 
 # (kind, change, record): kind is "pod" or "node"; change is "ADDED",
 # "MODIFIED", "DELETED" or "RELISTED" (record None: the whole kind was replaced).
@@ -26,27 +28,6 @@ _PodFilter = tuple[str | None, str | None]
 _SORTED_CACHE_LIMIT = 4096
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class WatchStats:
-    """Counters of one resource's list and watch loop."""
-
-    lists: int = 0  # full lists that landed in the cache
-    relists: int = 0  # of those, the ones after the first (410 Gone or a failed resume)
-    watches: int = 0  # watch requests that were answered
-    watch_restarts: int = 0  # watches resumed from the last resourceVersion after ending
-    events: int = 0  # ADDED / MODIFIED / DELETED events applied
-    bookmarks: int = 0
-    bad_events: int = 0  # malformed watch lines or list items that were skipped
-    errors: int = 0  # failed requests (connection errors, non-2xx, ERROR events)
-    # When the API server last said anything (a list, a watch answer, an event or
-    # a bookmark), on time.monotonic(); 0.0 until it first does. Not a counter.
-    heard_at: float = 0.0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "heard_at"}
 
 
 @dataclass
@@ -145,6 +126,8 @@ class ClusterCache:
         self._version = 0
         self._ready = threading.Event()
         self.stats = CacheStats()
+        # ResourceClaims and ResourceSlices, for the allocation join.
+        self.dra = DraCache()
 
     # -- reads (any thread) --------------------------------------------------
 

@@ -13,9 +13,19 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
+from graph_schema.gpu_resources import GpuResources
+from graph_schema.records import (
+    ClaimDeviceRecord,
+    ContainerRecord,
+    NodeRecord,
+    PodRecord,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+    SliceDeviceRecord,
+)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+_DEFAULT_GPU_RESOURCES = GpuResources()
 
 # Pods of one ReplicaSet or StatefulSet carry identical labels; they share one dict.
 _LABEL_MEMO_LIMIT = 65_536
@@ -80,19 +90,25 @@ def _quantity(raw: Any) -> int | None:
     return None
 
 
-def _gpu_limit(container: Mapping[str, Any]) -> int | None:
+def _gpu_limit(container: Mapping[str, Any], gpus: GpuResources) -> int | None:
+    # Each GPU-like resource the container names counts, limits first (extended
+    # resources must have limit == request), else requests.
     resources = container.get("resources") or {}
+    found: dict[str, int | None] = {}
     for section in ("limits", "requests"):
-        value = (resources.get(section) or {}).get(GPU_RESOURCE)
-        if value is not None:
-            return _quantity(value)
-    return None
+        for name, value in (resources.get(section) or {}).items():
+            if name not in found and isinstance(name, str) and gpus.is_gpu(name):
+                found[name] = _quantity(value)
+    if not found:
+        return None
+    counted = [n for n in found.values() if n is not None]
+    return sum(counted) if counted else None
 
 
-def _gpu_request(spec: Mapping[str, Any]) -> int | None:
+def _gpu_request(spec: Mapping[str, Any], gpus: GpuResources) -> int | None:
     # The scheduler reserves max(sum of app containers, largest init container).
-    app = [_gpu_limit(c) for c in spec.get("containers") or ()]
-    init = [_gpu_limit(c) for c in spec.get("initContainers") or ()]
+    app = [_gpu_limit(c, gpus) for c in spec.get("containers") or ()]
+    init = [_gpu_limit(c, gpus) for c in spec.get("initContainers") or ()]
     app_asks = [n for n in app if n is not None]
     init_asks = [n for n in init if n is not None]
     if not app_asks and not init_asks:
@@ -128,8 +144,38 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Con
                     image=_opt_shared(container.get("image")),
                     container_id=_own(cid) if cid else None,
                     init=init,
+                    claims=_container_claims(container),
                 )
             )
+    return tuple(out)
+
+
+def _container_claims(container: Mapping[str, Any]) -> tuple[str, ...]:
+    claims = (container.get("resources") or {}).get("claims") or ()
+    return tuple(
+        _shared(c["name"])
+        for c in claims
+        if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+    )
+
+
+def _resource_claims(
+    spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> tuple[tuple[str, str | None], ...]:
+    generated: dict[str, str] = {}
+    for entry in status.get("resourceClaimStatuses") or ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            claim = entry.get("resourceClaimName")
+            if isinstance(claim, str) and claim:
+                generated[entry["name"]] = claim
+    out: list[tuple[str, str | None]] = []
+    for entry in spec.get("resourceClaims") or ():
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            continue
+        name = entry["name"]
+        direct = entry.get("resourceClaimName")
+        claim = direct if isinstance(direct, str) and direct else generated.get(name)
+        out.append((_shared(name), _own(claim) if claim else None))
     return tuple(out)
 
 
@@ -142,8 +188,11 @@ def _metadata(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return metadata
 
 
-def pod_record(obj: Mapping[str, Any]) -> PodRecord:
-    """The slim record of a pod from its API JSON; ParseError if it lacks name or UID."""
+def pod_record(obj: Mapping[str, Any], gpus: GpuResources = _DEFAULT_GPU_RESOURCES) -> PodRecord:
+    """The slim record of a pod from its API JSON; ParseError if it lacks name or UID.
+
+    ``gpus`` names the resources counted in ``gpu_request``.
+    """
     metadata = _metadata(obj, "pod")
     uid = metadata.get("uid")
     if not isinstance(uid, str) or not uid:
@@ -158,9 +207,10 @@ def pod_record(obj: Mapping[str, Any]) -> PodRecord:
         phase=_opt_shared(status.get("phase")),
         pod_ip=_opt_own(status.get("podIP")),
         labels=_labels(metadata.get("labels")),
-        gpu_request=_gpu_request(spec),
+        gpu_request=_gpu_request(spec, gpus),
         containers=_containers(spec, status),
         resource_version=_own(metadata.get("resourceVersion") or ""),
+        resource_claims=_resource_claims(spec, status),
     )
 
 
@@ -180,6 +230,99 @@ def node_record(obj: Mapping[str, Any]) -> NodeRecord:
         labels=_labels(metadata.get("labels")),
         gpu_capacity=_quantity((status.get("capacity") or {}).get(GPU_RESOURCE)),
         gpu_allocatable=_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+        resource_version=_own(metadata.get("resourceVersion") or ""),
+    )
+
+
+def claim_record(obj: Mapping[str, Any]) -> ResourceClaimRecord:
+    """A ResourceClaim's allocated devices and reserving pods (any of v1, v1beta2, v1beta1)."""
+    metadata = _metadata(obj, "resourceclaim")
+    status = obj.get("status") or {}
+    allocation = status.get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or ()
+    devices = []
+    for result in results:
+        if not isinstance(result, Mapping):
+            continue
+        driver, pool, device = result.get("driver"), result.get("pool"), result.get("device")
+        if not (isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str)):
+            raise ParseError(
+                f"resourceclaim {metadata['name']!r}: a result lacks driver/pool/device"
+            )
+        devices.append(
+            ClaimDeviceRecord(
+                driver=_shared(driver),
+                pool=_shared(pool),
+                device=_shared(device),
+                share_id=_opt_own(result.get("shareID")),
+                consumed_capacity=bool(result.get("consumedCapacity")),
+            )
+        )
+    reserved = tuple(
+        (_own(r["name"]), _own(r.get("uid") or ""))
+        for r in status.get("reservedFor") or ()
+        if isinstance(r, Mapping)
+        and (r.get("resource") or "pods") == "pods"
+        and not r.get("apiGroup")
+        and isinstance(r.get("name"), str)
+    )
+    return ResourceClaimRecord(
+        namespace=_shared(metadata.get("namespace") or "default"),
+        name=_own(metadata["name"]),
+        uid=_own(metadata.get("uid") or ""),
+        devices=tuple(devices),
+        reserved_for=reserved,
+        resource_version=_own(metadata.get("resourceVersion") or ""),
+    )
+
+
+def _attribute(attributes: Any, name: str) -> str | None:
+    # An attribute is {"string": …} (or int/bool/version); its key may carry the driver's
+    # domain ("gpu.nvidia.com/uuid").
+    if not isinstance(attributes, Mapping):
+        return None
+    for key, value in attributes.items():
+        if isinstance(key, str) and key.rsplit("/", 1)[-1] == name and isinstance(value, Mapping):
+            for kind in ("string", "version"):
+                found = value.get(kind)
+                if isinstance(found, str) and found:
+                    return _own(found)
+    return None
+
+
+def slice_record(obj: Mapping[str, Any]) -> ResourceSliceRecord:
+    """A ResourceSlice's devices by UUID, parent UUID, type and product name.
+
+    v1beta1 nests a device's attributes under ``basic``; v1beta2 and v1 do not.
+    """
+    metadata = _metadata(obj, "resourceslice")
+    spec = obj.get("spec") or {}
+    driver = spec.get("driver")
+    pool = (spec.get("pool") or {}).get("name")
+    if not isinstance(driver, str) or not isinstance(pool, str):
+        raise ParseError(f"resourceslice {metadata['name']!r} without spec.driver or pool.name")
+    devices = []
+    for device in spec.get("devices") or ():
+        if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
+            continue
+        attributes = device.get("attributes")
+        if attributes is None:
+            attributes = (device.get("basic") or {}).get("attributes")
+        devices.append(
+            SliceDeviceRecord(
+                name=_shared(device["name"]),
+                uuid=_attribute(attributes, "uuid"),
+                parent_uuid=_attribute(attributes, "parentUUID"),
+                type=_opt_shared(_attribute(attributes, "type")),
+                product_name=_opt_shared(_attribute(attributes, "productName")),
+            )
+        )
+    return ResourceSliceRecord(
+        name=_own(metadata["name"]),
+        driver=_shared(driver),
+        pool=_shared(pool),
+        node_name=_opt_shared(spec.get("nodeName")),
+        devices=tuple(devices),
         resource_version=_own(metadata.get("resourceVersion") or ""),
     )
 

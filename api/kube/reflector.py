@@ -29,6 +29,7 @@ import orjson
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from graph_schema.gpu_resources import GpuResources
 from graph_schema.records import NodeRecord, PodRecord
 
 from ..backoff import Backoff
@@ -77,8 +78,13 @@ def _metadata_name(obj: Mapping[str, Any]) -> tuple[str, str]:
     return metadata.get("namespace") or "default", metadata["name"]
 
 
-def pod_kind(api: CoreV1Api, cache: ClusterCache, namespace: str | None = None) -> ResourceKind:
-    """Pods, in every namespace or only ``namespace``."""
+def pod_kind(
+    api: CoreV1Api,
+    cache: ClusterCache,
+    namespace: str | None = None,
+    gpus: GpuResources | None = None,
+) -> ResourceKind:
+    """Pods, in every namespace or only ``namespace``; ``gpus`` names what gpu_request counts."""
     list_call = (
         partial(api.list_namespaced_pod, namespace)
         if namespace
@@ -91,8 +97,9 @@ def pod_kind(api: CoreV1Api, cache: ClusterCache, namespace: str | None = None) 
     def delete(obj: Mapping[str, Any]) -> None:
         cache.delete_pod(*_metadata_name(obj))
 
+    parse = pod_record if gpus is None else partial(pod_record, gpus=gpus)
     return ResourceKind(
-        "pods", list_call, pod_record, cache.replace_pods, upsert, delete, cache.stats.pods
+        "pods", list_call, parse, cache.replace_pods, upsert, delete, cache.stats.pods
     )
 
 

@@ -12,8 +12,11 @@ from typing import Any
 from kubernetes.client import ApiClient, Configuration, CoreV1Api
 from urllib3.util.retry import Retry
 
+from graph_schema.gpu_resources import GpuResources
+
 from ..backoff import Backoff
 from .cache import ClusterCache
+from .dra_watcher import DraWatcher
 from .reflector import RETRY_JITTER, Reflector, node_kind, pod_kind
 
 
@@ -78,6 +81,7 @@ class ClusterWatcher:
         watch_timeout: int = 300,
         backoff_initial: float = 0.2,
         backoff_max: float = 10.0,
+        gpu_resources: GpuResources | None = None,
     ) -> None:
         self.cache = cache
         self._client = ApiClient(configuration)
@@ -88,7 +92,7 @@ class ClusterWatcher:
         self._cutter = _ConnectionCutter(pool_manager)
         api = CoreV1Api(self._client)
         self.pods = Reflector(
-            pod_kind(api, cache, namespace),
+            pod_kind(api, cache, namespace, gpu_resources),
             page_size=page_size,
             watch_timeout=watch_timeout,
             backoff=Backoff(backoff_initial, backoff_max, jitter=RETRY_JITTER),
@@ -99,18 +103,28 @@ class ClusterWatcher:
             watch_timeout=watch_timeout,
             backoff=Backoff(backoff_initial, backoff_max, jitter=RETRY_JITTER),
         )
+        self.dra = DraWatcher(
+            cache.dra,
+            self._client,
+            page_size=page_size,
+            watch_timeout=watch_timeout,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+        )
 
     def start(self) -> None:
         """Start both loops; the cache turns ready once both first lists land."""
         self.pods.start()
         self.nodes.start()
+        self.dra.start()
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop both loops and close the client; True if both threads ended in time."""
         self.pods.request_stop()
         self.nodes.request_stop()
+        self.dra.request_stop()
         self._cutter.cut()
-        stopped = self.pods.stop(timeout) & self.nodes.stop(timeout)
+        stopped = self.pods.stop(timeout) & self.nodes.stop(timeout) & self.dra.stop(timeout)
         self._client.close()
         return stopped
 

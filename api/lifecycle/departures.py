@@ -11,9 +11,11 @@ import asyncio
 import logging
 from concurrent.futures import Future
 
-from graph_schema import Cluster, NodeRecord, PodRecord, SharedState
+from graph_schema.interfaces import Cluster
+from graph_schema.records import NodeRecord, PodRecord
+from graph_schema.state import SharedState
 
-from ..agents import AgentPool
+from ..agents.pool import AgentPool
 from ..metrics import Metrics
 
 __all__ = ["DepartedNodes"]

@@ -8,7 +8,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from . import model
@@ -43,11 +43,30 @@ def fetch(transport: Transport, filters: model.Filters, view: str) -> model.Snap
         "node": filters.node,
         "namespace": filters.namespace,
         "selector": filters.selector,
-        # The pod list: what pods requested (top pods), and which match -l.
-        "withPods": view == "pods" or filters.selector is not None,
+        # The pod list: what pods requested (top pods), which match -l, and the
+        # nodes -n's pods run on (whose down agents matter).
+        "withPods": view == "pods" or filters.by_pod,
     }
     body = transport.execute(SNAPSHOT, variables)
     return model.apply(model.snapshot_from_query(body), filters)
+
+
+NOUNS = {"gpus": "GPUs", "pods": "pods", "nodes": "nodes"}
+
+
+def check_matches(view: str, snapshot: model.Snapshot, filters: model.Filters) -> None:
+    """TopError when the filters select nothing, as kubectl says "No resources found" and fails.
+
+    A down node the filters select is a match: its line says what is not known.
+    """
+    flags = (("--node", filters.node), ("-n", filters.namespace), ("-l", filters.selector))
+    asked = [f"{flag} {value}" for flag, value in flags if value is not None]
+    if not asked or snapshot.down:
+        return
+    rows = {"pods": model.pod_rows, "nodes": model.node_rows}.get(view)
+    if rows(snapshot, filters.sort_by) if rows else snapshot.gpus:
+        return
+    raise TopError(f"no {NOUNS.get(view, view)} match {' '.join(asked)}")
 
 
 def _dump(view: str, snapshot: model.Snapshot, filters: model.Filters, fmt: str) -> str:
@@ -74,11 +93,23 @@ def _console() -> Any:
     return Console(highlight=False, markup=False, emoji=False, soft_wrap=False, width=width)
 
 
-def _footer(count: int, clock: Callable[[], float]) -> Any:
-    from rich.text import Text
+def _stamp(count: int, clock: Callable[[], float]) -> str:
+    return f"update {count} at {time.strftime('%H:%M:%S', time.localtime(clock()))}"
 
-    stamp = time.strftime("%H:%M:%S", time.localtime(clock()))
-    return Text(f"update {count} at {stamp}; q or Ctrl-C to quit", style="dim")
+
+async def snapshots(
+    transport: Transport, filters: model.Filters, interval: float, first: model.Snapshot
+) -> AsyncIterator[model.Snapshot]:
+    """``first`` (the query's answer), then one snapshot per subscription tick, filtered."""
+    yield first
+    variables = {"node": filters.node, "interval": interval}
+    async for body in transport.subscribe(WATCH, variables):
+        tick = model.snapshot_from_tick(body)
+        # The tick carries no pod list; the first query filled in what pods requested.
+        tick.pods = first.pods
+        yield model.apply(tick, filters)
+    # gpuUpdates runs until the client leaves; a server that completes it is going away.
+    raise TopError("the server completed the gpuUpdates subscription")
 
 
 async def watch(
@@ -91,17 +122,58 @@ async def watch(
     wide: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Draw ``first`` (the query's answer), then redraw in place on every subscription tick."""
+    """Follow the cluster: redrawn in place on a terminal, else one whole frame per tick.
+
+    A pipe or a file gets every frame in turn, each under its update line, as
+    ``kubectl get -w`` prints each change: a live display would print only
+    when it ends.
+    """
+    console = _console()
+    frames = snapshots(transport, filters, interval, first)
+    if console.is_terminal:
+        await _live(console, frames, view, filters, wide=wide, clock=clock)
+    else:
+        await _stream(console, frames, view, filters, wide=wide, clock=clock)
+
+
+async def _stream(
+    console: Any,
+    frames: AsyncIterator[model.Snapshot],
+    view: str,
+    filters: model.Filters,
+    *,
+    wide: bool,
+    clock: Callable[[], float],
+) -> None:
+    from .render import view as render
+
+    count = 0
+    async for snapshot in frames:
+        count += 1
+        if count > 1:
+            console.print()
+        console.print(_stamp(count, clock))
+        for part in render(view, snapshot, filters.sort_by, wide=wide):
+            console.print(part)
+
+
+async def _live(
+    console: Any,
+    frames: AsyncIterator[model.Snapshot],
+    view: str,
+    filters: model.Filters,
+    *,
+    wide: bool,
+    clock: Callable[[], float],
+) -> None:
     from rich.console import Group
     from rich.live import Live
+    from rich.text import Text
 
     from .render import down_lines
     from .render import view as render
 
-    console = _console()
-    # The tick carries no pod list; the first query fills in what pods requested.
-    pods = first.pods
-    count = 1
+    count = 0
 
     def frame(snapshot: model.Snapshot) -> Any:
         # Rows for the screen only: less the header, the "more" line, the footer and
@@ -109,26 +181,22 @@ async def watch(
         down = len(console.render_lines(Group(*down_lines(snapshot.down)))) if snapshot.down else 0
         height = console.size.height - 3 - down
         parts = render(view, snapshot, filters.sort_by, wide=wide, height=height)
-        return Group(*parts, _footer(count, clock))
+        footer = Text(f"{_stamp(count, clock)}; q or Ctrl-C to quit", style="dim")
+        return Group(*parts, footer)
 
-    with (
-        Live(
-            frame(first),
-            console=console,
-            auto_refresh=False,
-            redirect_stdout=False,
-        ) as live,
-        quit_key(asyncio.current_task()),
-    ):
-        variables = {"node": filters.node, "interval": interval}
-        async for body in transport.subscribe(WATCH, variables):
-            tick = model.snapshot_from_tick(body)
-            tick.pods = pods
-            snapshot = model.apply(tick, filters)
+    live: Live | None = None
+    with contextlib.ExitStack() as stack:
+        async for snapshot in frames:
             count += 1
-            live.update(frame(snapshot), refresh=True)
-    # gpuUpdates runs until the client leaves; a server that completes it is going away.
-    raise TopError("the server completed the gpuUpdates subscription")
+            if live is None:
+                live = stack.enter_context(
+                    Live(
+                        frame(snapshot), console=console, auto_refresh=False, redirect_stdout=False
+                    )
+                )
+                stack.enter_context(quit_key(asyncio.current_task()))
+            else:
+                live.update(frame(snapshot), refresh=True)
 
 
 def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
@@ -144,10 +212,15 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
                 service=args.service,
             )
             transport = HttpTransport(endpoint)
+        if getattr(args, "since", None):
+            from .history import run_since
+
+            return run_since(args, transport, _console, sys.stdout.write)
         wide = args.output == "wide"
         # Before any event loop: Ctrl-C here is a plain KeyboardInterrupt (130 at once),
         # where in a loop's worker thread it waited for the query's 30 s timeout.
         snapshot = fetch(transport, filters, args.view)
+        check_matches(args.view, snapshot, filters)
         if args.watch:
             # Ctrl-C, or q (which cancels the watch): the terminal is left as it was.
             with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import KUBECONFIG_HINT, TopError, status_error
+from .errors import KUBECONFIG_HINT, TOKEN_HINT, TopError, status_error
 
 DEFAULT_NAMESPACE = "gpugraph"
 DEFAULT_SERVICE = "gpugraph"
@@ -30,6 +30,17 @@ SERVICE_PORT = "http"
 # The labels the Helm chart puts on the server's Service (and pods).
 SERVER_LABELS = {"app.kubernetes.io/name": "gpugraph", "app.kubernetes.io/component": "server"}
 DISCOVERY_TIMEOUT = 10.0
+# What this module asks of the API server in the gpugraph namespace, as RBAC
+# (verb, resource): the chart's <release>-top Role grants exactly these.
+API_SERVER_RIGHTS = (("get", "services/proxy"), ("list", "services"))
+# A client certificate proves who the caller is to the API server only: the
+# proxy forwards no identity, and gpugraph cannot check a certificate itself.
+CLIENT_CERTIFICATE_HINT = (
+    "the kubeconfig's user signs in with a client certificate, which the API server checks "
+    "itself and does not pass on through its service proxy, so gpugraph cannot tell who you "
+    'are: pass --token "$(kubectl create token NAME -n NAMESPACE)" for a ServiceAccount '
+    "bound to gpugraph's viewer roles (docs/auth.md)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,8 @@ class Endpoint:
     token: str | None = None
     # Through the API server's service proxy: queries go over the WebSocket too.
     proxied: bool = False
+    # What to do about a 401: how to give gpugraph a token from here.
+    token_hint: str = TOKEN_HINT
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS as the kubeconfig (or the system) says: CA bundle, verification, client cert."""
@@ -135,7 +148,8 @@ def _through_kubeconfig(
     verify: str | bool = config.ssl_ca_cert or bool(config.verify_ssl)
     cert = (config.cert_file, config.key_file) if config.cert_file and config.key_file else None
     host = str(config.host).rstrip("/")
-    api = Endpoint(host, headers, verify, cert, token, proxied=True)
+    hint = CLIENT_CERTIFICATE_HINT if token is None and cert else TOKEN_HINT
+    api = Endpoint(host, headers, verify, cert, token, proxied=True, token_hint=hint)
     name, port = (service, SERVICE_PORT) if service else find_service(api, namespace)
     return replace(api, url=host + proxy_path(namespace, name, port))
 

@@ -1,4 +1,4 @@
-"""The stable ``-o json`` / ``-o yaml`` shapes of each view (documented in the README)."""
+"""The stable ``-o json`` / ``-o yaml`` shapes of each view (documented in docs/top.md)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def gpus_document(snapshot: Snapshot) -> dict[str, Any]:
                         "memoryBytes": p.memory_bytes,
                         "smPercent": p.sm_percent,
                         "unrequested": p.unrequested,
+                        "allocation": p.allocation,
                     }
                     for p in g.processes
                 ],

@@ -45,14 +45,15 @@ def status_error(status: int, url: str, body: str = "", *, hint: str = TOKEN_HIN
     return TopError(f"{url} answered HTTP {status}{suffix}")
 
 
-def close_error(code: int | None, reason: str, url: str) -> TopError:
-    """The one-line error for a WebSocket the server closed before answering."""
+def close_error(code: int | None, reason: str, url: str, *, hint: str = TOKEN_HINT) -> TopError:
+    """The one-line error for a WebSocket the server closed before answering; ``hint`` follows
+    a refusal for want of a token."""
     said = f" ({code} {reason})" if reason else f" ({code})" if code else ""
     if code == CLOSE_FORBIDDEN:
         # graphql-transport-ws's refusal of connection_init: no token, or one that failed.
         return TopError(
             f"401 unauthorized by {url}: the server refused the connection without a valid "
-            f"token{said}; {TOKEN_HINT}"
+            f"token{said}; {hint}"
         )
     if code == CLOSE_TRY_AGAIN:
         return TopError(f"server not ready: {url} closed the connection{said}; try again")

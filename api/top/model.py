@@ -9,12 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TopError
+from .flags import DEFAULT_SORT
 
 # How the server names a node whose agent did not answer, in a subscription tick's errors
-# (graph_schema's AgentUnavailableError and NodeSampleError messages).
+# (graph_schema's AgentUnavailableError and NodeSampleError messages), and what of the
+# message the down line keeps before the reason (it names the node and says "agent down").
 _DOWN_MESSAGES = (
-    re.compile(r"^agent on node '(?P<node>[^']+)' unavailable: (?P<reason>.*)$", re.S),
-    re.compile(r"^GPU sampling failed on node '(?P<node>[^']+)': (?P<reason>.*)$", re.S),
+    (re.compile(r"^agent on node '(?P<node>[^']+)' unavailable: (?P<reason>.*)$", re.S), ""),
+    (
+        re.compile(r"^GPU sampling failed on node '(?P<node>[^']+)': (?P<reason>.*)$", re.S),
+        "GPU sampling failed: ",
+    ),
 )
 
 
@@ -45,6 +50,8 @@ class ProcessRow:
     memory_bytes: int | None
     sm_percent: int | None
     unrequested: bool = False
+    # The allocation verdict: ALLOCATED, NOT_ALLOCATED, NO_POD or UNKNOWN (None: not asked).
+    allocation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,43 +77,62 @@ class GpuRow:
 
 @dataclass(frozen=True, slots=True)
 class DownNode:
-    """A node whose agent did not answer, and why."""
+    """A node whose agent did not answer, and why (the reason alone, without the node's name)."""
 
     node: str
     reason: str
 
 
+def down_node(node: str, message: str) -> DownNode:
+    """The DownNode of an agent error ``message``, its "agent on node 'x' unavailable" cut off.
+
+    The line that shows it already names the node and says the agent is down.
+    """
+    for pattern, kept in _DOWN_MESSAGES:
+        match = pattern.match(message)
+        if match and match["node"] == node:
+            return DownNode(node, kept + match["reason"])
+    return DownNode(node, message)
+
+
 @dataclass(frozen=True, slots=True)
 class PodRow:
-    """One pod's GPU use."""
+    """One pod's GPU use; None where it is not known (its node's agent is down)."""
 
     namespace: str
     name: str
     node: str | None
     gpus_requested: int
-    gpus_used: int
-    memory_bytes: int
-    sm_percent: int
+    gpus_used: int | None
+    memory_bytes: int | None
+    sm_percent: int | None
 
     @property
-    def unrequested(self) -> bool:
+    def unrequested(self) -> bool | None:
         """It uses more GPUs than it requested (a pod requesting none, using one, included)."""
+        if self.gpus_used is None:
+            return None
         return self.gpus_used > self.gpus_requested
 
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:
-    """One node's GPUs, summed."""
+    """One node's GPUs, summed; None where it is not known (its agent is down)."""
 
     name: str
     down_reason: str | None
-    gpus: int
+    gpus: int | None
     utilization: int | None
-    memory_used: int
-    memory_total: int
+    memory_used: int | None
+    memory_total: int | None
     max_temperature: int | None
-    pods: int
-    processes: int
+    pods: int | None
+    processes: int | None
+
+    @classmethod
+    def down(cls, node: DownNode) -> NodeRow:
+        """The row of a node whose agent is down: nothing about its GPUs is known."""
+        return cls(node.node, node.reason, None, None, None, None, None, None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +142,7 @@ class Filters:
     namespace: str | None = None
     node: str | None = None
     selector: str | None = None
-    sort_by: str = "name"
+    sort_by: str = DEFAULT_SORT
 
     @property
     def by_pod(self) -> bool:
@@ -158,6 +184,7 @@ def gpu_rows(gpus: Iterable[Mapping[str, Any]]) -> list[GpuRow]:
                 container=(p.get("container") or {}).get("name"),
                 memory_bytes=p.get("usedMemoryBytes"),
                 sm_percent=p.get("smUtilization"),
+                allocation=p.get("allocation"),
             )
             for p in gpu.get("processes") or ()
         )
@@ -183,10 +210,10 @@ def down_from_errors(errors: Sequence[Mapping[str, Any]]) -> tuple[list[DownNode
     down, other = [], []
     for error in errors:
         message = str(error.get("message", ""))
-        for pattern in _DOWN_MESSAGES:
+        for pattern, _ in _DOWN_MESSAGES:
             match = pattern.match(message)
             if match:
-                down.append(DownNode(match["node"], match["reason"]))
+                down.append(down_node(match["node"], message))
                 break
         else:
             other.append(message)
@@ -233,7 +260,7 @@ def _from_query(body: Mapping[str, Any]) -> Snapshot:
         _raise_errors(other or [str(e.get("message")) for e in errors] or ["no data"], errors)
     assert data is not None
     down = [
-        DownNode(n["name"], n["agent"]["error"] or "agent not reachable")
+        down_node(n["name"], n["agent"]["error"] or "not reachable")
         for n in data.get("nodes") or ()
         if not n["agent"]["reachable"]
     ]
@@ -294,6 +321,7 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
                 sm_percent=p.sm_percent,
                 unrequested=p.pod is not None
                 and len(used.get(p.pod.uid, ())) > (p.pod.gpu_request or 0),
+                allocation=p.allocation,
             )
             for p in gpu.processes
             if wanted(p)
@@ -315,6 +343,14 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
             )
         )
     down = [d for d in snapshot.down if filters.node is None or d.node == filters.node]
+    if filters.by_pod and snapshot.pods is not None:
+        # Only the nodes of the pods asked for: another tenant's down node says nothing here.
+        hosts = {
+            p.node
+            for p in snapshot.pods
+            if filters.namespace is None or p.namespace == filters.namespace
+        }
+        down = [d for d in down if d.node in hosts]
     return Snapshot(gpus=sort_gpus(gpus, filters.sort_by), down=down, pods=snapshot.pods)
 
 
@@ -322,21 +358,34 @@ def sort_gpus(gpus: list[GpuRow], sort_by: str) -> list[GpuRow]:
     """GPUs by node and index, or busiest first by memory or utilization."""
     gpus = sorted(gpus, key=lambda g: (g.node, g.index))
     if sort_by == "memory":
-        gpus.sort(key=lambda g: -(g.memory_used or 0))
+        gpus.sort(key=lambda g: busiest(g.memory_used))
     elif sort_by == "sm":
-        gpus.sort(key=lambda g: -(g.utilization or 0))
+        gpus.sort(key=lambda g: busiest(g.utilization))
     return gpus
 
 
+def busiest(value: int | None) -> tuple[bool, int]:
+    """A sort key: the largest value first, the unknown ones last."""
+    return (value is None, -(value or 0))
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    """The sum of the known values; None when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
-    """A row per pod that requests or uses GPUs, from an ``apply``-ed snapshot."""
+    """A row per pod that requests or uses GPUs, from an ``apply``-ed snapshot.
+
+    A pod on a node whose agent is down has its use unknown (None), not zero.
+    """
     pods: dict[str, PodRef] = {}
     for pod in snapshot.pods or ():
         if pod.gpu_request:
             pods[pod.uid] = pod
+    processes: dict[str, list[ProcessRow]] = {}
     gpus: dict[str, set[str]] = {}
-    memory: dict[str, int] = {}
-    sm: dict[str, int] = {}
     for gpu in snapshot.gpus:
         for process in gpu.processes:
             owner = process.pod
@@ -344,30 +393,38 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
                 continue
             pods.setdefault(owner.uid, owner)
             gpus.setdefault(owner.uid, set()).add(gpu.uuid)
-            memory[owner.uid] = memory.get(owner.uid, 0) + (process.memory_bytes or 0)
-            sm[owner.uid] = sm.get(owner.uid, 0) + (process.sm_percent or 0)
-    rows = [
-        PodRow(
-            namespace=pod.namespace,
-            name=pod.name,
-            node=pod.node,
-            gpus_requested=pod.gpu_request or 0,
-            gpus_used=len(gpus.get(uid, ())),
-            memory_bytes=memory.get(uid, 0),
-            sm_percent=sm.get(uid, 0),
+            processes.setdefault(owner.uid, []).append(process)
+    down = {d.node for d in snapshot.down}
+    rows = []
+    for uid, pod in pods.items():
+        own = processes.get(uid, [])
+        if pod.node in down:
+            used, memory, sm = None, None, None
+        else:
+            used = len(gpus.get(uid, ()))
+            memory = _total(p.memory_bytes for p in own) if own else 0
+            sm = _total(p.sm_percent for p in own) if own else 0
+        rows.append(
+            PodRow(
+                namespace=pod.namespace,
+                name=pod.name,
+                node=pod.node,
+                gpus_requested=pod.gpu_request or 0,
+                gpus_used=used,
+                memory_bytes=memory,
+                sm_percent=sm,
+            )
         )
-        for uid, pod in pods.items()
-    ]
     rows.sort(key=lambda r: (r.namespace, r.name))
     if sort_by == "memory":
-        rows.sort(key=lambda r: -r.memory_bytes)
+        rows.sort(key=lambda r: busiest(r.memory_bytes))
     elif sort_by == "sm":
-        rows.sort(key=lambda r: -r.sm_percent)
+        rows.sort(key=lambda r: busiest(r.sm_percent))
     return rows
 
 
 def node_rows(snapshot: Snapshot, sort_by: str) -> list[NodeRow]:
-    """A row per node: its GPUs summed, or why its agent is down."""
+    """A row per node: its GPUs summed, or unknowns and why its agent is down."""
     by_node: dict[str, list[GpuRow]] = {}
     for gpu in snapshot.gpus:
         by_node.setdefault(gpu.node, []).append(gpu)
@@ -382,21 +439,17 @@ def node_rows(snapshot: Snapshot, sort_by: str) -> list[NodeRow]:
                 down_reason=None,
                 gpus=len(gpus),
                 utilization=round(sum(utils) / len(utils)) if utils else None,
-                memory_used=sum(g.memory_used or 0 for g in gpus),
-                memory_total=sum(g.memory_total or 0 for g in gpus),
+                memory_used=_total(g.memory_used for g in gpus),
+                memory_total=_total(g.memory_total for g in gpus),
                 max_temperature=max(temps) if temps else None,
                 pods=len({p.pod.uid for p in processes if p.pod is not None}),
                 processes=len(processes),
             )
         )
-    rows.extend(
-        NodeRow(d.node, d.reason, 0, None, 0, 0, None, 0, 0)
-        for d in snapshot.down
-        if d.node not in by_node
-    )
+    rows.extend(NodeRow.down(d) for d in snapshot.down if d.node not in by_node)
     rows.sort(key=lambda r: r.name)
     if sort_by == "memory":
-        rows.sort(key=lambda r: -r.memory_used)
+        rows.sort(key=lambda r: busiest(r.memory_used))
     elif sort_by == "sm":
-        rows.sort(key=lambda r: -(r.utilization or 0))
+        rows.sort(key=lambda r: busiest(r.utilization))
     return rows

@@ -8,7 +8,7 @@ fragment TopGpu on Gpu {
   uuid index name utilizationGpu memoryUsedBytes memoryTotalBytes temperatureC error
   node { name }
   processes {
-    pid name usedMemoryBytes smUtilization
+    pid name usedMemoryBytes smUtilization allocation
     pod { uid namespace name nodeName gpuRequest }
     container { name }
   }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -14,7 +14,12 @@ from .model import DownNode, Snapshot, node_rows, pod_rows
 from .text import printable
 
 UNREQUESTED = "UNREQUESTED"
+# A process on a GPU its container was not given, and one whose node has no allocation data.
+NOT_ALLOCATED = "✗ NOT ALLOCATED"
+ALLOCATION_UNKNOWN = "?"
 NO_POD = "(no pod)"
+# A value the server could not know (the node's agent is down), as kubectl top shows one.
+UNKNOWN = "<unknown>"
 
 
 def size(value: int | None) -> str:
@@ -32,6 +37,11 @@ def size(value: int | None) -> str:
 def percent(value: int | None) -> str:
     """``35%``, or ``-`` when unknown."""
     return "-" if value is None else f"{value}%"
+
+
+def known(value: int | None, show: Callable[[int], str] = str) -> Cell:
+    """``value`` as ``show`` writes it, or the UNKNOWN marker."""
+    return Text(UNKNOWN, style="yellow") if value is None else show(value)
 
 
 Cell = str | Text
@@ -175,6 +185,10 @@ def gpu_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
                 who = Text(f"PID {p.pid} {p.pod.key} [{p.container or '-'}]")
                 if p.unrequested:
                     who.append(f" {UNREQUESTED}", style="bold red")
+                if p.allocation == "NOT_ALLOCATED":
+                    who.append(f" {NOT_ALLOCATED}", style="bold magenta")
+                elif p.allocation == "UNKNOWN":
+                    who.append(f" {ALLOCATION_UNKNOWN}", style="dim")
             process_cells: list[Cell] = [
                 "",
                 "",
@@ -198,9 +212,9 @@ def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
             row.namespace,
             row.name,
             row.node or "-",
-            f"{row.gpus_requested}/{row.gpus_used}",
-            size(row.memory_bytes),
-            percent(row.sm_percent),
+            f"{row.gpus_requested}/{UNKNOWN if row.gpus_used is None else row.gpus_used}",
+            known(row.memory_bytes, size),
+            known(row.sm_percent, percent),
             Text(UNREQUESTED, style="bold red") if row.unrequested else "",
         ]
         for row in pod_rows(snapshot, sort_by)
@@ -209,24 +223,25 @@ def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
 
 
 def node_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
-    """A row per node; a down node's row says DOWN (why is said below the table)."""
+    """A row per node; a down node's row says DOWN and unknown (why is said below the table)."""
     columns = ["NODE", "GPUS", "UTIL", "MEMORY", "MAX TEMP", "PODS", "PROCESSES"]
     rows: list[list[Cell]] = []
     for row in node_rows(snapshot, sort_by):
         name = Text(row.name, style="bold")
         if row.down_reason:
             # The reason is long; it goes on its own line below, not into a column.
-            rows.append([name, Text("DOWN", style="red"), "", "", "", "", ""])
+            unknown = known(None)
+            rows.append([name, Text("DOWN", style="red"), *[unknown] * (len(columns) - 2)])
             continue
         rows.append(
             [
                 name,
-                str(row.gpus),
+                known(row.gpus),
                 percent(row.utilization),
                 f"{size(row.memory_used)}/{size(row.memory_total)}",
                 "-" if row.max_temperature is None else f"{row.max_temperature}C",
-                str(row.pods),
-                str(row.processes),
+                known(row.pods),
+                known(row.processes),
             ]
         )
     return columns, rows

@@ -115,14 +115,18 @@ class HttpTransport:
                     elif kind == "complete":
                         return
             # The socket closed (1000 or 1001) without completing the operation.
-            raise close_error(socket.close_code, socket.close_reason or "", url)
+            raise close_error(
+                socket.close_code, socket.close_reason or "", url, hint=self.endpoint.token_hint
+            )
         except InvalidStatus as exc:
             body = (exc.response.body or b"").decode("utf-8", "replace")
-            raise status_error(exc.response.status_code, url, body) from None
+            raise status_error(
+                exc.response.status_code, url, body, hint=self.endpoint.token_hint
+            ) from None
         except ConnectionClosed as exc:
             close = exc.rcvd
             code, reason = (close.code, close.reason) if close else (None, "")
-            raise close_error(code, reason, url) from None
+            raise close_error(code, reason, url, hint=self.endpoint.token_hint) from None
         except (OSError, WebSocketException, TimeoutError) as exc:
             raise TopError(f"cannot reach the gpugraph server at {url}: {exc}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

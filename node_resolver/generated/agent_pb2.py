@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpugraph/agent/v1/agent.proto\x12\x11gpugraph.agent.v1\"\x14\n\x12GetSnapshotRequest\"\xe5\x01\n\x08Snapshot\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1b\n\x0e\x64river_version\x18\x02 \x01(\tH\x00\x88\x01\x01\x12 \n\x13\x63uda_driver_version\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12$\n\x04gpus\x18\x04 \x03(\x0b\x32\x16.gpugraph.agent.v1.Gpu\x12\x12\n\nsampled_at\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ge_seconds\x18\x06 \x01(\x01\x12\r\n\x05\x65rror\x18\x07 \x01(\tB\x11\n\x0f_driver_versionB\x16\n\x14_cuda_driver_version\"\xbe\x05\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x11\n\x04name\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1f\n\x12memory_total_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x05 \x01(\x04H\x02\x88\x01\x01\x12\x1c\n\x0futilization_gpu\x18\x06 \x01(\rH\x03\x88\x01\x01\x12\x1f\n\x12utilization_memory\x18\x07 \x01(\rH\x04\x88\x01\x01\x12\x1a\n\rtemperature_c\x18\x08 \x01(\x05H\x05\x88\x01\x01\x12\x1e\n\x11power_usage_watts\x18\t \x01(\x01H\x06\x88\x01\x01\x12\x1e\n\x11power_limit_watts\x18\n \x01(\x01H\x07\x88\x01\x01\x12\x18\n\x0bmig_enabled\x18\x0b \x01(\x08H\x08\x88\x01\x01\x12\x31\n\x0bmig_devices\x18\x0c \x03(\x0b\x32\x1c.gpugraph.agent.v1.MigDevice\x12-\n\tprocesses\x18\r \x03(\x0b\x32\x1a.gpugraph.agent.v1.Process\x12\r\n\x05\x65rror\x18\x0e \x01(\t\x12=\n\x0c\x66ield_errors\x18\x0f \x03(\x0b\x32\'.gpugraph.agent.v1.Gpu.FieldErrorsEntry\x1a\x32\n\x10\x46ieldErrorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_nameB\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_utilization_gpuB\x15\n\x13_utilization_memoryB\x10\n\x0e_temperature_cB\x14\n\x12_power_usage_wattsB\x14\n\x12_power_limit_wattsB\x0e\n\x0c_mig_enabled\"\x82\x02\n\tMigDevice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x1f\n\x12memory_total_bytes\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1c\n\x0fgpu_instance_id\x18\x05 \x01(\rH\x02\x88\x01\x01\x12 \n\x13\x63ompute_instance_id\x18\x06 \x01(\rH\x03\x88\x01\x01\x42\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_gpu_instance_idB\x16\n\x14_compute_instance_id\"\xb9\x02\n\x07Process\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x11\n\x04name\x18\x02 \x01(\tH\x00\x88\x01\x01\x12,\n\x04type\x18\x03 \x01(\x0e\x32\x1e.gpugraph.agent.v1.ProcessType\x12\x1e\n\x11used_memory_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1b\n\x0esm_utilization\x18\x05 \x01(\rH\x02\x88\x01\x01\x12\x14\n\x0c\x63ontainer_id\x18\x06 \x01(\t\x12\x0f\n\x07pod_uid\x18\x07 \x01(\t\x12\x0f\n\x07runtime\x18\x08 \x01(\t\x12\x17\n\x0fmig_device_uuid\x18\t \x01(\t\x12\x14\n\x07\x63mdline\x18\n \x01(\tH\x03\x88\x01\x01\x42\x07\n\x05_nameB\x14\n\x12_used_memory_bytesB\x11\n\x0f_sm_utilizationB\n\n\x08_cmdline*w\n\x0bProcessType\x12\x1c\n\x18PROCESS_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14PROCESS_TYPE_COMPUTE\x10\x01\x12\x19\n\x15PROCESS_TYPE_GRAPHICS\x10\x02\x12\x15\n\x11PROCESS_TYPE_BOTH\x10\x03\x32^\n\tNodeAgent\x12Q\n\x0bGetSnapshot\x12%.gpugraph.agent.v1.GetSnapshotRequest\x1a\x1b.gpugraph.agent.v1.Snapshotb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpugraph/agent/v1/agent.proto\x12\x11gpugraph.agent.v1\"\x14\n\x12GetSnapshotRequest\"\xd0\x02\n\x08Snapshot\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1b\n\x0e\x64river_version\x18\x02 \x01(\tH\x00\x88\x01\x01\x12 \n\x13\x63uda_driver_version\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12$\n\x04gpus\x18\x04 \x03(\x0b\x32\x16.gpugraph.agent.v1.Gpu\x12\x12\n\nsampled_at\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ge_seconds\x18\x06 \x01(\x01\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x1b\n\x0ehistory_status\x18\x17 \x01(\tH\x02\x88\x01\x01\x12\x39\n\x0b\x61llocations\x18\x1e \x01(\x0b\x32$.gpugraph.agent.v1.DeviceAllocationsB\x11\n\x0f_driver_versionB\x16\n\x14_cuda_driver_versionB\x11\n\x0f_history_status\"\xea\x05\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x11\n\x04name\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1f\n\x12memory_total_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x05 \x01(\x04H\x02\x88\x01\x01\x12\x1c\n\x0futilization_gpu\x18\x06 \x01(\rH\x03\x88\x01\x01\x12\x1f\n\x12utilization_memory\x18\x07 \x01(\rH\x04\x88\x01\x01\x12\x1a\n\rtemperature_c\x18\x08 \x01(\x05H\x05\x88\x01\x01\x12\x1e\n\x11power_usage_watts\x18\t \x01(\x01H\x06\x88\x01\x01\x12\x1e\n\x11power_limit_watts\x18\n \x01(\x01H\x07\x88\x01\x01\x12\x18\n\x0bmig_enabled\x18\x0b \x01(\x08H\x08\x88\x01\x01\x12\x31\n\x0bmig_devices\x18\x0c \x03(\x0b\x32\x1c.gpugraph.agent.v1.MigDevice\x12-\n\tprocesses\x18\r \x03(\x0b\x32\x1a.gpugraph.agent.v1.Process\x12\r\n\x05\x65rror\x18\x0e \x01(\t\x12=\n\x0c\x66ield_errors\x18\x0f \x03(\x0b\x32\'.gpugraph.agent.v1.Gpu.FieldErrorsEntry\x12\x19\n\x0cminor_number\x18\x1e \x01(\rH\t\x88\x01\x01\x1a\x32\n\x10\x46ieldErrorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_nameB\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_utilization_gpuB\x15\n\x13_utilization_memoryB\x10\n\x0e_temperature_cB\x14\n\x12_power_usage_wattsB\x14\n\x12_power_limit_wattsB\x0e\n\x0c_mig_enabledB\x0f\n\r_minor_number\"\x82\x02\n\tMigDevice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x1f\n\x12memory_total_bytes\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1c\n\x0fgpu_instance_id\x18\x05 \x01(\rH\x02\x88\x01\x01\x12 \n\x13\x63ompute_instance_id\x18\x06 \x01(\rH\x03\x88\x01\x01\x42\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x12\n\x10_gpu_instance_idB\x16\n\x14_compute_instance_id\"\xb9\x02\n\x07Process\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x11\n\x04name\x18\x02 \x01(\tH\x00\x88\x01\x01\x12,\n\x04type\x18\x03 \x01(\x0e\x32\x1e.gpugraph.agent.v1.ProcessType\x12\x1e\n\x11used_memory_bytes\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\x1b\n\x0esm_utilization\x18\x05 \x01(\rH\x02\x88\x01\x01\x12\x14\n\x0c\x63ontainer_id\x18\x06 \x01(\t\x12\x0f\n\x07pod_uid\x18\x07 \x01(\t\x12\x0f\n\x07runtime\x18\x08 \x01(\t\x12\x17\n\x0fmig_device_uuid\x18\t \x01(\t\x12\x14\n\x07\x63mdline\x18\n \x01(\tH\x03\x88\x01\x01\x42\x07\n\x05_nameB\x14\n\x12_used_memory_bytesB\x11\n\x0f_sm_utilizationB\n\n\x08_cmdline\"\xaf\x01\n\x11GetHistoryRequest\x12\r\n\x05since\x18\x01 \x01(\x01\x12\x12\n\x05until\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tgpu_uuids\x18\x03 \x03(\t\x12\x10\n\x08pod_uids\x18\x04 \x03(\t\x12\x12\n\nnamespaces\x18\x05 \x03(\t\x12\r\n\x05limit\x18\x06 \x01(\r\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x11\n\tpod_names\x18\x08 \x03(\tB\x08\n\x06_until\"\xb2\x03\n\rHistoryRecord\x12\x10\n\x08gpu_uuid\x18\x01 \x01(\t\x12\x17\n\x0fmig_device_uuid\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12\x14\n\x0cprocess_name\x18\x04 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x05 \x01(\t\x12\x0f\n\x07pod_uid\x18\x06 \x01(\t\x12\x15\n\rpod_namespace\x18\x07 \x01(\t\x12\x10\n\x08pod_name\x18\x08 \x01(\t\x12\x16\n\x0e\x63ontainer_name\x18\t \x01(\t\x12\x12\n\nfirst_seen\x18\n \x01(\x01\x12\x11\n\tlast_seen\x18\x0b \x01(\x01\x12\r\n\x05\x65nded\x18\x0c \x01(\x08\x12\x19\n\x11peak_memory_bytes\x18\r \x01(\x04\x12\x1e\n\x11mean_memory_bytes\x18\x0e \x01(\x01H\x00\x88\x01\x01\x12 \n\x13mean_sm_utilization\x18\x0f \x01(\x01H\x01\x88\x01\x01\x12\x1a\n\x12\x61llocation_verdict\x18\x10 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x11 \x01(\tB\x14\n\x12_mean_memory_bytesB\x16\n\x14_mean_sm_utilization\"|\n\x0bHistoryPage\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x31\n\x07records\x18\x02 \x03(\x0b\x32 .gpugraph.agent.v1.HistoryRecord\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\"\x83\x01\n\x0fGetUsageRequest\x12\r\n\x05since\x18\x01 \x01(\x01\x12\x12\n\x05until\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12/\n\x08group_by\x18\x03 \x03(\x0e\x32\x1d.gpugraph.agent.v1.UsageGroup\x12\x12\n\nnamespaces\x18\x04 \x03(\tB\x08\n\x06_until\"r\n\x08UsageRow\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08pod_name\x18\x02 \x01(\t\x12\x10\n\x08gpu_uuid\x18\x03 \x01(\t\x12\x13\n\x0bgpu_seconds\x18\x04 \x01(\x01\x12\x1a\n\x12memory_gib_seconds\x18\x05 \x01(\x01\"Z\n\nUsageReply\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12)\n\x04rows\x18\x02 \x03(\x0b\x32\x1b.gpugraph.agent.v1.UsageRow\x12\x0e\n\x06status\x18\x03 \x01(\t\")\n\rContainerName\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"m\n\x07PodName\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x34\n\ncontainers\x18\x04 \x03(\x0b\x32 .gpugraph.agent.v1.ContainerName\"Q\n\x12PutPodNamesRequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12(\n\x04pods\x18\x02 \x03(\x0b\x32\x1a.gpugraph.agent.v1.PodName\"\"\n\x10PutPodNamesReply\x12\x0e\n\x06stored\x18\x01 \x01(\r\"\xad\x01\n\x11\x44\x65viceAllocations\x12\x37\n\x05state\x18\x01 \x01(\x0e\x32(.gpugraph.agent.v1.AllocationSourceState\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0b\x61ge_seconds\x18\x03 \x01(\x01\x12:\n\ncontainers\x18\x04 \x03(\x0b\x32&.gpugraph.agent.v1.ContainerAllocation\"~\n\x13\x43ontainerAllocation\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x34\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32#.gpugraph.agent.v1.DeviceAllocation\"\xcb\x01\n\x10\x44\x65viceAllocation\x12\x39\n\tmechanism\x18\x01 \x01(\x0e\x32&.gpugraph.agent.v1.AllocationMechanism\x12\x10\n\x08resource\x18\x02 \x01(\t\x12\x11\n\tdevice_id\x18\x03 \x01(\t\x12\x10\n\x08gpu_uuid\x18\x04 \x01(\t\x12\x17\n\x0fmig_device_uuid\x18\x05 \x01(\t\x12\x0e\n\x06shared\x18\x06 \x01(\x08\x12\x0e\n\x06\x64river\x18\x07 \x01(\t\x12\x0c\n\x04pool\x18\x08 \x01(\t*w\n\x0bProcessType\x12\x1c\n\x18PROCESS_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14PROCESS_TYPE_COMPUTE\x10\x01\x12\x19\n\x15PROCESS_TYPE_GRAPHICS\x10\x02\x12\x15\n\x11PROCESS_TYPE_BOTH\x10\x03*\x84\x01\n\nUsageGroup\x12\x1b\n\x17USAGE_GROUP_UNSPECIFIED\x10\x00\x12\x19\n\x15USAGE_GROUP_NAMESPACE\x10\x01\x12\x13\n\x0fUSAGE_GROUP_POD\x10\x02\x12\x14\n\x10USAGE_GROUP_NODE\x10\x03\x12\x13\n\x0fUSAGE_GROUP_GPU\x10\x04*\x8d\x01\n\x15\x41llocationSourceState\x12\'\n#ALLOCATION_SOURCE_STATE_UNSPECIFIED\x10\x00\x12)\n%ALLOCATION_SOURCE_STATE_POD_RESOURCES\x10\x01\x12 \n\x1c\x41LLOCATION_SOURCE_STATE_NONE\x10\x02*\x81\x01\n\x13\x41llocationMechanism\x12$\n ALLOCATION_MECHANISM_UNSPECIFIED\x10\x00\x12&\n\"ALLOCATION_MECHANISM_DEVICE_PLUGIN\x10\x01\x12\x1c\n\x18\x41LLOCATION_MECHANISM_DRA\x10\x02\x32\xdc\x02\n\tNodeAgent\x12Q\n\x0bGetSnapshot\x12%.gpugraph.agent.v1.GetSnapshotRequest\x1a\x1b.gpugraph.agent.v1.Snapshot\x12R\n\nGetHistory\x12$.gpugraph.agent.v1.GetHistoryRequest\x1a\x1e.gpugraph.agent.v1.HistoryPage\x12M\n\x08GetUsage\x12\".gpugraph.agent.v1.GetUsageRequest\x1a\x1d.gpugraph.agent.v1.UsageReply\x12Y\n\x0bPutPodNames\x12%.gpugraph.agent.v1.PutPodNamesRequest\x1a#.gpugraph.agent.v1.PutPodNamesReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,20 +34,52 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GPU_FIELDERRORSENTRY']._loaded_options = None
   _globals['_GPU_FIELDERRORSENTRY']._serialized_options = b'8\001'
-  _globals['_PROCESSTYPE']._serialized_start=1588
-  _globals['_PROCESSTYPE']._serialized_end=1707
+  _globals['_PROCESSTYPE']._serialized_start=3605
+  _globals['_PROCESSTYPE']._serialized_end=3724
+  _globals['_USAGEGROUP']._serialized_start=3727
+  _globals['_USAGEGROUP']._serialized_end=3859
+  _globals['_ALLOCATIONSOURCESTATE']._serialized_start=3862
+  _globals['_ALLOCATIONSOURCESTATE']._serialized_end=4003
+  _globals['_ALLOCATIONMECHANISM']._serialized_start=4006
+  _globals['_ALLOCATIONMECHANISM']._serialized_end=4135
   _globals['_GETSNAPSHOTREQUEST']._serialized_start=52
   _globals['_GETSNAPSHOTREQUEST']._serialized_end=72
   _globals['_SNAPSHOT']._serialized_start=75
-  _globals['_SNAPSHOT']._serialized_end=304
-  _globals['_GPU']._serialized_start=307
-  _globals['_GPU']._serialized_end=1009
-  _globals['_GPU_FIELDERRORSENTRY']._serialized_start=784
-  _globals['_GPU_FIELDERRORSENTRY']._serialized_end=834
-  _globals['_MIGDEVICE']._serialized_start=1012
-  _globals['_MIGDEVICE']._serialized_end=1270
-  _globals['_PROCESS']._serialized_start=1273
-  _globals['_PROCESS']._serialized_end=1586
-  _globals['_NODEAGENT']._serialized_start=1709
-  _globals['_NODEAGENT']._serialized_end=1803
+  _globals['_SNAPSHOT']._serialized_end=411
+  _globals['_GPU']._serialized_start=414
+  _globals['_GPU']._serialized_end=1160
+  _globals['_GPU_FIELDERRORSENTRY']._serialized_start=918
+  _globals['_GPU_FIELDERRORSENTRY']._serialized_end=968
+  _globals['_MIGDEVICE']._serialized_start=1163
+  _globals['_MIGDEVICE']._serialized_end=1421
+  _globals['_PROCESS']._serialized_start=1424
+  _globals['_PROCESS']._serialized_end=1737
+  _globals['_GETHISTORYREQUEST']._serialized_start=1740
+  _globals['_GETHISTORYREQUEST']._serialized_end=1915
+  _globals['_HISTORYRECORD']._serialized_start=1918
+  _globals['_HISTORYRECORD']._serialized_end=2352
+  _globals['_HISTORYPAGE']._serialized_start=2354
+  _globals['_HISTORYPAGE']._serialized_end=2478
+  _globals['_GETUSAGEREQUEST']._serialized_start=2481
+  _globals['_GETUSAGEREQUEST']._serialized_end=2612
+  _globals['_USAGEROW']._serialized_start=2614
+  _globals['_USAGEROW']._serialized_end=2728
+  _globals['_USAGEREPLY']._serialized_start=2730
+  _globals['_USAGEREPLY']._serialized_end=2820
+  _globals['_CONTAINERNAME']._serialized_start=2822
+  _globals['_CONTAINERNAME']._serialized_end=2863
+  _globals['_PODNAME']._serialized_start=2865
+  _globals['_PODNAME']._serialized_end=2974
+  _globals['_PUTPODNAMESREQUEST']._serialized_start=2976
+  _globals['_PUTPODNAMESREQUEST']._serialized_end=3057
+  _globals['_PUTPODNAMESREPLY']._serialized_start=3059
+  _globals['_PUTPODNAMESREPLY']._serialized_end=3093
+  _globals['_DEVICEALLOCATIONS']._serialized_start=3096
+  _globals['_DEVICEALLOCATIONS']._serialized_end=3269
+  _globals['_CONTAINERALLOCATION']._serialized_start=3271
+  _globals['_CONTAINERALLOCATION']._serialized_end=3397
+  _globals['_DEVICEALLOCATION']._serialized_start=3400
+  _globals['_DEVICEALLOCATION']._serialized_end=3603
+  _globals['_NODEAGENT']._serialized_start=4138
+  _globals['_NODEAGENT']._serialized_end=4486
 # @@protoc_insertion_point(module_scope)

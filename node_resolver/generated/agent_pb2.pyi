@@ -14,17 +14,48 @@ class ProcessType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROCESS_TYPE_COMPUTE: _ClassVar[ProcessType]
     PROCESS_TYPE_GRAPHICS: _ClassVar[ProcessType]
     PROCESS_TYPE_BOTH: _ClassVar[ProcessType]
+
+class UsageGroup(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USAGE_GROUP_UNSPECIFIED: _ClassVar[UsageGroup]
+    USAGE_GROUP_NAMESPACE: _ClassVar[UsageGroup]
+    USAGE_GROUP_POD: _ClassVar[UsageGroup]
+    USAGE_GROUP_NODE: _ClassVar[UsageGroup]
+    USAGE_GROUP_GPU: _ClassVar[UsageGroup]
+
+class AllocationSourceState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ALLOCATION_SOURCE_STATE_UNSPECIFIED: _ClassVar[AllocationSourceState]
+    ALLOCATION_SOURCE_STATE_POD_RESOURCES: _ClassVar[AllocationSourceState]
+    ALLOCATION_SOURCE_STATE_NONE: _ClassVar[AllocationSourceState]
+
+class AllocationMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ALLOCATION_MECHANISM_UNSPECIFIED: _ClassVar[AllocationMechanism]
+    ALLOCATION_MECHANISM_DEVICE_PLUGIN: _ClassVar[AllocationMechanism]
+    ALLOCATION_MECHANISM_DRA: _ClassVar[AllocationMechanism]
 PROCESS_TYPE_UNSPECIFIED: ProcessType
 PROCESS_TYPE_COMPUTE: ProcessType
 PROCESS_TYPE_GRAPHICS: ProcessType
 PROCESS_TYPE_BOTH: ProcessType
+USAGE_GROUP_UNSPECIFIED: UsageGroup
+USAGE_GROUP_NAMESPACE: UsageGroup
+USAGE_GROUP_POD: UsageGroup
+USAGE_GROUP_NODE: UsageGroup
+USAGE_GROUP_GPU: UsageGroup
+ALLOCATION_SOURCE_STATE_UNSPECIFIED: AllocationSourceState
+ALLOCATION_SOURCE_STATE_POD_RESOURCES: AllocationSourceState
+ALLOCATION_SOURCE_STATE_NONE: AllocationSourceState
+ALLOCATION_MECHANISM_UNSPECIFIED: AllocationMechanism
+ALLOCATION_MECHANISM_DEVICE_PLUGIN: AllocationMechanism
+ALLOCATION_MECHANISM_DRA: AllocationMechanism
 
 class GetSnapshotRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("node_name", "driver_version", "cuda_driver_version", "gpus", "sampled_at", "age_seconds", "error")
+    __slots__ = ("node_name", "driver_version", "cuda_driver_version", "gpus", "sampled_at", "age_seconds", "error", "history_status", "allocations")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     CUDA_DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +63,8 @@ class Snapshot(_message.Message):
     SAMPLED_AT_FIELD_NUMBER: _ClassVar[int]
     AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     driver_version: str
     cuda_driver_version: int
@@ -39,10 +72,12 @@ class Snapshot(_message.Message):
     sampled_at: float
     age_seconds: float
     error: str
-    def __init__(self, node_name: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., sampled_at: _Optional[float] = ..., age_seconds: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+    history_status: str
+    allocations: DeviceAllocations
+    def __init__(self, node_name: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., sampled_at: _Optional[float] = ..., age_seconds: _Optional[float] = ..., error: _Optional[str] = ..., history_status: _Optional[str] = ..., allocations: _Optional[_Union[DeviceAllocations, _Mapping]] = ...) -> None: ...
 
 class Gpu(_message.Message):
-    __slots__ = ("index", "uuid", "name", "memory_total_bytes", "memory_used_bytes", "utilization_gpu", "utilization_memory", "temperature_c", "power_usage_watts", "power_limit_watts", "mig_enabled", "mig_devices", "processes", "error", "field_errors")
+    __slots__ = ("index", "uuid", "name", "memory_total_bytes", "memory_used_bytes", "utilization_gpu", "utilization_memory", "temperature_c", "power_usage_watts", "power_limit_watts", "mig_enabled", "mig_devices", "processes", "error", "field_errors", "minor_number")
     class FieldErrorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +100,7 @@ class Gpu(_message.Message):
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FIELD_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    MINOR_NUMBER_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     name: str
@@ -80,7 +116,8 @@ class Gpu(_message.Message):
     processes: _containers.RepeatedCompositeFieldContainer[Process]
     error: str
     field_errors: _containers.ScalarMap[str, str]
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., utilization_gpu: _Optional[int] = ..., utilization_memory: _Optional[int] = ..., temperature_c: _Optional[int] = ..., power_usage_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., mig_enabled: _Optional[bool] = ..., mig_devices: _Optional[_Iterable[_Union[MigDevice, _Mapping]]] = ..., processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ..., error: _Optional[str] = ..., field_errors: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    minor_number: int
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., utilization_gpu: _Optional[int] = ..., utilization_memory: _Optional[int] = ..., temperature_c: _Optional[int] = ..., power_usage_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., mig_enabled: _Optional[bool] = ..., mig_devices: _Optional[_Iterable[_Union[MigDevice, _Mapping]]] = ..., processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ..., error: _Optional[str] = ..., field_errors: _Optional[_Mapping[str, str]] = ..., minor_number: _Optional[int] = ...) -> None: ...
 
 class MigDevice(_message.Message):
     __slots__ = ("index", "uuid", "memory_total_bytes", "memory_used_bytes", "gpu_instance_id", "compute_instance_id")
@@ -121,3 +158,187 @@ class Process(_message.Message):
     mig_device_uuid: str
     cmdline: str
     def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[_Union[ProcessType, str]] = ..., used_memory_bytes: _Optional[int] = ..., sm_utilization: _Optional[int] = ..., container_id: _Optional[str] = ..., pod_uid: _Optional[str] = ..., runtime: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., cmdline: _Optional[str] = ...) -> None: ...
+
+class GetHistoryRequest(_message.Message):
+    __slots__ = ("since", "until", "gpu_uuids", "pod_uids", "namespaces", "limit", "page_token", "pod_names")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    POD_UIDS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    POD_NAMES_FIELD_NUMBER: _ClassVar[int]
+    since: float
+    until: float
+    gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
+    pod_uids: _containers.RepeatedScalarFieldContainer[str]
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    page_token: str
+    pod_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, since: _Optional[float] = ..., until: _Optional[float] = ..., gpu_uuids: _Optional[_Iterable[str]] = ..., pod_uids: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., pod_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class HistoryRecord(_message.Message):
+    __slots__ = ("gpu_uuid", "mig_device_uuid", "pid", "process_name", "container_id", "pod_uid", "pod_namespace", "pod_name", "container_name", "first_seen", "last_seen", "ended", "peak_memory_bytes", "mean_memory_bytes", "mean_sm_utilization", "allocation_verdict", "cursor")
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    MIG_DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    POD_UID_FIELD_NUMBER: _ClassVar[int]
+    POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_NAME_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_SM_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    gpu_uuid: str
+    mig_device_uuid: str
+    pid: int
+    process_name: str
+    container_id: str
+    pod_uid: str
+    pod_namespace: str
+    pod_name: str
+    container_name: str
+    first_seen: float
+    last_seen: float
+    ended: bool
+    peak_memory_bytes: int
+    mean_memory_bytes: float
+    mean_sm_utilization: float
+    allocation_verdict: str
+    cursor: str
+    def __init__(self, gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., pid: _Optional[int] = ..., process_name: _Optional[str] = ..., container_id: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., container_name: _Optional[str] = ..., first_seen: _Optional[float] = ..., last_seen: _Optional[float] = ..., ended: _Optional[bool] = ..., peak_memory_bytes: _Optional[int] = ..., mean_memory_bytes: _Optional[float] = ..., mean_sm_utilization: _Optional[float] = ..., allocation_verdict: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
+
+class HistoryPage(_message.Message):
+    __slots__ = ("node_name", "records", "next_page_token", "status")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    records: _containers.RepeatedCompositeFieldContainer[HistoryRecord]
+    next_page_token: str
+    status: str
+    def __init__(self, node_name: _Optional[str] = ..., records: _Optional[_Iterable[_Union[HistoryRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("since", "until", "group_by", "namespaces")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    since: float
+    until: float
+    group_by: _containers.RepeatedScalarFieldContainer[UsageGroup]
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, since: _Optional[float] = ..., until: _Optional[float] = ..., group_by: _Optional[_Iterable[_Union[UsageGroup, str]]] = ..., namespaces: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("namespace", "pod_name", "gpu_uuid", "gpu_seconds", "memory_gib_seconds")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_NAME_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_GIB_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    pod_name: str
+    gpu_uuid: str
+    gpu_seconds: float
+    memory_gib_seconds: float
+    def __init__(self, namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., gpu_seconds: _Optional[float] = ..., memory_gib_seconds: _Optional[float] = ...) -> None: ...
+
+class UsageReply(_message.Message):
+    __slots__ = ("node_name", "rows", "status")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    status: str
+    def __init__(self, node_name: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., status: _Optional[str] = ...) -> None: ...
+
+class ContainerName(_message.Message):
+    __slots__ = ("id", "name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class PodName(_message.Message):
+    __slots__ = ("uid", "namespace", "name", "containers")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    uid: str
+    namespace: str
+    name: str
+    containers: _containers.RepeatedCompositeFieldContainer[ContainerName]
+    def __init__(self, uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerName, _Mapping]]] = ...) -> None: ...
+
+class PutPodNamesRequest(_message.Message):
+    __slots__ = ("node_name", "pods")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    pods: _containers.RepeatedCompositeFieldContainer[PodName]
+    def __init__(self, node_name: _Optional[str] = ..., pods: _Optional[_Iterable[_Union[PodName, _Mapping]]] = ...) -> None: ...
+
+class PutPodNamesReply(_message.Message):
+    __slots__ = ("stored",)
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    stored: int
+    def __init__(self, stored: _Optional[int] = ...) -> None: ...
+
+class DeviceAllocations(_message.Message):
+    __slots__ = ("state", "reason", "age_seconds", "containers")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    state: AllocationSourceState
+    reason: str
+    age_seconds: float
+    containers: _containers.RepeatedCompositeFieldContainer[ContainerAllocation]
+    def __init__(self, state: _Optional[_Union[AllocationSourceState, str]] = ..., reason: _Optional[str] = ..., age_seconds: _Optional[float] = ..., containers: _Optional[_Iterable[_Union[ContainerAllocation, _Mapping]]] = ...) -> None: ...
+
+class ContainerAllocation(_message.Message):
+    __slots__ = ("namespace", "pod", "container", "devices")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    pod: str
+    container: str
+    devices: _containers.RepeatedCompositeFieldContainer[DeviceAllocation]
+    def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceAllocation, _Mapping]]] = ...) -> None: ...
+
+class DeviceAllocation(_message.Message):
+    __slots__ = ("mechanism", "resource", "device_id", "gpu_uuid", "mig_device_uuid", "shared", "driver", "pool")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    MIG_DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    mechanism: AllocationMechanism
+    resource: str
+    device_id: str
+    gpu_uuid: str
+    mig_device_uuid: str
+    shared: bool
+    driver: str
+    pool: str
+    def __init__(self, mechanism: _Optional[_Union[AllocationMechanism, str]] = ..., resource: _Optional[str] = ..., device_id: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., shared: _Optional[bool] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...

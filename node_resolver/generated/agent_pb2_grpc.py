@@ -40,6 +40,21 @@ class NodeAgentStub:
                 request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.SerializeToString,
                 response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.FromString,
                 _registered_method=True)
+        self.GetHistory = channel.unary_unary(
+                '/gpugraph.agent.v1.NodeAgent/GetHistory',
+                request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetHistoryRequest.SerializeToString,
+                response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.HistoryPage.FromString,
+                _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/gpugraph.agent.v1.NodeAgent/GetUsage',
+                request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.UsageReply.FromString,
+                _registered_method=True)
+        self.PutPodNames = channel.unary_unary(
+                '/gpugraph.agent.v1.NodeAgent/PutPodNames',
+                request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesRequest.SerializeToString,
+                response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesReply.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServicer:
@@ -52,6 +67,28 @@ class NodeAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHistory(self, request, context):
+        """The occupancy log: process lifetimes on this node's GPUs overlapping a time
+        range, oldest first, one page per call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUsage(self, request, context):
+        """GPU-seconds and GiB-seconds over a time range, summed on the agent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutPodNames(self, request, context):
+        """The namespace and name of pods on this node (an upsert; the agent sees only UIDs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -59,6 +96,21 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.GetSnapshot,
                     request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.FromString,
                     response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.SerializeToString,
+            ),
+            'GetHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHistory,
+                    request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetHistoryRequest.FromString,
+                    response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.HistoryPage.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetUsageRequest.FromString,
+                    response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.UsageReply.SerializeToString,
+            ),
+            'PutPodNames': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutPodNames,
+                    request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesRequest.FromString,
+                    response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -88,6 +140,87 @@ class NodeAgent:
             '/gpugraph.agent.v1.NodeAgent/GetSnapshot',
             gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.SerializeToString,
             gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpugraph.agent.v1.NodeAgent/GetHistory',
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetHistoryRequest.SerializeToString,
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.HistoryPage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpugraph.agent.v1.NodeAgent/GetUsage',
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetUsageRequest.SerializeToString,
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.UsageReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutPodNames(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpugraph.agent.v1.NodeAgent/PutPodNames',
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesRequest.SerializeToString,
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesReply.FromString,
             options,
             channel_credentials,
             insecure,

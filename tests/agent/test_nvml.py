@@ -106,6 +106,10 @@ class StandInNvml:
         self._check("nvmlDeviceGetName", handle)
         return handle.gpu.name
 
+    def nvmlDeviceGetMinorNumber(self, handle: Handle) -> int:
+        self._check("nvmlDeviceGetMinorNumber", handle)
+        return self.gpus.index(handle.gpu)
+
     def nvmlDeviceGetMemoryInfo(self, handle: Handle, version: int | None = None) -> Any:
         self._check("nvmlDeviceGetMemoryInfo", handle)
         self.memory_versions.append(version)

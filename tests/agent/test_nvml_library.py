@@ -350,6 +350,9 @@ def test_a_missing_library_says_how_to_mount_it(tmp_path: Path) -> None:
     line = start_failure(tmp_path, empty)
     assert "libnvidia-ml.so.1 was not found" in line
     assert "NVIDIA_VISIBLE_DEVICES=all" in line and "runtimeClassName: nvidia" in line
+    # Where the variable cannot work, it names the chart's setting that does.
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged=false" in line
+    assert "agent.nvml.mode (docs/nvml.md)" in line
 
 
 def test_a_library_that_cannot_be_loaded_says_why(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from tests.support.agents import (
     write_proc_tree,
 )
 from tests.support.polling import eventually
+from tests.support.project import project_version
 
 TOKEN = "s3cret-token"
 SERVICE = "gpugraph.agent.v1.NodeAgent"
@@ -238,7 +239,12 @@ def test_reflection_lists_the_service(agent: AgentThread) -> None:
         assert SERVICE in services and "grpc.health.v1.Health" in services
         described = database.FindFileContainingSymbol(SERVICE)
     assert described.package == "gpugraph.agent.v1"
-    assert [m.name for m in described.service[0].method] == ["GetSnapshot"]
+    assert [m.name for m in described.service[0].method] == [
+        "GetSnapshot",
+        "GetHistory",
+        "GetUsage",
+        "PutPodNames",
+    ]
 
 
 # -- the command line, as a subprocess --------------------------------------------
@@ -282,6 +288,8 @@ def test_cli_stops_cleanly_on_sigint(tmp_path: Path, nvml_file: Path) -> None:
     agent.process.send_signal(signal.SIGINT)
     assert agent.process.wait(20) == 0
     assert "agent stopped after" in agent.logs()
+    # The startup line names the installed release.
+    assert f"; gpugraph {project_version()})" in agent.logs()
 
 
 def test_cli_token_file(tmp_path: Path, nvml_file: Path) -> None:

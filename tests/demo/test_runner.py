@@ -27,6 +27,9 @@ from tests.support.demo_process import (
 )
 from tests.support.demo_process import demo as demo
 from tests.support.kubectl import Kubectl, kubectl_binary, table
+from tests.support.polling import eventually
+
+ALLOCATION_NODES = ("gpu-mig-0", "gpu-ts-0", "gpu-dra-0")
 
 
 def session_members(sid: int) -> list[int]:
@@ -73,7 +76,7 @@ def test_banner_names_graphiql_and_three_queries(demo: RunningDemo) -> None:
     assert re.search(r"^  agent down +gpu-node-3\b", text, flags=re.M)
     assert re.search(r"^  unrequested +pod research/notebook-alice\b", text, flags=re.M)
     assert re.search(r"^  no pod +PID 48213 on gpu-node-0\b", text, flags=re.M)
-    assert len(re.findall(r"^--- example \d ---$", text, flags=re.M)) == 3
+    assert len(re.findall(r"^--- example \d ---$", text, flags=re.M)) == 4
     page = httpx.get(f"{demo.url}/graphql", headers={"accept": "text/html"}, timeout=10)
     assert page.status_code == 200 and "graphiql" in page.text.lower()
 
@@ -93,7 +96,7 @@ def test_kubectl_with_the_printed_kubeconfig_lists_the_demos_pods(
 
 def test_example_queries_in_the_banner_answer_without_errors(demo: RunningDemo) -> None:
     blocks = re.findall(r"^--- example \d ---\n(.*?)\n\n", demo.text(), flags=re.M | re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for query in blocks:
         body = demo.query(query)
         assert "errors" not in body, body
@@ -106,7 +109,8 @@ def test_cluster_has_nodes_and_the_down_node_is_reported(demo: RunningDemo) -> N
     assert len(nodes) >= 4
     up = [n for n in nodes if n["agent"]["reachable"]]
     down = [n for n in nodes if not n["agent"]["reachable"]]
-    assert len(up) == NODES - 1 and len(down) == 1
+    # The MIG, time-sliced and DRA nodes come on top of --nodes, two GPUs each.
+    assert len(up) == NODES - 1 + len(ALLOCATION_NODES) and len(down) == 1
     dead = down[0]
     assert dead["gpus"] is None
     assert dead["name"] in dead["agent"]["error"]
@@ -115,12 +119,18 @@ def test_cluster_has_nodes_and_the_down_node_is_reported(demo: RunningDemo) -> N
     errors = [e for e in body["errors"] if e["path"] == ["nodes", index, "gpus"]]
     assert errors and dead["name"] in errors[0]["message"]
     for node in up:
-        assert len(node["gpus"]) == GPUS
+        assert len(node["gpus"]) == (2 if node["name"] in ALLOCATION_NODES else GPUS)
         assert node["internalIp"].startswith("127.")
 
 
 def all_gpus(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return [gpu for node in body["data"]["nodes"] for gpu in node["gpus"] or []]
+    """The GPUs of the --nodes nodes (not the MIG, time-sliced and DRA ones)."""
+    return [
+        gpu
+        for node in body["data"]["nodes"]
+        if node["name"] not in ALLOCATION_NODES
+        for gpu in node["gpus"] or []
+    ]
 
 
 def test_two_inference_pods_share_one_gpu(demo: RunningDemo) -> None:
@@ -140,7 +150,8 @@ def test_two_inference_pods_share_one_gpu(demo: RunningDemo) -> None:
 
 def test_orphan_host_process_has_no_pod(demo: RunningDemo) -> None:
     gpus = all_gpus(demo.query(CLUSTER))
-    orphans = [p for g in gpus for p in g["processes"] if p["pod"] is None]
+    # A process whose pod was deleted while it ran (history's scenario) has a pod UID.
+    orphans = [p for g in gpus for p in g["processes"] if p["pod"] is None and not p["podUid"]]
     assert len(orphans) == 1
     orphan = orphans[0]
     assert orphan["podUid"] is None and orphan["containerId"] is None
@@ -289,12 +300,14 @@ async def test_stop_runs_every_step_even_when_one_fails(tmp_path: Path) -> None:
 
 
 README = (ROOT / "README.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
 
 
-def readme_section(title: str) -> str:
-    start = README.index(title)
-    end = README.find("\n#", start + len(title))
-    return README[start : end if end >= 0 else None]
+def configuration_section(title: str) -> str:
+    """The part of docs/configuration.md under ``title``, up to the next heading."""
+    start = CONFIGURATION.index(title)
+    end = CONFIGURATION.find("\n#", start + len(title))
+    return CONFIGURATION[start : end if end >= 0 else None]
 
 
 def test_readme_opens_with_exactly_the_two_commands() -> None:
@@ -305,32 +318,33 @@ def test_readme_opens_with_exactly_the_two_commands() -> None:
 
 
 @pytest.mark.parametrize("command", ["agent", "serve", "top", "demo"])
-def test_readme_documents_every_flag(command: str) -> None:
+def test_the_configuration_reference_documents_every_flag(command: str) -> None:
     from api.cli import build_parser
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     sub = subparsers.choices[command]
-    section = readme_section(f"### `gpugraph {command}`")
+    section = configuration_section(f"## `gpugraph {command}`")
     for action in sub._actions:
         for option in action.option_strings:
             if option in ("-h", "--help"):
                 continue
-            assert f"`{option}" in section, f"README lacks {command} {option}"
+            assert f"`{option}" in section, f"docs/configuration.md lacks {command} {option}"
 
 
 def test_readme_shows_the_demos_example_queries() -> None:
-    from api.demo import build_cluster, example_queries
+    from api.demo.queries import example_queries
+    from api.demo.scenario import build_cluster
 
     for query in example_queries(build_cluster()):
         body = query.split("\n", 1)[1]  # without the leading comment line
         assert body in README
 
 
-def test_readme_shows_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> None:
-    from api.demo import build_cluster
+def test_the_docs_show_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> None:
+    from api.demo.scenario import build_cluster
 
-    section = readme_section("#### Looking at the demo's cluster with kubectl")
+    section = configuration_section("### Looking at the demo's cluster with kubectl")
     line = re.search(r"^  kubectl +kubectl --kubeconfig (\S+) get pods -A$", section, re.M)
     assert line is not None and line[1].endswith("/kubeconfig")
     output = re.search(r"^\$ kubectl --kubeconfig \S+ get pods -A\n(.*?)```", section, re.M | re.S)
@@ -343,7 +357,8 @@ def test_readme_shows_the_kubeconfig_line_and_kubectls_view_of_the_demo() -> Non
 def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_research(
     tmp_path: Path,
 ) -> None:
-    from api.demo import build_cluster, example_queries
+    from api.demo.queries import example_queries
+    from api.demo.scenario import build_cluster
 
     with ready_demo(tmp_path, "--nodes", "3", "--gpus-per-node", "2", "--auth") as running:
         text = running.text()
@@ -387,3 +402,76 @@ def namespaces_in(value: Any) -> set[str]:
     if isinstance(value, list):
         return set().union(*(namespaces_in(v) for v in value))
     return set()
+
+
+def test_the_history_query_in_the_banner_names_the_finished_and_the_deleted_pods(
+    demo: RunningDemo,
+) -> None:
+    text = demo.text()
+    start = text.index("--- history ---\n") + len("--- history ---\n")
+    query = text[start : text.index("\n\n", start)]
+    body = demo.query(query.split("\n", 1)[1])
+    assert "errors" not in body, body
+    records = body["data"]["gpu"]["history"]
+    by_pod = {(r["podNamespace"], r["podName"]): r for r in records}
+    finished = by_pod[("research", "lr-sweep-7")]
+    assert finished["pod"] is None and finished["end"] is not None
+    assert finished["gpuSeconds"] == pytest.approx(7200, abs=1)
+    deleted = demo.query(
+        '{ gpuHistory(since: "2000-01-01T00:00:00Z", podName: "eval-canary") '
+        "{ edges { node { podNamespace pod { name } end node { name } } } } }"
+    )["data"]["gpuHistory"]["edges"]
+    assert [e["node"] for e in deleted] == [
+        {"podNamespace": "research", "pod": None, "end": None, "node": {"name": "gpu-node-1"}}
+    ]
+    leftover = by_pod[(None, None)]
+    assert leftover["processName"] == "python3" and leftover["gpuSeconds"] >= 5 * 3600
+
+
+def test_the_fourth_example_shows_the_pod_on_a_gpu_it_was_not_given(demo: RunningDemo) -> None:
+    blocks = re.findall(r"^--- example \d ---\n(.*?)\n\n", demo.text(), flags=re.M | re.S)
+    assert "inference/chat-api-1 runs on a GPU the kubelet did not give it" in blocks[3]
+
+    def judged() -> dict[str, Any] | None:
+        pod = demo.query(blocks[3])["data"]["pod"]
+        return pod if pod["gpuProcesses"][0]["allocation"] != "UNKNOWN" else None
+
+    pod = eventually(judged, what="the kubelet's first answer")
+    (process,) = pod["gpuProcesses"]
+    assert (process["allocation"], process["allocationRule"]) == ("NOT_ALLOCATED", "POD_RESOURCES")
+    assert process["gpu"]["index"] == 0
+    assert [a["deviceId"] for a in pod["gpuAllocations"]] != [process["gpu"]["uuid"]]
+    assert pod["gpuRequest"] == 1
+
+
+def test_mig_time_sliced_and_dra_pods_are_allocated_and_requested(demo: RunningDemo) -> None:
+    query = """{ nodes { name allocationSource gpus { processes {
+        allocation pod { namespace name gpuRequest } } } } }"""
+
+    def verdicts() -> dict[str, tuple[str, Any]] | None:
+        nodes = demo.query(query)["data"]["nodes"]
+        found = {
+            p["pod"]["name"]: (p["allocation"], p["pod"]["gpuRequest"])
+            for n in nodes
+            if n["name"] in ("gpu-mig-0", "gpu-ts-0", "gpu-dra-0")
+            for g in n["gpus"] or ()
+            for p in g["processes"]
+        }
+        return found if "UNKNOWN" not in {v[0] for v in found.values()} else None
+
+    found = eventually(verdicts, what="allocation data from every kubelet")
+    assert found == {
+        name: ("ALLOCATED", 1)
+        for name in ("mig-notebook-0", "mig-notebook-1", "embed-0", "embed-1", "embed-2",
+                     "finetune-0", "eval-0")
+    }  # fmt: skip
+
+
+def test_kubectl_gets_the_demos_claims_and_slices(demo: RunningDemo, tmp_path: Path) -> None:
+    found = re.search(r"^  kubectl +kubectl --kubeconfig (\S+) get pods -A$", demo.text(), re.M)
+    assert found, demo.text()
+    kubectl = Kubectl(kubectl_binary(), Path(found[1]), tmp_path / "kube-cache")
+    output = kubectl.run("get", "resourceclaims,resourceslices", "-A")
+    assert "resourceclaim.resource.k8s.io/finetune-0-gpu-7x2kq" in output
+    assert "resourceclaim.resource.k8s.io/eval-0-gpu-7x2kq" in output
+    assert "resourceslice.resource.k8s.io/gpu-dra-0-gpu.nvidia.com" in output

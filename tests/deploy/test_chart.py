@@ -113,6 +113,9 @@ def test_default_install_renders_every_kind(chart: helm.Chart) -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # gpugraph-viewer, for people (bound by the operator)
+            "ClusterRole",  # gpugraph-namespace-viewer, likewise
+            "Role",  # gpugraph-top: kubectl gpugraph top through the API server's proxy
             "ClusterRoleBinding",
             "ClusterRoleBinding",  # system:auth-delegator, for TokenReview/SubjectAccessReview
             "ConfigMap",  # the Grafana dashboard
@@ -278,15 +281,24 @@ def test_probes(chart: helm.Chart) -> None:
     assert flag(agent["args"], "--listen") == "[::]:50051"
 
 
-def test_rbac_is_exactly_read_only_pods_and_nodes(chart: helm.Chart) -> None:
+def test_rbac_is_exactly_read_only_pods_nodes_claims_and_slices(chart: helm.Chart) -> None:
     docs = render(chart)
-    role = one(docs, "ClusterRole")
-    assert len(role["rules"]) == 1
-    rule = role["rules"][0]
+    server = [
+        d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "server"
+    ]
+    role = one(server, "ClusterRole")
+    assert len(role["rules"]) == 2
+    rule, dra = role["rules"]
     assert rule["apiGroups"] == [""]
     assert sorted(rule["resources"]) == ["nodes", "pods"]
     assert sorted(rule["verbs"]) == ["get", "list", "watch"]
     assert set(rule) == {"apiGroups", "resources", "verbs"}
+    # DRA: list and watch only, on these two and nothing more.
+    assert dra == {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims", "resourceslices"],
+        "verbs": ["list", "watch"],
+    }
 
     bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
     binding = next(b for b in bindings if b["roleRef"]["name"] == role["metadata"]["name"])
@@ -569,3 +581,46 @@ def test_notes_name_the_service(chart: helm.Chart) -> None:
     service = one(render(chart), "Service")["metadata"]["name"]
     forward = next(line for line in notes.splitlines() if "port-forward" in line)
     assert f"svc/{service}" in shlex.split(forward)
+
+
+def test_the_agent_keeps_its_occupancy_log_on_the_node(chart: helm.Chart) -> None:
+    docs = render(chart)
+    spec = pod_spec(docs, "DaemonSet")
+    agent = container(docs, "DaemonSet")
+    history = mount_of(agent, "history")
+    assert flag(agent["args"], "--history-dir") == history["mountPath"] == "/var/lib/gpugraph"
+    assert history.get("readOnly") is not True
+    assert volume(spec, "history")["hostPath"] == {
+        "path": "/var/lib/gpugraph",
+        "type": "DirectoryOrCreate",
+    }
+    assert flag(agent["args"], "--history-retention") == "30d"
+    assert flag(agent["args"], "--history-max-bytes") == "268435456"
+
+    values = {"agent": {"history": {"retention": "12h", "maxBytes": 1 << 31}}}
+    args = container(render(chart, values), "DaemonSet")["args"]
+    assert flag(args, "--history-retention") == "12h"
+    assert flag(args, "--history-max-bytes") == str(1 << 31)
+
+    off = render(chart, {"agent": {"history": {"enabled": False}}})
+    assert "--history-dir" not in container(off, "DaemonSet")["args"]
+    assert "history" not in {v["name"] for v in pod_spec(off, "DaemonSet")["volumes"]}
+
+
+def test_agent_reads_the_kubelets_pod_resources_socket_read_only(chart: helm.Chart) -> None:
+    agent_pod = pod_spec(render(chart), "DaemonSet")
+    (agent,) = agent_pod["containers"]
+    assert (
+        flag(agent["args"], "--pod-resources-socket") == "/run/gpugraph/pod-resources/kubelet.sock"
+    )
+    mount = next(m for m in agent["volumeMounts"] if m["name"] == "pod-resources")
+    assert mount == {
+        "name": "pod-resources",
+        "mountPath": "/run/gpugraph/pod-resources",
+        "readOnly": True,
+    }
+    volume = next(v for v in agent_pod["volumes"] if v["name"] == "pod-resources")
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    off = pod_spec(render(chart, {"agent": {"podResources": {"enabled": False}}}), "DaemonSet")
+    assert flag(off["containers"][0]["args"], "--pod-resources-socket") == ""
+    assert all(v["name"] != "pod-resources" for v in off["volumes"])

@@ -131,7 +131,7 @@ def test_prometheus_rule_passes_promtool(chart: helm.Chart, tmp_path: Path) -> N
     require_prometheus()
     checked = promtool("check", "rules", str(rules_file(chart, tmp_path)))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 3 rules found" in checked.stdout
+    assert "SUCCESS: 4 rules found" in checked.stdout
 
 
 def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -> None:
@@ -157,6 +157,12 @@ def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -
                         "values": "1x20",
                     },
                     {"series": 'gpugraph_agent_up{node="n3"}', "values": "1 1 0x20"},
+                    {
+                        "series": 'gpugraph_container_gpu_unallocated{namespace="ml",pod="stray",'
+                        'container="main",node="n1",gpu_uuid="GPU-5"}',
+                        # Appears at 2m: pending for 5m, firing from 7m.
+                        "values": "_ _ 1x20",
+                    },
                     {"series": 'gpugraph_agent_up{node="n1"}', "values": "1x22"},
                 ],
                 "alert_rule_test": [
@@ -197,7 +203,31 @@ def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -
                                 "exp_annotations": {
                                     "summary": "A pod uses GPUs it did not request",
                                     "description": "Pod research/notebook on node n1 uses 1 "
-                                    "GPU(s) beyond its nvidia.com/gpu request.",
+                                    "GPU(s) beyond its GPU request.",
+                                },
+                            }
+                        ],
+                    },
+                    {"eval_time": "6m", "alertname": "GpuUsedWithoutAllocation", "exp_alerts": []},
+                    {
+                        "eval_time": "8m",
+                        "alertname": "GpuUsedWithoutAllocation",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "namespace": "ml",
+                                    "pod": "stray",
+                                    "container": "main",
+                                    "node": "n1",
+                                    "gpu_uuid": "GPU-5",
+                                },
+                                "exp_annotations": {
+                                    "summary": "A container runs on a GPU it was not given",
+                                    "description": "Container main of pod ml/stray on node n1 "
+                                    "runs on GPU GPU-5, which the kubelet did not allocate to it "
+                                    "(a CUDA_VISIBLE_DEVICES override, a privileged container, "
+                                    "or a device-plugin fault). See docs/allocation.md.",
                                 },
                             }
                         ],

@@ -57,9 +57,9 @@ def test_the_nvml_tests_run_the_pinned_nvidia_ml_py() -> None:
     assert metadata.version("nvidia-ml-py") == pinned("nvidia-ml-py")
 
 
-def test_the_readme_names_the_same_minimum() -> None:
+def test_the_nvml_docs_name_the_same_minimum() -> None:
     (floor,) = [s.version for s in requirement("nvidia-ml-py").specifier if s.operator == ">="]
-    readme = (ROOT / "README.md").read_text()
-    named = re.search(r"nvidia-ml-py (\d+\.\d+\.\d+) or newer", readme)
-    assert named is not None, "README names no minimum nvidia-ml-py version"
+    doc = (ROOT / "docs" / "nvml.md").read_text()
+    named = re.search(r"nvidia-ml-py (\d+\.\d+\.\d+) or newer", doc)
+    assert named is not None, "docs/nvml.md names no minimum nvidia-ml-py version"
     assert Version(named.group(1)) == Version(floor)

@@ -193,7 +193,8 @@ def test_install_matches_pyproject() -> None:
     copied = {shlex.split(c)[0] for c in builder.all("COPY") if not c.startswith("--from")}
     sources = {word for c in builder.all("COPY") for word in shlex.split(c)[:-1]}
     assert copied  # sanity: the parser saw the COPY lines
-    needed = {"pyproject.toml", "constraints.txt", PYPROJECT["project"]["readme"]}
+    # LICENSE: setuptools puts it in the installed dist-info, as in the wheel.
+    needed = {"pyproject.toml", "constraints.txt", "LICENSE", PYPROJECT["project"]["readme"]}
     packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
     needed |= {p.rstrip("*") for p in packages}
     assert needed <= sources, f"the builder does not copy {needed - sources}"

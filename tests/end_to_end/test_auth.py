@@ -337,3 +337,179 @@ async def test_a_subscription_to_another_tenants_pod_yields_null(tenants: GraphT
         theirs = await socket.receive(await socket.subscribe(other))
     assert mine["payload"]["data"]["own"] == {"name": "job-a", "gpuProcesses": [{"pid": 11}]}
     assert theirs["payload"]["data"]["own"] is None
+
+
+async def test_connection_init_takes_the_authorization_key_in_any_case(
+    tenants: GraphTestCluster,
+) -> None:
+    token = tenants.stub.reviews.token_of("research-user")
+    async with serving(auth_settings(tenants)) as server:
+        for key in ("authorization", "AUTHORIZATION", "Authorization"):
+            async with websockets.connect(
+                server.ws_url, subprotocols=[GraphQLSocket.PROTOCOL]
+            ) as ws:
+                init = {"type": "connection_init", "payload": {key: f"Bearer {token}"}}
+                await ws.send(json.dumps(init))
+                reply = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                assert reply["type"] == "connection_ack", (key, reply)
+
+
+async def test_a_token_over_16_kib_is_refused_before_any_review(tenants: GraphTestCluster) -> None:
+    reviews = tenants.stub.reviews
+    huge = "x" * (16 * 1024 + 1)
+    async with serving(auth_settings(tenants)) as server:
+        before = dict(reviews.counts)
+        response = await server.client.post(
+            "/graphql", json={"query": "{ nodes { name } }"}, headers=bearer(huge)
+        )
+        async with websockets.connect(server.ws_url, subprotocols=[GraphQLSocket.PROTOCOL]) as ws:
+            init = {"type": "connection_init", "payload": {"Authorization": f"Bearer {huge}"}}
+            await ws.send(json.dumps(init))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 10)
+    assert response.status_code == 401
+    assert "longer than" in response.json()["error"]
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+    assert dict(reviews.counts) == before, "no review was asked for"
+
+
+async def test_a_stalled_api_server_and_unseen_tokens_starve_no_cached_caller(
+    tenants: GraphTestCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.auth import access, tokens
+    from api.auth.review_pool import REVIEW_WAITING, REVIEW_WORKERS
+
+    # Reviews wait longer than this test runs, so what it sees does not depend on speed:
+    # every review thread stays busy until the stub answers again.
+    monkeypatch.setattr(tokens, "REVIEW_TIMEOUT", 120.0)
+    monkeypatch.setattr(access, "REVIEW_TIMEOUT", 120.0)
+    reviews = tenants.stub.reviews
+    admin = {**bearer(reviews.token_of("admin")), "Accept-Encoding": "gzip"}
+    query = {"query": "{ nodes { name } }"}
+    async with serving(auth_settings(tenants)) as server:
+        warm = await server.client.get("/metrics", headers=admin)
+        assert warm.status_code == 200
+        reviews.stall()
+        asked = reviews.counts["tokenreviews"]
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+            flood = [
+                asyncio.ensure_future(
+                    client.post("/graphql", json=query, headers=bearer(f"random-{i}"))
+                )
+                for i in range(40)
+            ]
+            capacity = REVIEW_WORKERS + REVIEW_WAITING
+            # Past the review pool's capacity, requests get 503 at once, with no
+            # review asked, while the others' reviews are still stalled.
+            refused = []
+            for done in asyncio.as_completed(flood):
+                refused.append(await done)
+                if len(refused) == 40 - capacity:
+                    break
+            assert {r.status_code for r in refused} == {503}
+            assert reviews.counts["tokenreviews"] - asked == REVIEW_WORKERS
+            # A caller whose reviews are cached is answered, /metrics rendered and
+            # gzipped, while every review thread waits on the API server.
+            metrics = await server.client.get("/metrics", headers=admin)
+            graph = await server.client.post("/graphql", json=query, headers=admin)
+            assert reviews.counts["tokenreviews"] - asked == REVIEW_WORKERS
+            reviews.resume()
+            rest = await asyncio.gather(*flood)
+    assert metrics.status_code == 200 and metrics.headers["content-encoding"] == "gzip"
+    assert "gpugraph" in metrics.text
+    assert graph.status_code == 200 and graph.json()["data"]["nodes"]
+    # Once the API server answers, the waiting ones get its verdict (random tokens: 401).
+    assert {r.status_code for r in rest} <= {401, 503}
+    assert sum(r.status_code == 401 for r in rest) >= capacity
+
+
+async def test_one_identity_cannot_hold_every_subscription_slot(tenants: GraphTestCluster) -> None:
+    reviews = tenants.stub.reviews
+    research = {"Authorization": f"Bearer {reviews.token_of('research-user')}"}
+    admin = {"Authorization": f"Bearer {reviews.token_of('admin')}"}
+    settings = auth_settings(tenants, max_subscriptions=6, max_subscriptions_per_caller=2)
+
+    async def subscribe(ws: Any, payload: dict[str, str]) -> list[dict[str, Any]]:
+        await ws.send(json.dumps({"type": "connection_init", "payload": payload}))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+        socket = GraphQLSocket(ws)
+        first = [await socket.receive(await socket.subscribe(SUBSCRIPTION)) for _ in range(2)]
+        third = await socket.receive(await socket.subscribe(SUBSCRIPTION))
+        return [*first, third]
+
+    async with (
+        serving(settings) as server,
+        websockets.connect(server.ws_url, subprotocols=[GraphQLSocket.PROTOCOL]) as one,
+        websockets.connect(server.ws_url, subprotocols=[GraphQLSocket.PROTOCOL]) as two,
+        websockets.connect(server.ws_url, subprotocols=[GraphQLSocket.PROTOCOL]) as three,
+    ):
+        research_one = await subscribe(one, research)
+        # A second socket of the same identity shares its allowance.
+        await two.send(json.dumps({"type": "connection_init", "payload": research}))
+        assert json.loads(await asyncio.wait_for(two.recv(), 10))["type"] == "connection_ack"
+        again = GraphQLSocket(two)
+        research_two = await again.receive(await again.subscribe(SUBSCRIPTION))
+        admins = await subscribe(three, admin)
+    assert [errors_of(m) for m in research_one[:2]] == [[], []]
+    for refused in (research_one[2], research_two):
+        assert ["this server allows 2 per caller" in e for e in errors_of(refused)] == [True]
+    # The admin is not locked out by the research user's slots, and has its own two.
+    assert [errors_of(m) for m in admins[:2]] == [[], []]
+    assert errors_of(admins[2])
+
+
+def errors_of(message: dict[str, Any]) -> list[str]:
+    """The error messages of a subscription message (``next`` with errors, or ``error``)."""
+    payload = message["payload"]
+    errors = payload if message["type"] == "error" else payload.get("errors") or []
+    return [e["message"] for e in errors]
+
+
+async def test_a_namespace_the_caller_cannot_see_answers_as_one_that_does_not_exist(
+    tenants: GraphTestCluster,
+) -> None:
+    token = tenants.stub.reviews.token_of("research-user")
+    # node-0 runs research's job-a and ml's job-b. With its agent down, asking it for
+    # ml's processes would name it in the errors: ml has pods there.
+    await tenants.agents["node-0"].stop()
+    answers = {}
+    async with serving(auth_settings(tenants)) as server:
+        for namespace in ("ml", "does-not-exist", "research"):
+            query = f'{{ gpuProcesses(namespace: "{namespace}") {{ pid }} }}'
+            response = await server.client.post(
+                "/graphql", json={"query": query}, headers=bearer(token)
+            )
+            answers[namespace] = response.json()
+        calls = {name: agent.calls for name, agent in tenants.agents.items()}
+    # Answered before any lookup: no error naming a node, as for a namespace that does not exist.
+    assert answers["ml"] == answers["does-not-exist"] == {"data": {"gpuProcesses": []}}
+    # Its own namespace's node down is news to the caller.
+    assert "node-0" in json.dumps(answers["research"]["errors"])
+    # The agents up were never asked (research sees node-0 only).
+    assert calls["node-1"] == calls["node-2"] == 0
+
+
+async def test_a_costly_query_refused_tells_a_restricted_caller_nothing_of_the_clusters_size(
+    tenants: GraphTestCluster,
+) -> None:
+    reviews = tenants.stub.reviews
+    # The GPU/node chain: each level multiplies by the nodes, or GPUs per node, one sees.
+    chain = "{ gpus { node { gpus { node { gpus { node { gpus { uuid } } } } } } } }"
+    async with serving(auth_settings(tenants, max_result_items=2)) as server:
+        answers = {}
+        for user in ("admin", "research-user"):
+            response = await server.client.post(
+                "/graphql", json={"query": chain}, headers=bearer(reviews.token_of(user))
+            )
+            (error,) = response.json()["errors"]
+            answers[user] = error
+    admin, research = answers["admin"], answers["research-user"]
+    assert admin["extensions"]["code"] == research["extensions"]["code"] == "QUERY_TOO_COSTLY"
+    # The admin sees the whole cluster and is told its sizes.
+    assert "3 nodes, 3 pods" in admin["message"]
+    # research sees one node and one pod: its estimate is over that, and no sizes are named.
+    assert "sizes" not in research["message"] and "nodes" not in research["message"]
+    assert research["extensions"]["estimate"] < admin["extensions"]["estimate"]
+    shown = f"up to {research['extensions']['estimate']:,} result objects"
+    assert shown in research["message"]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from starlette.responses import JSONResponse
 
-from graph_schema import build_schema
+from graph_schema.schema import build_schema
 from tests.federation.cluster import (
     GPU_A0,
     GPU_A1,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from api.demo.cluster.manifests import pod_uid_for
@@ -153,11 +152,8 @@ async def test_a_dead_agent_costs_only_its_own_node_and_is_seen_again_after_rest
     async with serving(cluster.settings(snapshot_ttl=0)) as server:
         await cluster.agents["node-1"].stop()
 
-        started = time.monotonic()
         result = await server.query(NODES_GPUS)
-        elapsed = time.monotonic() - started
 
-        assert elapsed < 3.0
         nodes = {n["name"]: n for n in result["data"]["nodes"]}
         assert [g["uuid"] for g in nodes["node-0"]["gpus"]] == ["GPU-node-0-0", "GPU-node-0-1"]
         assert [g["uuid"] for g in nodes["node-2"]["gpus"]] == ["GPU-node-2-0"]
@@ -168,6 +164,8 @@ async def test_a_dead_agent_costs_only_its_own_node_and_is_seen_again_after_rest
         assert error["path"] == ["nodes", 1, "gpus"]
         assert "node-1" in error["message"]
         assert "Traceback" not in error["message"]
+        # Refused at once, not waited on until the call's deadline.
+        assert "deadline" not in error["message"]
 
         # Within the backoff, the dead node fails fast: no call is waited on.
         again = await server.query(NODES_GPUS)
@@ -180,7 +178,7 @@ async def test_a_dead_agent_costs_only_its_own_node_and_is_seen_again_after_rest
             nodes = {n["name"]: n for n in later["data"]["nodes"]}
             return "errors" not in later and nodes["node-1"]["gpus"] == [{"uuid": "GPU-node-1-0"}]
 
-        await eventually_async(node1_back, timeout=10, interval=0.2, what="node-1 answering again")
+        await eventually_async(node1_back, interval=0.2, what="node-1 answering again")
 
 
 async def test_federation_sdl_and_entities_over_http(cluster: GraphTestCluster) -> None:

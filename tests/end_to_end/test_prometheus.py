@@ -9,6 +9,7 @@ endpoints: its relabelings must make them one target.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections import defaultdict
@@ -21,6 +22,7 @@ import helm_python as helm
 import httpx
 import pytest
 
+from api.demo.scenario import ALLOCATION_NODES, build_cluster
 from tests.support.chart import CHART, one, render
 from tests.support.demo_process import RunningDemo, free_port, ready_demo
 from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
@@ -32,12 +34,14 @@ from tests.support.prometheus import (
     running_prometheus,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 NODES = 4
+# The demo's MIG, time-sliced and DRA nodes come on top of --nodes, all up.
+ALL_NODES = NODES + len(ALLOCATION_NODES)
 JOB = "gpugraph"
 # The same two replicas without the chart's relabelings: what a per-pod scrape would do.
 PER_POD_JOB = "per-pod"
-# kube-state-metrics' series for the demo pods the README's join examples name
+# kube-state-metrics' series for the demo pods the docs' join examples name
 # (no kube-state-metrics runs here; these are its names and labels).
 KUBE_STATE_METRICS = "".join(
     f"{line}\n"
@@ -50,6 +54,21 @@ KUBE_STATE_METRICS = "".join(
         'label_team="research"} 1',
         'kube_pod_labels{namespace="inference",pod="chat-api-0",uid="u2",label_team="inference"} 1',
         'kube_pod_labels{namespace="inference",pod="chat-api-1",uid="u3",label_team="inference"} 1',
+    )
+)
+
+
+# dcgm-exporter's health series (no dcgm-exporter runs here; its names and labels): an
+# XID error on the demo's shared GPU, none on another. gpugraph's series join on its UUID.
+SHARED = build_cluster(nodes=NODES).shared_gpu
+DCGM_EXPORTER = "".join(
+    f"{line}\n"
+    for line in (
+        "# TYPE DCGM_FI_DEV_XID_ERRORS gauge",
+        f'DCGM_FI_DEV_XID_ERRORS{{gpu="0",UUID="{SHARED[1]}",device="nvidia0",'
+        f'modelName="NVIDIA H200",Hostname="{SHARED[0]}"}} 79',
+        'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-elsewhere",device="nvidia1",'
+        'modelName="NVIDIA H200",Hostname="other"} 0',
     )
 )
 
@@ -108,8 +127,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDemo]:
 class _KubeStateMetrics(BaseHTTPRequestHandler):
     """Answers every GET with KUBE_STATE_METRICS, as kube-state-metrics' /metrics would."""
 
+    body = KUBE_STATE_METRICS
+
     def do_GET(self) -> None:
-        body = KUBE_STATE_METRICS.encode()
+        body = self.body.encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
@@ -120,10 +141,16 @@ class _KubeStateMetrics(BaseHTTPRequestHandler):
         pass  # one line per scrape would bury a failing test's output
 
 
-@pytest.fixture(scope="module")
-def kube_state_metrics() -> Iterator[str]:
-    """``host:port`` of an HTTP server answering KUBE_STATE_METRICS."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _KubeStateMetrics)
+class _DcgmExporter(_KubeStateMetrics):
+    """Answers every GET with DCGM_EXPORTER, as dcgm-exporter's /metrics would."""
+
+    body = DCGM_EXPORTER
+
+
+@contextlib.contextmanager
+def exporter(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``host:port`` of an HTTP server answering with ``handler``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -134,20 +161,39 @@ def kube_state_metrics() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def kube_state_metrics() -> Iterator[str]:
+    """``host:port`` of an HTTP server answering KUBE_STATE_METRICS."""
+    with exporter(_KubeStateMetrics) as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def dcgm_exporter() -> Iterator[str]:
+    """``host:port`` of an HTTP server answering DCGM_EXPORTER."""
+    with exporter(_DcgmExporter) as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
 def prometheus(
-    demo: RunningDemo, kube_state_metrics: str, tmp_path_factory: pytest.TempPathFactory
+    demo: RunningDemo,
+    kube_state_metrics: str,
+    dcgm_exporter: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Prometheus]:
     address = demo.url.removeprefix("http://")
     jobs = [
         *scrape_configs(address),
         {"job_name": "kube-state-metrics", "static_configs": [{"targets": [kube_state_metrics]}]},
+        {"job_name": "dcgm-exporter", "static_configs": [{"targets": [dcgm_exporter]}]},
     ]
     with running_prometheus(tmp_path_factory.mktemp("prometheus"), free_port(), jobs) as prom:
         eventually(
             lambda: (
-                len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == NODES
-                and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * NODES
+                len(prom.query(f'gpugraph_agent_up{{job="{JOB}"}}')) == ALL_NODES
+                and len(prom.query(f'gpugraph_agent_up{{job="{PER_POD_JOB}"}}')) == 2 * ALL_NODES
                 and prom.query("kube_pod_info")
+                and prom.query("DCGM_FI_DEV_XID_ERRORS")
             ),
             60,
             interval=0.5,
@@ -223,7 +269,7 @@ def test_the_down_node_is_agent_up_0(demo: RunningDemo, prometheus: Prometheus) 
         for s in prometheus.query(f'gpugraph_agent_up{{job="{JOB}"}}')
     }
     assert {node for node, v in up.items() if v == 0} == down
-    assert sum(up.values()) == NODES - 1
+    assert sum(up.values()) == ALL_NODES - 1
     # No other GPU series for that node (the server's own agent-call counters have it).
     (node,) = down
     gpu_series = f'{{job="{JOB}", node="{node}", __name__=~"gpugraph_(gpu|container|pod)_.*"}}'
@@ -276,10 +322,10 @@ def test_every_dashboard_panel_returns_data(prometheus: Prometheus) -> None:
                 assert narrowed in ([], [({}, "0")]), f"{title} ignores ${name}: {promql}"
 
 
-def readme_promql() -> list[str]:
-    """The queries of the README's PromQL examples, each after its comment."""
-    section = README.read_text().split("## Prometheus and Grafana", 1)[1]
-    block = section.split("```promql\n", 1)[1].split("```", 1)[0]
+def documented_promql() -> list[str]:
+    """The queries of docs/metrics.md's PromQL examples, each after its comment."""
+    block = METRICS_DOC.read_text().split("**PromQL examples.**", 1)[1]
+    block = block.split("```promql\n", 1)[1].split("```", 1)[0]
     queries: list[str] = []
     for chunk in block.split("\n\n"):
         lines = [line for line in chunk.splitlines() if not line.startswith("#")]
@@ -287,13 +333,21 @@ def readme_promql() -> list[str]:
     return queries
 
 
-def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
-    queries = readme_promql()
-    assert len(queries) >= 4
+def test_the_documented_promql_examples_run(prometheus: Prometheus) -> None:
+    queries = documented_promql()
+    assert len(queries) >= 6
     results = [prometheus.query(q) for q in queries]
-    shared, orphaned, owners, by_team, down = results[:5]
-    # The demo's shared GPU: the two inference pods (once per job).
-    assert {s["metric"]["pod"] for s in shared} == {"chat-api-0", "chat-api-1"}
+    shared, orphaned, owners, by_team, down, xid = results[:6]
+    # The demo's shared GPUs (once per job): the two inference pods on one GPU, two
+    # time-sliced replicas, two MIG devices of one GPU.
+    assert {s["metric"]["pod"] for s in shared} == {
+        "chat-api-0",
+        "chat-api-1",
+        "embed-0",
+        "embed-1",
+        "mig-notebook-0",
+        "mig-notebook-1",
+    }
     assert {(s["metric"]["node"], s["metric"]["reason"]) for s in orphaned} == {
         ("gpu-node-0", "host_process")
     }
@@ -311,6 +365,11 @@ def test_the_readmes_promql_examples_run(prometheus: Prometheus) -> None:
         "research": 2 * pods[("research", "notebook-alice")],
     }
     assert {s["metric"]["node"] for s in down} == {"gpu-node-3"}
+    # The join with dcgm-exporter on the GPU's UUID: the pods on the GPU with an XID error.
+    assert {(s["metric"]["gpu_uuid"], s["metric"]["pod"], s["value"][1]) for s in xid} == {
+        (SHARED[1], "chat-api-0", "79"),
+        (SHARED[1], "chat-api-1", "79"),
+    }
 
 
 def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
@@ -322,6 +381,7 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         "GpuMemoryOutsideAnyPod": ("node", "gpu"),
         "GpuUsedWithoutRequest": ("namespace", "pod"),
         "GpugraphAgentDown": ("node",),
+        "GpuUsedWithoutAllocation": ("namespace", "pod", "container"),
     }
     found = {
         a["alert"]: {
@@ -332,8 +392,11 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
     }
     assert found == {
         "GpuMemoryOutsideAnyPod": {("gpu-node-0", "1")},
+        # Not the MIG, time-sliced or DRA pods: they request what they use.
         "GpuUsedWithoutRequest": {("research", "notebook-alice")},
         "GpugraphAgentDown": {("gpu-node-3",)},
+        # Given GPU 1 by its kubelet, it runs on GPU 0.
+        "GpuUsedWithoutAllocation": {("inference", "chat-api-1", "triton")},
     }
 
 

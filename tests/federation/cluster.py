@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from api.demo.cluster.manifests import pod_uid_for
-from graph_schema import SubscriptionLimiter
+from graph_schema.limits import SubscriptionLimiter
 from tests.support.server import GIB, Gpu, GraphTestCluster, Proc, Served, serving
 
 T = TypeVar("T")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from graph_schema import build_schema, make_context
+from graph_schema.context import make_context
+from graph_schema.schema import build_schema
 from tests.support.graph import SmallWorld
 
 

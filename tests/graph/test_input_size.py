@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 from graphql.execution import values
 
-from graph_schema import SchemaLimits, build_schema, make_context
+from graph_schema.context import make_context
 from graph_schema.input_size import VariablesTooLargeError, count_list_items
+from graph_schema.limits import SchemaLimits
+from graph_schema.schema import build_schema
 from tests.support.graph import synthetic_cluster
 
 ENTITIES = "query($r: [_Any!]!) { _entities(representations: $r) { ... on Gpu { uuid } } }"

@@ -8,7 +8,10 @@ from collections.abc import Sequence
 import pytest
 from graphql import get_introspection_query
 
-from graph_schema import NodeRecord, SchemaLimits, build_schema, make_context
+from graph_schema.context import make_context
+from graph_schema.limits import SchemaLimits
+from graph_schema.records import NodeRecord
+from graph_schema.schema import build_schema
 from tests.support.graph import MemoryCluster, MemorySnapshots, node_record
 
 DEFAULT_LIMITS = SchemaLimits()
@@ -121,3 +124,24 @@ async def test_introspection_can_be_turned_off_without_breaking_typename_or_fede
     # On by default.
     data, errors = await execute("{ __schema { queryType { name } } }")
     assert errors == [] and data == {"__schema": {"queryType": {"name": "Query"}}}
+
+
+def test_each_identity_gets_its_share_of_the_subscription_slots() -> None:
+    from contextlib import ExitStack
+
+    from graph_schema.limits import SubscriptionLimiter, SubscriptionLimitError
+
+    limiter = SubscriptionLimiter(limit=5, per_caller=2)
+    with ExitStack() as held:
+        for _ in range(2):
+            held.enter_context(limiter.hold("research"))
+        with pytest.raises(SubscriptionLimitError, match="2 per caller"):
+            held.enter_context(limiter.hold("research"))
+        held.enter_context(limiter.hold("admin"))
+        # Unauthenticated operations count only toward the server-wide cap.
+        held.enter_context(limiter.hold(None))
+        held.enter_context(limiter.hold(None))
+        with pytest.raises(SubscriptionLimitError, match="allows 5;"):
+            held.enter_context(limiter.hold("admin"))
+        assert limiter.by_caller == {"research": 2, "admin": 1}
+    assert limiter.active == 0 and limiter.by_caller == {}

@@ -9,7 +9,10 @@ import time
 import pytest
 from strawberry.types import ExecutionResult
 
-from graph_schema import SchemaLimits, build_schema, make_context, parsing
+from graph_schema import parsing
+from graph_schema.context import make_context
+from graph_schema.limits import SchemaLimits
+from graph_schema.schema import build_schema
 from tests.support.graph import MemoryCluster, MemorySnapshots, node_record
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from graph_schema import make_context
+from graph_schema.context import make_context
 from tests.support.graph import (
     GiB,
     SmallWorld,

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from graph_schema import make_context
+from graph_schema.context import make_context
 from tests.support.graph import SmallWorld
 
 QUERY = """query($r: [_Any!]!) {

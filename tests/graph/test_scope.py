@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graph_schema import make_context
+from graph_schema.context import make_context
 from graph_schema.scope import Scope
 from tests.support.graph import GiB, SmallWorld, gpu_uuid
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_schema import LabelSelectorError, parse_label_selector
+from graph_schema.selectors import LabelSelectorError, parse_label_selector
 
 LABELS = {"app": "train", "team": "vision", "example.com/tier": "gpu", "empty": ""}
 

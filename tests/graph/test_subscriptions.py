@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 import graph_schema.subscriptions
-from graph_schema import GraphSchema, SchemaLimits, build_schema, make_context
+from graph_schema.context import make_context
+from graph_schema.limits import SchemaLimits
+from graph_schema.schema import GraphSchema, build_schema
 from tests.support.graph import GiB, gpu_sample, process, snapshot, synthetic_cluster
 
 GPU_UPDATES = """subscription($node: String, $every: Float) {

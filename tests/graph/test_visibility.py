@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph_schema import make_context
+from graph_schema.context import make_context
 from graph_schema.scope import EVERYTHING, Scope
 from graph_schema.visibility import VisibleCluster
 from tests.support.graph import GiB, SmallWorld, gpu_uuid, node_record, pod_record, snapshot

@@ -136,6 +136,23 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The layers, lowest first: a module may import its own layer and those below.
+LAYERS = ("node_resolver", "graph_schema", "api", "api.demo")
+
+
+def layer(module: str) -> int:
+    """The index in LAYERS of the deepest layer ``module`` belongs to."""
+    found = [i for i, top in enumerate(LAYERS) if module == top or module.startswith(top + ".")]
+    if not found:
+        raise ValueError(f"{module} is in no layer")
+    return max(found, key=lambda i: len(LAYERS[i]))
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every (importer, imported) pair where a lower layer imports a higher one."""
+    return sorted((m, t) for m, edges in graph.items() for t in edges if layer(t) > layer(m))
+
+
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     """Every module ``start`` imports, directly or not (parent packages included)."""
     full = with_parent_packages(graph)

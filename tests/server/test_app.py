@@ -136,7 +136,7 @@ async def test_healthz_readyz_and_metrics(cluster: GraphTestCluster) -> None:
             async def ready() -> bool:
                 return (await server.client.get("/readyz")).status_code == 200
 
-            await eventually_async(ready, timeout=10, what="/readyz turning 200")
+            await eventually_async(ready, what="/readyz turning 200")
             assert (await server.client.get("/healthz")).json() == {"status": "ok"}
             await server.query("{ nodes { gpus { uuid } } }")
             await server.query("{ nope }")

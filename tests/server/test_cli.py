@@ -18,7 +18,8 @@ import pytest
 
 from api.cli import build_parser, main, settings_from_args
 from api.settings import Settings, SettingsError
-from graph_schema import SchemaLimits
+from graph_schema.limits import SchemaLimits
+from tests.support.project import project_version
 from tests.support.server import GraphTestCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +68,8 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--max-body-bytes", "8000",
         "--request-timeout", "3",
         "--max-subscriptions", "9",
+        "--max-subscriptions-per-caller", "3",
+        "--header-timeout", "4",
         "--cors-origin", "https://a.example.com",
         "--cors-origin", "http://localhost:3000",
         "--no-graphiql",
@@ -98,6 +101,8 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         max_body_bytes=8000,
         request_timeout=3.0,
         max_subscriptions=9,
+        max_subscriptions_per_caller=3,
+        header_timeout=4.0,
         cors_origins=("https://a.example.com", "http://localhost:3000"),
         graphiql=False,
         log_level="debug",
@@ -202,6 +207,10 @@ async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestC
             if found := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
                 url = found.group(1)
         assert url is not None, "".join(lines)
+        # The startup log names the release and how callers are checked.
+        assert f"gpugraph {project_version()} serving on 127.0.0.1:0 (auth kubernetes)" in "".join(
+            lines
+        )
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             deadline = time.monotonic() + 20
             while (await client.get("/readyz")).status_code != 200:
@@ -214,7 +223,9 @@ async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestC
             result = await client.post(
                 "/graphql", json=query, headers={"Authorization": f"Bearer {token}"}
             )
+            metrics = await client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
         assert refused.status_code == 401
+        assert f'gpugraph_build_info{{version="{project_version()}"}} 1.0' in metrics.text
         assert result.json() == {"data": {"node": {"gpus": [{"uuid": "GPU-node-1-0"}]}}}
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
@@ -222,6 +233,15 @@ async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestC
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_version_prints_the_installed_packages_version(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"gpugraph {project_version()}\n"
 
 
 def test_the_agent_command_does_not_load_the_graphql_server() -> None:

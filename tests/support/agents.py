@@ -2,7 +2,7 @@
 
 Both serve real gRPC on a loopback address with an OS-picked port:
 
-- ``start_agent_thread(source, ...)`` runs ``node_resolver.agent.running``
+- ``start_agent_thread(source, ...)`` runs ``node_resolver.agent.agent_running``
   on its own event loop in a thread, so sync and async tests alike can call
   it, and exposes the sampler and server for counting scans and calls.
 - ``start_agent_process(nvml_file, ...)`` runs ``python -m node_resolver``
@@ -33,12 +33,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
-from node_resolver.agent import running
+from node_resolver.agent import agent_running
 from node_resolver.cli import LISTENING
 from node_resolver.client import AgentClient
 from node_resolver.gpu_source import GpuSource
+from node_resolver.history.log import HistoryLog
 from node_resolver.models import ContainerRef, NodeSample
 from node_resolver.pids import PidResolver, ResolvedProcess
+from node_resolver.pod_resources import PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
 
@@ -205,14 +207,21 @@ def start_agent_thread(
     token: str | Callable[[], str] | None = None,
     interval: float = 0.2,
     wait_serving: bool = True,
+    history: HistoryLog | None = None,
+    pod_resources: PodResourcesPoller | None = None,
 ) -> AgentThread:
-    """Run ``node_resolver.agent.running`` for ``source`` on ``host``, a free port, in a thread.
+    """Run ``agent_running`` for ``source`` on ``host``, a free port, in a thread.
 
     Returns once health reports SERVING (a first sample exists), or with
     ``wait_serving=False`` once listening.
     """
     sampler = Sampler(
-        source, resolver or AllAliveResolver(), node_name=node_name, interval=interval
+        source,
+        resolver or AllAliveResolver(),
+        node_name=node_name,
+        interval=interval,
+        on_scan=history.observe if history is not None else None,
+        pod_resources=pod_resources,
     )
     loop = asyncio.new_event_loop()
     started: Future[tuple[AgentServer, asyncio.Event]] = Future()
@@ -220,8 +229,8 @@ def start_agent_thread(
     async def serve() -> None:
         stopping = asyncio.Event()
         try:
-            async with running(
-                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10
+            async with agent_running(
+                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10, history=history
             ) as server:
                 started.set_result((server, stopping))
                 await stopping.wait()

@@ -10,7 +10,8 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
-from api.agents import AgentPool, NodeIpDiscovery
+from api.agents.discovery import NodeIpDiscovery
+from api.agents.pool import AgentPool
 from api.app import create_app
 from api.kube.cache import ClusterCache
 from api.settings import Settings

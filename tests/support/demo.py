@@ -19,7 +19,7 @@ import httpx
 
 from api.demo.gpus import fake_nvml_document
 from api.demo.runner import Demo, DemoConfig
-from node_resolver import write_fake_nvml
+from node_resolver.fake_nvml import write_fake_nvml
 
 __all__ = ["LiveDemo", "live_demo"]
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,14 +79,17 @@ class RunningDemo:
         return body
 
 
-def start_demo(tmp_path: Path, *extra: str) -> RunningDemo:
+def start_demo(
+    tmp_path: Path, *extra: str, command: Sequence[str] = (), cwd: Path = ROOT
+) -> RunningDemo:
+    """``gpugraph demo`` (``command``, by default this checkout's) on a free port."""
     port = free_port()
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [*gpugraph_command(), "demo", "--listen", f"127.0.0.1:{port}", *extra],
-        cwd=ROOT,
+        [*(command or gpugraph_command()), "demo", "--listen", f"127.0.0.1:{port}", *extra],
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -102,9 +105,11 @@ def start_demo(tmp_path: Path, *extra: str) -> RunningDemo:
 
 
 @contextlib.contextmanager
-def ready_demo(tmp_path: Path, *extra: str) -> Iterator[RunningDemo]:
+def ready_demo(
+    tmp_path: Path, *extra: str, command: Sequence[str] = (), cwd: Path = ROOT
+) -> Iterator[RunningDemo]:
     """A demo past its banner; killed, with its whole session, if still running on exit."""
-    running = start_demo(tmp_path, *extra)
+    running = start_demo(tmp_path, *extra, command=command, cwd=cwd)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while "Press Ctrl-C to stop." not in running.text():

@@ -17,16 +17,10 @@ from typing import Any
 
 from strawberry.types import ExecutionResult
 
-from graph_schema import (
-    AgentUnavailableError,
-    ContainerRecord,
-    GraphSchema,
-    NodeRecord,
-    PodRecord,
-    Received,
-    build_schema,
-    make_context,
-)
+from graph_schema.context import make_context
+from graph_schema.interfaces import AgentUnavailableError, Received
+from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
+from graph_schema.schema import GraphSchema, build_schema
 from node_resolver.models import (
     ContainerRef,
     GpuProcess,

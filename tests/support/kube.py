@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from api.demo.cluster import StubApiServer
-from api.kube import ClusterCache, ClusterWatcher
+from api.kube.cache import ClusterCache
+from api.kube.watcher import ClusterWatcher
 
 
 @contextmanager

@@ -45,7 +45,7 @@ def eventually(
 async def eventually_async(
     check: Callable[[], Any],
     *,
-    timeout: float = 5.0,
+    timeout: float = 15.0,
     interval: float = 0.05,
     what: str = "condition",
 ) -> Any:

@@ -13,8 +13,10 @@ import contextlib
 import gc
 import itertools
 import json
+import shutil
+import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,12 +28,16 @@ from starlette.applications import Starlette
 from websockets.typing import Subprotocol
 
 from api.demo.cluster.fake_proc import kubelet_cgroup, remove_process, write_process
+from api.demo.cluster.kubelet import FakeKubelet
 from api.demo.cluster.manifests import container_id_for
 from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
-from node_resolver.agent import running as agent_running
+from node_resolver.agent import agent_running
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.history.log import HistoryLog, HistorySettings, read_boot_id
 from node_resolver.pids import CgroupResolver
+from node_resolver.pod_names import PodNames
+from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
 
@@ -67,10 +73,14 @@ class Gpu:
     utilization: int = 50
     memory_total: int = 141 * GIB
     processes: list[tuple[int, int]] = field(default_factory=list)
+    # MIG device UUIDs (MIG mode on when any); processes[i] runs on mig_of[pid] if given.
+    mig_devices: list[str] = field(default_factory=list)
+    mig_of: dict[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The fake NVML file's entry for this GPU."""
         return {
+            "minorNumber": self.index,
             "index": self.index,
             "uuid": self.uuid,
             "name": self.name,
@@ -81,9 +91,18 @@ class Gpu:
             "temperatureC": 40,
             "powerUsageWatts": 300.0,
             "powerLimitWatts": 700.0,
-            "migEnabled": False,
+            "migEnabled": bool(self.mig_devices),
+            "migDevices": [
+                {"index": i, "uuid": uuid, "gpuInstanceId": i + 1, "computeInstanceId": 0}
+                for i, uuid in enumerate(self.mig_devices)
+            ],
             "processes": [
-                {"pid": pid, "usedMemoryBytes": used, "type": "COMPUTE"}
+                {
+                    "pid": pid,
+                    "usedMemoryBytes": used,
+                    "type": "COMPUTE",
+                    "migDeviceUuid": self.mig_of.get(pid),
+                }
                 for pid, used in self.processes
             ],
         }
@@ -102,14 +121,31 @@ class AgentNode:
         procs: Sequence[Proc] = (),
         token: str | None = None,
         interval: float = 0.1,
+        history: bool = False,
+        clock: Callable[[], float] = time.time,
+        kubelet: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
+        # The sampler's clock: what the occupancy log takes for "now".
+        self.clock = clock
         self.ip = ip
+        # The fake kubelet's PodResources data; None: no kubelet socket at all.
+        self.kubelet_data = kubelet
+        self.kubelet: FakeKubelet | None = None
+        self._socket_dir: Path | None = None
         self.token = token
         self.interval = interval
         self.dir = workdir / name
         self.proc_root = self.dir / "proc"
         self.proc_root.mkdir(parents=True, exist_ok=True)
+        # With history on: the occupancy log's directory, and the log while running.
+        self.history_dir: Path | None = self.dir / "history" if history else None
+        self.history: HistoryLog | None = None
+        # The log's bounds, read at each start.
+        self.history_retention = 30 * 86400.0
+        self.history_max_bytes = 256 << 20
+        if history:
+            self.set_boot_id("boot-1")
         self.nvml_path = self.dir / "nvml.json"
         self.port = 0
         self.gpus = list(gpus)
@@ -146,6 +182,12 @@ class AgentNode:
         """Make ``pid`` exit."""
         remove_process(self.proc_root, pid)
 
+    def set_boot_id(self, boot_id: str) -> None:
+        """Write the node's boot ID (a new one is a reboot, to the occupancy log)."""
+        path = self.proc_root / "sys" / "kernel" / "random" / "boot_id"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(boot_id + "\n")
+
     def write_gpus(self, gpus: Sequence[Gpu] | None = None) -> None:
         """(Re)write the fake NVML file; the agent picks changes up on its next scan."""
         if gpus is not None:
@@ -161,17 +203,49 @@ class AgentNode:
 
     async def start(self) -> None:
         """Start serving and sampling; returns once sampled. A restart reuses the port."""
+        history = None
+        if self.history_dir is not None:
+            settings = HistorySettings(
+                self.history_dir,
+                retention_seconds=self.history_retention,
+                max_bytes=self.history_max_bytes,
+                flush_interval=0.2,
+            )
+            history = HistoryLog(
+                settings,
+                boot_id=read_boot_id(str(self.proc_root)),
+                pod_names=PodNames(),
+                clock=self.clock,
+            )
+        self.history = history
+        # A unix socket path must fit in 108 bytes; the workdir's may not.
+        if self._socket_dir is None:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
+        socket_path = str(self._socket_dir / "kubelet.sock")
+        if self.kubelet_data is not None and self.kubelet is None:
+            self.kubelet = FakeKubelet(socket_path, data=self.kubelet_data).start()
+        kubelet_socket = self.kubelet.socket_path if self.kubelet is not None else socket_path
+        client = PodResourcesClient(kubelet_socket)
         sampler = Sampler(
             FakeGpuSource(self.nvml_path),
             CgroupResolver(proc_root=str(self.proc_root)),
             node_name=self.name,
             interval=self.interval,
+            clock=self.clock,
+            on_scan=history.observe if history is not None else None,
+            pod_resources=PodResourcesPoller(client.list, interval=self.interval),
         )
         stack = contextlib.AsyncExitStack()
+        stack.callback(client.close)
         # grace=None: stopping is like a killed process, connections drop at once.
         server = await stack.enter_async_context(
             agent_running(
-                sampler, f"{self.ip}:{self.port}", token=self.token, grace=None, join_timeout=5.0
+                sampler,
+                f"{self.ip}:{self.port}",
+                token=self.token,
+                grace=None,
+                join_timeout=5.0,
+                history=history,
             )
         )
         if not await asyncio.to_thread(sampler.wait_ready, 10.0):
@@ -189,6 +263,12 @@ class AgentNode:
         if self._running is not None:
             await self._running.aclose()
             self._running = None
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
 
 def node_ips(count: int) -> list[str]:
@@ -228,13 +308,13 @@ async def serve_app(
     config.log_level = "warning"
     server = UvicornServer(config, own_signals=False)
     task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not server.started:
         if task.done():
             task.result()
             raise RuntimeError("uvicorn exited before starting")
         if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start within 10 s")
+            raise RuntimeError("uvicorn did not start within 30 s")
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
@@ -310,24 +390,42 @@ class GraphTestCluster:
     /proc tree and fake NVML file, so the agent maps them to those pods.
     """
 
-    def __init__(self, workdir: Path, *, token: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, token: str | None = None, history: bool = False) -> None:
         from api.demo.cluster import StubApiServer
 
         self.workdir = workdir
         self.token = token
+        # Agents keep an occupancy log (in their node's directory).
+        self.history = history
         self.stub = StubApiServer(bookmark_interval=0.5)
         self.agents: dict[str, AgentNode] = {}
         self.kubeconfig = workdir / "kubeconfig"
         self.port = 0
 
     def add_node(
-        self, name: str, gpus: Sequence[Gpu] = (), procs: Sequence[Proc] = ()
+        self,
+        name: str,
+        gpus: Sequence[Gpu] = (),
+        procs: Sequence[Proc] = (),
+        kubelet: Mapping[str, Any] | None = None,
     ) -> AgentNode:
-        """A node on the stub server with an agent (started by ``start``)."""
+        """A node on the stub server with an agent (started by ``start``).
+
+        ``kubelet`` is the node's fake kubelet PodResources data; None: no kubelet socket.
+        """
         from api.demo.cluster.manifests import make_node
 
         ip = node_ips(len(self.agents) + 1)[-1]
-        agent = AgentNode(name, ip, self.workdir, gpus=gpus, procs=procs, token=self.token)
+        agent = AgentNode(
+            name,
+            ip,
+            self.workdir,
+            gpus=gpus,
+            procs=procs,
+            token=self.token,
+            history=self.history,
+            kubelet=kubelet,
+        )
         self.agents[name] = agent
         self.stub.add_node(make_node(name, ip, gpus=len(gpus)))
         return agent
@@ -389,14 +487,14 @@ class Served(Listening):
 @contextlib.asynccontextmanager
 async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterator[Served]:
     """Run the production server stack for ``settings`` on a free loopback port."""
-    from api.serve import running
+    from api.serve import services_running
 
     # The server tunes the collector for itself once the cache is ready; the
     # rest of the test session keeps CPython's defaults.
     thresholds = gc.get_threshold()
     try:
         async with (
-            running(settings) as services,
+            services_running(settings) as services,
             serve_app(services.app, settings) as server,
             httpx.AsyncClient(base_url=server.url, timeout=30) as client,
         ):
@@ -409,7 +507,9 @@ async def serving(settings: Settings, *, wait_ready: bool = True) -> AsyncIterat
         gc.set_threshold(*thresholds)
 
 
-def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestCluster:
+def standard_cluster(
+    workdir: Path, *, token: str | None = None, history: bool = False
+) -> GraphTestCluster:
     """The cluster most server tests use (not yet started).
 
     - node-0: GPU-node-0-0 shared by ml/worker-0 (PID 1001, 3 GiB) and
@@ -423,7 +523,7 @@ def standard_cluster(workdir: Path, *, token: str | None = None) -> GraphTestClu
     """
     from api.demo.cluster.manifests import pod_uid_for
 
-    cluster = GraphTestCluster(workdir, token=token)
+    cluster = GraphTestCluster(workdir, token=token, history=history)
     worker0 = pod_uid_for("ml", "worker-0")
     worker1 = pod_uid_for("ml", "worker-1")
     trainer = pod_uid_for("team-b", "trainer-0")

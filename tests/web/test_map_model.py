@@ -1,7 +1,8 @@
-"""The map's model (``web/map/src/model.js``) under Node's own test runner.
+"""The map's model (``web/map/src/model.js``, ``colors.js``) under Node's own test runner.
 
-What a tile draws from a GPU, and how subscription ticks mark a node down
-(with its agent's error) and up again, checked without a browser.
+What a tile draws from a GPU, how subscription ticks mark a node down
+(with its agent's error) and up again, and how pods get colours apart from
+their neighbours', checked without a browser.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def test_map_model() -> None:
     require(node is not None, "Node.js (`node`) is not on PATH")
     assert node is not None
     result = subprocess.run(
-        [node, "--test", str(HERE / "model.test.mjs")],
+        [node, "--test", *(str(path) for path in sorted(HERE.glob("*.test.mjs")))],
         capture_output=True,
         text=True,
         timeout=120,
@@ -33,5 +34,7 @@ def test_map_model() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     passed = re.search(r"^# pass (\d+)$", result.stdout, re.MULTILINE)
-    assert passed is not None and int(passed.group(1)) > 0, result.stdout
+    assert passed is not None and int(passed.group(1)) >= len(list(HERE.glob("*.test.mjs"))), (
+        result.stdout
+    )
     assert "# fail 0" in result.stdout

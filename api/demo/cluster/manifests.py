@@ -90,11 +90,13 @@ def _status_fields(names: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _container_spec(name: str, image: str, gpus: int | None) -> dict[str, Any]:
+def _container_spec(
+    name: str, image: str, gpus: int | None, gpu_resource: str = "nvidia.com/gpu"
+) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
     if gpus is not None:
-        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
-        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+        resources["limits"] = {gpu_resource: str(gpus)}
+        resources["requests"][gpu_resource] = str(gpus)
     return {
         "name": name,
         "image": image,
@@ -148,12 +150,17 @@ def make_pod(
     labels: Mapping[str, str] | None = None,
     pod_ip: str | None = None,
     managed_fields: bool = True,
+    gpu_resource: str = "nvidia.com/gpu",
+    claims: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A pod object as the API server returns it.
 
     ``gpu_limit`` is either one count for the first container or one entry per
-    container. Container IDs default to stable ``<runtime>://<64 hex>`` values
-    for a scheduled, running pod and are absent otherwise.
+    container, of ``gpu_resource``. Container IDs default to stable
+    ``<runtime>://<64 hex>`` values for a scheduled, running pod and are absent
+    otherwise. ``claims`` maps each DRA claim's name in the pod to the
+    ResourceClaim made from its template (``<pod>-<name>-<suffix>``), listed by
+    the first container.
     """
     uid = uid or pod_uid_for(namespace, name)
     names = list(containers)
@@ -221,7 +228,8 @@ def make_pod(
         ]
     spec: dict[str, Any] = {
         "containers": [
-            _container_spec(c, img, g) for c, img, g in zip(names, image_names, gpus, strict=True)
+            _container_spec(c, img, g, gpu_resource)
+            for c, img, g in zip(names, image_names, gpus, strict=True)
         ],
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 30,
@@ -249,6 +257,12 @@ def make_pod(
     }
     if init_containers:
         spec["initContainers"] = [_container_spec(c, "busybox:1.36", None) for c in init_containers]
+    if claims:
+        spec["resourceClaims"] = [
+            {"name": claim, "resourceClaimTemplateName": f"{claim}-template"} for claim in claims
+        ]
+        if spec["containers"]:
+            spec["containers"][0]["resources"]["claims"] = [{"name": claim} for claim in claims]
     if node is not None:
         spec["nodeName"] = node
     status: dict[str, Any] = {"phase": phase, "qosClass": "Burstable"}
@@ -275,6 +289,11 @@ def make_pod(
                 ],
             }
         )
+        if claims:
+            status["resourceClaimStatuses"] = [
+                {"name": claim, "resourceClaimName": generated}
+                for claim, generated in claims.items()
+            ]
         if init_containers:
             status["initContainerStatuses"] = [
                 _container_status(

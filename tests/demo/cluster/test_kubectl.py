@@ -17,6 +17,12 @@ import yaml
 
 from api.demo.cluster import StubApiServer, make_node, make_pod, write_kubeconfig
 from api.demo.cluster.apiserver.tables import human_duration
+from api.demo.cluster.dra_manifests import (
+    ClaimDevice,
+    SliceDevice,
+    make_resource_claim,
+    make_resource_slice,
+)
 from tests.support.kube import stub_api
 from tests.support.kubectl import Kubectl, kubectl_binary, table
 
@@ -155,7 +161,16 @@ def test_namespaces_are_those_holding_pods(kubectl: Kubectl) -> None:
 
 def test_api_resources_lists_what_the_stub_serves(kubectl: Kubectl) -> None:
     rows = {line.split()[0]: line for line in kubectl.run("api-resources").splitlines()[1:]}
-    assert set(rows) == {"pods", "nodes", "namespaces", "tokenreviews", "subjectaccessreviews"}
+    assert set(rows) == {
+        "pods",
+        "nodes",
+        "namespaces",
+        "tokenreviews",
+        "subjectaccessreviews",
+        "resourceclaims",
+        "resourceslices",
+    }
+    assert "resource.k8s.io/v1" in rows["resourceclaims"]
     assert "authentication.k8s.io/v1" in rows["tokenreviews"]
     assert "authorization.k8s.io/v1" in rows["subjectaccessreviews"]
 
@@ -297,3 +312,19 @@ def test_a_table_is_served_only_when_asked_for(server: StubApiServer) -> None:
 )
 def test_ages_read_as_kubectl_writes_them(seconds: int, text: str) -> None:
     assert human_duration(seconds) == text
+
+
+def test_get_resourceclaims_and_resourceslices(server: StubApiServer, kubectl: Kubectl) -> None:
+    server.add_claim(
+        make_resource_claim("a", "p0-gpu-x1", [ClaimDevice("gpu-0", "node-0")], reserved_for=["p0"])
+    )
+    server.add_claim(make_resource_claim("b", "pending", []))
+    server.add_slice(make_resource_slice("node-0", [SliceDevice("gpu-0", "GPU-0")]))
+    output = kubectl.run("get", "resourceclaims,resourceslices", "-A")
+    assert "resourceclaim.resource.k8s.io/p0-gpu-x1" in output
+    assert "allocated,reserved" in output and "pending" in output
+    assert "resourceslice.resource.k8s.io/node-0-gpu.nvidia.com" in output
+    assert "gpu.nvidia.com" in output
+    claims = json.loads(kubectl.run("get", "resourceclaims", "-n", "a", "-o", "json"))
+    assert [c["metadata"]["name"] for c in claims["items"]] == ["p0-gpu-x1"]
+    assert claims["items"][0]["apiVersion"] == "resource.k8s.io/v1"

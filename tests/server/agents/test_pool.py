@@ -11,13 +11,9 @@ from typing import Any
 
 import pytest
 
-from api.agents import (
-    CHANNEL_OPTIONS,
-    AgentPool,
-    Backoff,
-    NodeIpDiscovery,
-    PodIpDiscovery,
-)
+from api.agents.discovery import NodeIpDiscovery, PodIpDiscovery
+from api.agents.pool import CHANNEL_OPTIONS, AgentPool
+from api.backoff import Backoff
 from api.demo.cluster.manifests import make_pod, pod_uid_for
 from api.kube.cache import ClusterCache
 from api.kube.parse import pod_record
@@ -402,7 +398,8 @@ async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapsh
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import graph_schema.views
-    from graph_schema import build_schema, make_context
+    from graph_schema.context import make_context
+    from graph_schema.schema import build_schema
 
     cluster = graph.MemoryCluster()
     clients: dict[str, FakeClient] = {}

@@ -16,7 +16,9 @@ from api.auth import (
     ReviewCache,
     ReviewUnavailableError,
     TokenReviewer,
+    UserInfo,
 )
+from api.auth.access import LIST_NODES
 from api.demo.cluster import StubApiServer
 from api.demo.cluster.apiserver.kubeconfig import kubeconfig_for
 from tests.support.clock import ManualClock
@@ -94,3 +96,15 @@ async def test_access_reviews_carry_the_users_groups_and_are_cached(stub: StubAp
         await auth.authenticate("")
     # A caller's repr never shows its token.
     assert stub.reviews.token_of("admin") not in repr(admin)
+
+
+async def test_only_declared_questions_are_asked(stub: StubApiServer) -> None:
+    # The chart's roles are built from QUESTIONS; a question outside it is a bug here,
+    # not a denial the operator could fix with RBAC.
+    access = AccessReviewer(ApiClient(kubeconfig_for(stub.url)))
+    user = UserInfo("admin", "uid-admin", ("system:masters", "system:authenticated"), ())
+    assert await access.allowed(user, Question.list_pods("research"))
+    for undeclared in (Question("delete", "pods"), LIST_NODES.in_namespace("research")):
+        with pytest.raises(ValueError, match="not declared"):
+            await access.allowed(user, undeclared)
+    assert stub.reviews.counts["subjectaccessreviews"] == 1

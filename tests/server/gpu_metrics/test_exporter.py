@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.agents import AgentPool
+from api.agents.pool import AgentPool
 from api.gpu_metrics import GpuMetricsExporter
+from api.gpu_metrics.attribution import UNATTRIBUTED_REASONS
 from api.metrics import Metrics
 from graph_schema.records import NodeRecord
 from node_resolver.models import NodeSnapshot
@@ -157,7 +158,7 @@ def test_memory_in_no_pod_is_counted_by_reason(world: World) -> None:
     assert value(s, name, reason="unknown_container", **on_gpu1) == 3 * GiB
     # Every reason is present on every GPU, zero where nothing is lost.
     assert set(where(s, name, node="gpu-a", gpu="0").values()) == {0.0}
-    assert len(where(s, name)) == 4 * 3
+    assert len(where(s, name)) == 4 * len(UNATTRIBUTED_REASONS)
 
 
 @pytest.mark.parametrize(
@@ -390,10 +391,10 @@ def test_scrapes_within_the_ttl_share_one_agent_call_per_node(world: World) -> N
     assert sorted(calls) == ["gpu-a", "gpu-b"]
 
 
-def test_the_readmes_per_replica_regex_keeps_the_servers_own_series_only(world: World) -> None:
-    """README: a PodMonitor keeping these names sees each replica's health, no GPU series."""
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    (regex,) = re.findall(r'action: keep, regex: "([^"]+)"', readme)
+def test_the_docs_per_replica_regex_keeps_the_servers_own_series_only(world: World) -> None:
+    """docs/metrics.md: a PodMonitor keeping these names sees each replica's health only."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    (regex,) = re.findall(r'action: keep, regex: "([^"]+)"', doc)
     own = {name for name, _ in parse(Metrics().render())}
     gpu = {name for name, _ in world.scrape(dcgm_names=True)}
     assert own and gpu

@@ -10,7 +10,6 @@ import pytest
 import websockets
 from websockets.typing import Subprotocol
 
-from api.log_limits import TracebackRateLimit
 from tests.support.server import GraphQLSocket, GraphTestCluster, serving
 
 TRANSPORT_WS = Subprotocol("graphql-transport-ws")
@@ -135,28 +134,3 @@ async def test_the_legacy_graphql_ws_protocol_is_refused(cluster: GraphTestClust
     ):
         assert ws.subprotocol is None
         assert await closed_with(ws) == (4406, "Subprotocol not acceptable")
-
-
-def test_tracebacks_past_the_burst_are_logged_without_their_stack() -> None:
-    now = [0.0]
-    limit = TracebackRateLimit(burst=2, window=60.0, clock=lambda: now[0])
-    records = []
-    for i in range(5):
-        try:
-            raise RuntimeError(f"fault {i} at 100%")
-        except RuntimeError as exc:
-            record = logging.LogRecord("x", logging.ERROR, "f", 1, "boom %s", ("a",), None)
-            record.exc_info = (type(exc), exc, exc.__traceback__)
-        assert limit.filter(record)
-        records.append(record)
-    assert [r.exc_info is not None for r in records] == [True, True, False, False, False]
-    assert "fault 4 at 100%" in records[4].getMessage() and "left out" in records[4].getMessage()
-    assert limit.suppressed == 3
-    now[0] = 61.0
-    try:
-        raise RuntimeError("later")
-    except RuntimeError as exc:
-        late = logging.LogRecord("x", logging.ERROR, "f", 1, "boom", (), None)
-        late.exc_info = (type(exc), exc, exc.__traceback__)
-    limit.filter(late)
-    assert late.exc_info is not None, "a new window shows tracebacks again"

@@ -23,8 +23,20 @@ EXPECTED_NODE_0 = {
     "GpuPods": {
         "GPU-node-0-0": {
             "pidPods": [
-                {"pid": 1001, "processName": "python", "UsedGpuMemory": 3072, "pod": "worker-0"},
-                {"pid": 1002, "processName": "python", "UsedGpuMemory": 5120, "pod": "worker-1"},
+                {
+                    "pid": 1001,
+                    "processName": "python",
+                    "UsedGpuMemory": 3072,
+                    "pod": "worker-0",
+                    "allocation": "UNKNOWN",
+                },
+                {
+                    "pid": 1002,
+                    "processName": "python",
+                    "UsedGpuMemory": 5120,
+                    "pod": "worker-1",
+                    "allocation": "UNKNOWN",
+                },
             ]
         }
     },
@@ -63,6 +75,7 @@ async def test_returns_the_original_shape_for_the_worker_pods_node(server: Serve
                         "processName": "torchrun",
                         "UsedGpuMemory": 7168,
                         "pod": "trainer-0",
+                        "allocation": "UNKNOWN",
                     }
                 ]
             }
@@ -133,7 +146,8 @@ async def test_the_answer_shows_what_the_callers_view_may_see(
 ) -> None:
     world = SmallWorld()
     received = await world.agents.fetch("node-a")
-    answer = gpu_pods_response(VisibleCluster(world.cluster, scope), received.snapshot)
+    view = VisibleCluster(world.cluster, scope)
+    answer = gpu_pods_response(view, "node-a", received.snapshot)
     assert list(answer["GpuInfos"]) == [gpu_uuid("node-a", i) for i in infos]  # type: ignore[call-overload]
     gpu_pods = answer["GpuPods"]
     assert isinstance(gpu_pods, dict)

@@ -6,8 +6,10 @@ from graphql import parse
 
 from api.http.map_queries import LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
 from api.settings import Settings
-from graph_schema import SchemaLimits, build_schema, make_context
+from graph_schema.context import make_context
 from graph_schema.cost import estimate
+from graph_schema.limits import SchemaLimits
+from graph_schema.schema import build_schema
 from tests.support.graph import synthetic_cluster
 
 NODES, GPUS, PROCESSES = 1000, 8, 4

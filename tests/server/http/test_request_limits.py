@@ -87,7 +87,9 @@ async def test_a_nested_list_that_multiplies_is_refused_with_one_error(big_app: 
 
 
 async def test_the_budget_counts_nodes_and_gpus_of_the_full_cluster_query() -> None:
-    from graph_schema import SchemaLimits, build_schema, make_context
+    from graph_schema.context import make_context
+    from graph_schema.limits import SchemaLimits
+    from graph_schema.schema import build_schema
 
     sc = synthetic_cluster(10, gpus_per_node=8, processes_per_gpu=4)
     query = "{ nodes { name gpus { uuid processes { pid pod { name namespace } } } } }"

@@ -17,6 +17,11 @@ def test_the_accept_header_is_read_per_the_spec() -> None:
     assert wants_graphql_response({"accept": f"application/json, {GQL_RESPONSE};q=0.9"})
     assert not wants_graphql_response({"accept": "application/json"})
     assert not wants_graphql_response({"accept": f"{GQL_RESPONSE};q=0"})
+    assert not wants_graphql_response({"accept": f"{GQL_RESPONSE};q=0.000"})
+    assert not wants_graphql_response({"accept": f"{GQL_RESPONSE}; Q=0.000, application/json"})
+    assert wants_graphql_response({"accept": f"{GQL_RESPONSE.upper()};q=0.001"})
+    # Only naming it counts: curl's */* keeps the legacy answer.
+    assert not wants_graphql_response({"accept": "*/*"})
     assert not wants_graphql_response({})
 
 

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.demo.cluster.manifests import make_pod
-from api.kube import ClusterCache, pod_record
 from api.kube import cache as cache_module
+from api.kube.cache import ClusterCache
+from api.kube.parse import pod_record
 from graph_schema.interfaces import Cluster
 from graph_schema.records import NodeRecord, PodRecord
 from tests.support import graph

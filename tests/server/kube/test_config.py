@@ -9,7 +9,7 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api
 
 from api.demo.cluster import make_node, write_kubeconfig
-from api.kube import KubeConfigError, default_kubeconfig_path, load_kube_config
+from api.kube.config import KubeConfigError, default_kubeconfig_path, load_kube_config
 from tests.support.kube import stub_api
 
 

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from api.demo.cluster.manifests import container_id_for, make_node, make_pod
-from api.kube import ParseError, node_record, pod_record, strip_runtime_prefix
+from api.kube.parse import ParseError, node_record, pod_record, strip_runtime_prefix
 
 HEX = "a" * 64
 

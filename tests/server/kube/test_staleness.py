@@ -7,10 +7,11 @@ from typing import Any
 
 from api.app import readiness
 from api.demo.cluster import make_node, make_pod
-from api.kube import ClusterCache
+from api.kube.cache import ClusterCache
 from api.metrics import Metrics
-from graph_schema import build_schema, make_context
 from graph_schema.cache_status import STALE_AFTER_SECONDS
+from graph_schema.context import make_context
+from graph_schema.schema import build_schema
 from tests.support.graph import MemorySnapshots
 from tests.support.kube import stub_api, watched_cache
 from tests.support.polling import eventually

@@ -324,6 +324,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(void *device, char *uuid, unsigned int len
     return copy_text(((struct device *)device)->uuid, uuid, length);
 }
 
+/* The fake's minor numbers are the GPUs' indexes, as on most single-root hosts. */
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(void *device, unsigned int *minor) {
+    ENTER(device);
+    if (!minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *minor = (unsigned int)((struct device *)device)->gpu;
+    return NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetName(void *device, char *name, unsigned int length) {
     ENTER(device);
     return copy_text(cfg.gpus[((struct device *)device)->gpu].name, name, length);

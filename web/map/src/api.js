@@ -28,11 +28,11 @@ function authHeaders() {
 }
 
 /** POST one query; its JSON result with data, AuthRequired on 401, Error on anything else. */
-export async function query(path, document, operationName) {
+export async function query(path, document, operationName, variables = undefined) {
   const response = await fetch(path, {
     method: "POST",
     headers: { "Content-Type": "application/json", Accept: "application/json", ...authHeaders() },
-    body: JSON.stringify({ query: document, operationName }),
+    body: JSON.stringify({ query: document, operationName, variables }),
   });
   if (response.status === 401) {
     const body = await response.json().catch(() => ({}));

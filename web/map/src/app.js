@@ -4,6 +4,7 @@ import { AuthRequired, query, subscribe, token } from "./api.js";
 import { ago, count, esc } from "./format.js";
 import { ClusterModel } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
+import { STRIP_HOURS, historyStripHtml } from "./history.js";
 import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
 
 const SKELETON = `
@@ -20,17 +21,23 @@ const SKELETON = `
     </select></label>
   </form>
   <div id="status" class="status" role="status" aria-live="polite">connecting</div>
-  <button type="button" id="sign-out" class="sign-out" hidden>Change token</button>
+  <span id="viewer" class="viewer" hidden>Signed in as <b id="viewer-name"></b></span>
+  <button type="button" id="sign-out" class="sign-out" hidden>Sign out</button>
   <a id="graphiql-link" href="/graphql">GraphiQL</a>
 </header>
 <div id="banner" class="banner" role="alert" hidden></div>
 <main class="layout">
-  <div id="nodes" class="nodes" role="region" aria-label="GPUs by node"></div>
+  <div class="board">
+    <p id="empty" class="empty" role="status" hidden><span id="empty-text"></span>
+      <button type="button" id="clear-filters">Clear filters</button></p>
+    <div id="nodes" class="nodes" role="region" aria-label="GPUs by node"></div>
+  </div>
   <aside class="side">
     <section id="details" class="details" aria-live="polite"></section>
     <section class="pods-box">
       <h2>Pods <span id="pod-selected"></span></h2>
       <ul id="pods" class="pods" aria-label="Pods; select one to highlight its GPUs"></ul>
+      <p id="pods-empty" class="empty-pods" hidden>Nothing matches.</p>
     </section>
     <section class="legend" aria-label="Legend">
       <span><span class="seg-sample nopod"></span>no pod</span>
@@ -40,6 +47,8 @@ const SKELETON = `
       <span><span class="mark m-mig">MIG</span>MIG</span>
       <span><span class="mark m-unreq">!</span>unrequested</span>
       <span><span class="mark m-nopod">\u2205</span>unattributed</span>
+      <span><span class="mark m-unalloc">\u2717</span>not allocated</span>
+      <span><span class="mark m-allocunk">?</span>no allocation data</span>
       <span><span class="mark m-err">ERR</span>GPU error</span>
       <span><span class="util-sample"></span>utilization</span>
     </section>
@@ -62,6 +71,13 @@ const HINT =
 const TOKEN_CHECK = "query TokenCheck { __typename }";
 // A new ClusterMap query (a node joined, an agent came back) at most this often.
 const RESYNC_SPACING_MS = 10_000;
+// The view a URL shares: query parameter -> filter field.
+const FILTER_PARAMS = { ns: "f-ns", node: "f-node", only: "f-only" };
+
+/** What the filters ask for, from the form or a URL. */
+function filterValues(read) {
+  return { ns: read("ns") || "", node: (read("node") || "").trim(), only: read("only") || "" };
+}
 
 export class MapApp {
   constructor(root, config) {
@@ -77,6 +93,8 @@ export class MapApp {
     this.lastTick = null;
     this.stopLive = null;
     this.generation = 0;
+    // The GPUs the filters leave on show (null: not worked out yet).
+    this.shownTiles = null;
     this.resyncAt = 0;
     this.resyncTimer = null;
     this.stats = { firstRenderMs: null, renderMs: null, ticks: 0, lastApplyMs: null, lastFrameMs: null, lastChanged: 0 };
@@ -84,6 +102,7 @@ export class MapApp {
     this.$ = (id) => root.querySelector(`#${id}`);
     this.nodesEl = this.$("nodes");
     if (!config.graphiqlPath) this.$("graphiql-link").hidden = true;
+    this._readUrl();
     this._bind();
     this.$("details").innerHTML = HINT;
     setInterval(() => this._renderStatus(), 1000);
@@ -119,7 +138,7 @@ export class MapApp {
         document.documentElement.dataset.rendered = "true";
       });
     }
-    this.$("sign-out").hidden = !token.get();
+    this._renderViewer(body.data.viewer?.username ?? null);
     if (!this.stopLive || this.model.nodes.size !== previousSize) this._subscribe();
   }
 
@@ -237,6 +256,27 @@ export class MapApp {
     this.$("auth").hidden = false;
     this.$("auth-token").value = "";
     this.$("auth-token").focus();
+    this._renderViewer(null);
+  }
+
+  // Who the server says the caller is; with no name (auth off) nothing to sign out of.
+  _renderViewer(username) {
+    this.$("viewer").hidden = !username;
+    this.$("viewer-name").textContent = username ?? "";
+    this.$("sign-out").hidden = !username && !token.get();
+  }
+
+  // Forget the token and everything it showed, and ask for one again.
+  _signOut() {
+    this._stopSubscription();
+    token.set("");
+    this.model.loadSnapshot([]);
+    this.lastTick = null;
+    this.pinned = null;
+    this.hovered = null;
+    this._renderAll();
+    this._renderViewer(null);
+    this._askToken("");
   }
 
   // ---------------------------------------------------------------- drawing
@@ -254,7 +294,8 @@ export class MapApp {
         this.shapes.set(uuid, tileShape(gpus.get(uuid)));
       }
     }
-    this.podKeys = "";
+    // Drawn anew, even when the new list is empty.
+    this.podKeys = null;
     this._renderPods();
     this._applyHighlight();
     this._applyFilters();
@@ -303,11 +344,16 @@ export class MapApp {
 
   _renderNamespaces(pods) {
     const select = this.$("f-ns");
-    const current = select.value;
-    const namespaces = [...new Set([...pods.values()].map((p) => p.namespace))].sort();
+    // The chosen one stays offered without pods there (a shared link, a pod gone):
+    // the map then says nothing matches, rather than quietly showing everything.
+    const current = this.wantedNamespace ?? select.value;
+    this.wantedNamespace = null;
+    const namespaces = [...new Set([...pods.values()].map((p) => p.namespace))];
+    if (current && !namespaces.includes(current)) namespaces.push(current);
+    namespaces.sort();
     select.innerHTML =
       '<option value="">all</option>' + namespaces.map((ns) => `<option>${esc(ns)}</option>`).join("");
-    select.value = namespaces.includes(current) ? current : "";
+    select.value = current;
   }
 
   _renderPods() {
@@ -340,6 +386,40 @@ export class MapApp {
     }
     const node = this.model.nodes.get(entry.node);
     details.innerHTML = detailsHtml(entry, node, this.config, this.selectedPod, uuid === this.pinned);
+    this._renderHistory(details, uuid);
+  }
+
+  // The GPU's last 24 hours under its details, fetched at most once a minute per GPU.
+  _renderHistory(details, uuid) {
+    const historyQuery = this.config.queries.history;
+    if (!historyQuery) return;
+    const box = document.createElement("div");
+    box.className = "history";
+    box.dataset.uuid = uuid;
+    details.appendChild(box);
+    this.histories ??= new Map();
+    const cached = this.histories.get(uuid);
+    const now = Date.now();
+    if (cached && now - cached.at < 60_000) {
+      box.innerHTML = cached.html;
+      return;
+    }
+    const since = now - STRIP_HOURS * 3600_000;
+    const variables = { uuid, since: new Date(since).toISOString() };
+    query(this.config.graphqlPath, historyQuery, "GpuHistory", variables)
+      .then((body) => {
+        const gpu = body.data?.gpu;
+        const html = gpu
+          ? historyStripHtml(gpu.history ?? [], since, now, gpu.hiddenHistoryCount ?? 0)
+          : "";
+        this.histories.set(uuid, { at: now, html });
+        const shown = details.querySelector(`.history[data-uuid="${CSS.escape(uuid)}"]`);
+        if (shown) shown.innerHTML = html;
+      })
+      .catch((error) => {
+        const shown = details.querySelector(`.history[data-uuid="${CSS.escape(uuid)}"]`);
+        if (shown) shown.textContent = `history: ${describe(error)}`;
+      });
   }
 
   _renderStatus() {
@@ -388,40 +468,101 @@ export class MapApp {
   selectPod(key) {
     this.selectedPod = this.selectedPod === key ? null : key;
     this._applyHighlight();
+    this._writeUrl();
+  }
+
+  _filters() {
+    return filterValues((name) => this.$(FILTER_PARAMS[name]).value);
   }
 
   _filtering() {
-    return Boolean(this.$("f-ns").value || this.$("f-node").value.trim() || this.$("f-only").value);
+    const { ns, node, only } = this._filters();
+    return Boolean(ns || node || only);
+  }
+
+  // ---------------------------------------------------------------- the URL
+
+  // The filters, the pinned GPU and the selected pod, from a shared link.
+  _readUrl() {
+    const params = new URLSearchParams(window.location.search);
+    const wanted = filterValues((name) => params.get(name));
+    this.$("f-node").value = wanted.node;
+    const only = this.$("f-only");
+    if ([...only.options].some((o) => o.value === wanted.only)) only.value = wanted.only;
+    // Offered once the pods are known.
+    this.wantedNamespace = wanted.ns || null;
+    this.pinned = params.get("gpu") || null;
+    this.selectedPod = params.get("pod") || null;
+  }
+
+  // The view as a URL to share; replaced, not pushed: Back leaves the map.
+  _writeUrl() {
+    const params = new URLSearchParams();
+    const values = this._filters();
+    for (const name of Object.keys(FILTER_PARAMS)) if (values[name]) params.set(name, values[name]);
+    if (this.pinned) params.set("gpu", this.pinned);
+    if (this.selectedPod) params.set("pod", this.selectedPod);
+    const search = params.toString();
+    const url = `${window.location.pathname}${search ? `?${search}` : ""}${window.location.hash}`;
+    if (url !== `${window.location.pathname}${window.location.search}${window.location.hash}`) {
+      window.history.replaceState(null, "", url);
+    }
   }
 
   _applyFilters() {
-    const ns = this.$("f-ns").value;
-    const text = this.$("f-node").value.trim().toLowerCase();
-    const only = this.$("f-only").value;
+    const { ns, node: text, only } = this._filters();
+    const needle = text.toLowerCase();
+    // A node whose agent is down could match ns or only, or not: it stays, marked.
+    const byContent = Boolean(ns || only);
+    const shown = new Set();
+    let unknown = 0;
     for (const section of this.nodesEl.children) {
       const name = section.dataset.node;
+      const nameMatches = !needle || name.toLowerCase().includes(needle);
+      const down = Boolean(this.model.nodes.get(name)?.down);
+      const undecided = nameMatches && byContent && down;
       let visible = 0;
-      const nodeMatches = !text || name.toLowerCase().includes(text);
       for (const el of section.getElementsByClassName("tile")) {
         const entry = el.dataset.uuid ? this.model.gpus.get(el.dataset.uuid) : null;
-        let show = nodeMatches;
-        if (show && entry) {
-          if (ns && !entry.info.pods.some((p) => p.namespace === ns)) show = false;
-          if (only && !entry.info[only]) show = false;
-        } else if (show && (ns || only)) {
-          show = false; // a slot of a node that never answered
-        }
+        let show = nameMatches && !undecided;
+        if (show && byContent) show = Boolean(entry) && matches(entry, ns, only);
         el.hidden = !show;
-        if (show) visible += 1;
+        if (show) {
+          visible += 1;
+          if (entry) shown.add(entry.uuid);
+        }
       }
-      section.hidden = visible === 0 && !(nodeMatches && !ns && !only);
+      section.classList.toggle("unknown", undecided);
+      if (undecided) unknown += 1;
+      section.hidden = !undecided && (!nameMatches || (byContent && visible === 0));
     }
+    this.shownTiles = shown;
+    this._renderEmpty(shown.size, unknown);
     this._filterPods();
   }
 
+  _renderEmpty(matched, unknown) {
+    const empty = matched === 0 && this._filtering() && this.model.nodes.size > 0;
+    this.$("empty").hidden = !empty;
+    if (!empty) return;
+    const down =
+      unknown === 0 ? "" : unknown === 1 ? " One node's agent is down: it cannot be checked." : ` ${unknown} nodes' agents are down: they cannot be checked.`;
+    this.$("empty-text").textContent = `Nothing matches these filters.${down}`;
+  }
+
+  // The pods of the GPUs on show, of the namespace asked for.
   _filterPods() {
-    const ns = this.$("f-ns").value;
-    for (const li of this.$("pods").children) li.hidden = Boolean(ns) && li.dataset.ns !== ns;
+    const { ns } = this._filters();
+    const shown = this.shownTiles;
+    const pods = this.model.pods();
+    let visible = 0;
+    for (const li of this.$("pods").children) {
+      const pod = pods.get(li.dataset.pod);
+      const onShow = shown === null || Boolean(pod?.gpus.some((uuid) => shown.has(uuid)));
+      li.hidden = !onShow || (Boolean(ns) && li.dataset.ns !== ns);
+      if (!li.hidden) visible += 1;
+    }
+    this.$("pods-empty").hidden = visible > 0 || pods.size === 0;
   }
 
   // ---------------------------------------------------------------- input
@@ -429,6 +570,14 @@ export class MapApp {
   _bind() {
     for (const id of ["f-ns", "f-only"]) this.$(id).addEventListener("change", () => this._applyFilters());
     this.$("f-node").addEventListener("input", () => this._applyFilters());
+    for (const id of Object.values(FILTER_PARAMS)) {
+      this.$(id).addEventListener(id === "f-node" ? "input" : "change", () => this._writeUrl());
+    }
+    this.$("clear-filters").addEventListener("click", () => {
+      for (const id of Object.values(FILTER_PARAMS)) this.$(id).value = "";
+      this._applyFilters();
+      this._writeUrl();
+    });
     // Enter in the node field would submit the form: a navigation the CSP refuses.
     this.$("filters").addEventListener("submit", (event) => event.preventDefault());
     this.nodesEl.addEventListener("mouseover", (event) => {
@@ -471,7 +620,7 @@ export class MapApp {
       this.$("auth").hidden = true;
       this.load();
     });
-    this.$("sign-out").addEventListener("click", () => this._askToken(""));
+    this.$("sign-out").addEventListener("click", () => this._signOut());
   }
 
   _pin(tile) {
@@ -481,6 +630,7 @@ export class MapApp {
     if (this.pinned) tile.classList.add("pinned");
     this._focus(tile);
     this._renderDetails();
+    this._writeUrl();
   }
 
   _clear() {
@@ -488,6 +638,7 @@ export class MapApp {
     for (const el of this.nodesEl.querySelectorAll(".tile.pinned")) el.classList.remove("pinned");
     if (this.selectedPod) this.selectPod(this.selectedPod);
     this._renderDetails();
+    this._writeUrl();
   }
 
   _focus(tile) {
@@ -529,6 +680,12 @@ export class MapApp {
     event.preventDefault();
     if (target) this._focus(target);
   }
+}
+
+/** Whether a GPU holds a pod of ``ns`` (if given) and has the ``only`` property (if given). */
+function matches(entry, ns, only) {
+  if (ns && !entry.info.pods.some((p) => p.namespace === ns)) return false;
+  return !only || Boolean(entry.info[only]);
 }
 
 function describe(error) {

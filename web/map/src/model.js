@@ -1,5 +1,6 @@
 // The cluster as the map knows it: nodes, their GPUs, and what each tile
 // draws, derived from the GraphQL answers. No DOM here.
+import { nodeColors } from "./colors.js";
 
 /** A pod's key and name on the page: "namespace/name". */
 export function podKey(pod) {
@@ -41,6 +42,10 @@ export function describeGpu(gpu) {
     shared: list.length + (gpu.hiddenProcessCount > 0 ? 1 : 0) >= 2,
     unattributed: noPodBytes > 0,
     unrequested: list.some((pod) => !pod.gpuRequest),
+    // The kubelet gave this GPU to none of the containers running a process on it.
+    notAllocated: (gpu.processes ?? []).some((p) => p.allocation === "NOT_ALLOCATED"),
+    // A pod's process on a node without allocation data (only the spec rule speaks).
+    allocationUnknown: (gpu.processes ?? []).some((p) => p.pod && p.allocation === "UNKNOWN"),
     mig: Boolean(gpu.migEnabled),
   };
 }
@@ -48,7 +53,10 @@ export function describeGpu(gpu) {
 // Every value a tile draws, so an unchanged GPU is not redrawn.
 function signature(gpu) {
   const processes = (gpu.processes ?? [])
-    .map((p) => `${p.pid}:${p.usedMemoryBytes}:${p.smUtilization}:${p.pod ? podKey(p.pod) : ""}`)
+    .map(
+      (p) =>
+        `${p.pid}:${p.usedMemoryBytes}:${p.smUtilization}:${p.pod ? podKey(p.pod) : ""}:${p.allocation ?? ""}`,
+    )
     .join(",");
   return [
     gpu.memoryUsedBytes,
@@ -67,7 +75,16 @@ function signature(gpu) {
 function errorFor(errors, node) {
   const quoted = `'${node}'`;
   const error = errors.find((e) => String(e.message).includes(quoted));
-  return error ? error.message : null;
+  return error ? downReason(node, String(error.message)) : null;
+}
+
+/**
+ * Why a node is down, without "agent on node 'x' unavailable: ": the page
+ * already names the node and says its agent is down.
+ */
+export function downReason(node, message) {
+  const prefix = `agent on node '${node}' unavailable: `;
+  return message.startsWith(prefix) ? message.slice(prefix.length) : message;
 }
 
 export class ClusterModel {
@@ -76,6 +93,36 @@ export class ClusterModel {
     this.nodes = new Map();
     /** uuid -> { uuid, node, gpu, info, sig } */
     this.gpus = new Map();
+    /** pod key -> CSS colour, distinct within each node (colors.js) */
+    this.colors = new Map();
+  }
+
+  /** The colour of a pod's key ("" for a pod the map does not know). */
+  color(key) {
+    return this.colors.get(key) ?? "";
+  }
+
+  // Colour the pods of ``names``' nodes; every pod entry of their GPUs gets
+  // its ``color``. Returns the GPUs whose pods changed colour.
+  _colorNodes(names) {
+    const recolored = [];
+    for (const name of names) {
+      const node = this.nodes.get(name);
+      if (!node) continue;
+      const entries = node.gpus.map((uuid) => this.gpus.get(uuid)).filter(Boolean);
+      const colors = nodeColors(entries.map((entry) => entry.info.pods.map((pod) => pod.key)));
+      for (const [key, color] of colors) this.colors.set(key, color);
+      for (const entry of entries) {
+        let changed = false;
+        for (const pod of entry.info.pods) {
+          const color = colors.get(pod.key);
+          if (pod.color !== undefined && pod.color !== color) changed = true;
+          pod.color = color;
+        }
+        if (changed) recolored.push(entry.uuid);
+      }
+    }
+    return recolored;
   }
 
   /** Replace everything with a ClusterMap query's answer. */
@@ -91,7 +138,7 @@ export class ClusterModel {
         name: node.name,
         capacity: node.gpuCapacity ?? 0,
         down,
-        reason: down ? agent.error || "its agent did not answer" : null,
+        reason: down ? downReason(node.name, agent.error || "") || "its agent did not answer" : null,
         gpus: [],
       };
       if (node.gpus) {
@@ -111,6 +158,8 @@ export class ClusterModel {
       }
       this.nodes.set(node.name, entry);
     }
+    this.colors = new Map();
+    this._colorNodes(this.nodes.keys());
   }
 
   _put(gpu, node) {
@@ -144,6 +193,9 @@ export class ClusterModel {
         changed.push(gpu.uuid);
       }
     }
+    // A GPU drawn anew may change its node's colours, and so its neighbours' tiles.
+    const touched = new Set(changed.map((uuid) => this.gpus.get(uuid).node));
+    for (const uuid of this._colorNodes(touched)) if (!changed.includes(uuid)) changed.push(uuid);
     for (const node of this.nodes.values()) {
       const answered = node.gpus.some((uuid) => seen.has(uuid));
       const reason = errorFor(errors, node.name);
@@ -163,14 +215,22 @@ export class ClusterModel {
     return { changed, nodesChanged, unknown };
   }
 
-  /** Every pod on a GPU: key -> { key, namespace, name, gpuRequest, gpus: [uuid], nodes: Set }. */
+  /** Every pod on a GPU: key -> { key, namespace, name, gpuRequest, color, gpus: [uuid], nodes: Set }. */
   pods() {
     const pods = new Map();
     for (const entry of this.gpus.values()) {
       for (const pod of entry.info.pods) {
         let item = pods.get(pod.key);
         if (!item) {
-          item = { key: pod.key, namespace: pod.namespace, name: pod.name, gpuRequest: pod.gpuRequest, gpus: [], nodes: new Set() };
+          item = {
+            key: pod.key,
+            namespace: pod.namespace,
+            name: pod.name,
+            gpuRequest: pod.gpuRequest,
+            color: pod.color,
+            gpus: [],
+            nodes: new Set(),
+          };
           pods.set(pod.key, item);
         }
         item.gpus.push(entry.uuid);

@@ -1,5 +1,4 @@
 // The side panel: one GPU's processes, and the list of pods to highlight.
-import { podColor } from "./colors.js";
 import { celsius, count, esc, gib, percent } from "./format.js";
 import { markers, memoryText } from "./tiles.js";
 import { podKey } from "./model.js";
@@ -13,21 +12,23 @@ function graphiqlLink(config, uuid) {
   return `<a class="graphiql" href="${esc(`${config.graphiqlPath}#${hash}`)}" target="_blank" rel="noopener">Open this GPU's query in GraphiQL</a>`;
 }
 
-// ``after`` is HTML, written by the caller.
-function podButton(pod, selected, after = "") {
+// ``color`` is one of the palette's (colors.js); ``after`` is HTML, written by the caller.
+function podButton(pod, color, selected, after = "") {
   const key = podKey(pod);
-  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${podColor(key)}"></span><span>${esc(pod.namespace)}/<wbr>${esc(pod.name)}</span>${after}</button>`;
+  return `<button type="button" class="pod-link" data-pod="${esc(key)}" aria-pressed="${key === selected}"><span class="swatch" style="background:${color}"></span><span>${esc(pod.namespace)}/<wbr>${esc(pod.name)}</span>${after}</button>`;
 }
 
 /** The details of one GPU: its numbers, markers and processes. */
 export function detailsHtml(entry, node, config, selectedPod, pinned) {
   const { gpu, info } = entry;
+  const colors = new Map(info.pods.map((pod) => [pod.key, pod.color]));
   const rows = [...(gpu.processes ?? [])]
     .sort((a, b) => (b.usedMemoryBytes ?? 0) - (a.usedMemoryBytes ?? 0))
     .map(
       (p) =>
-        `<tr><td>${p.pid}</td><td>${p.pod ? podButton(p.pod, selectedPod) : '<span class="nopod-text">no pod</span>'}</td>` +
-        `<td>${esc(p.container?.name ?? "\u2013")}</td><td>${gib(p.usedMemoryBytes)}</td><td>${percent(p.smUtilization)}</td></tr>`,
+        // The container goes under its pod, so the pod's name has the width to itself.
+        `<tr><td>${p.pid}</td><td>${p.pod ? podButton(p.pod, colors.get(podKey(p.pod)), selectedPod) : '<span class="nopod-text">no pod</span>'}` +
+        `<span class="ctr">${esc(p.container?.name ?? "\u2013")}</span></td><td>${gib(p.usedMemoryBytes)}</td><td>${percent(p.smUtilization)}</td></tr>`,
     )
     .join("");
   const hidden = gpu.hiddenProcessCount
@@ -43,8 +44,8 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
     `<p>${esc(gpu.name ?? "")} &middot; ${percent(gpu.utilizationGpu)} &middot; ${celsius(gpu.temperatureC)} &middot; ${memoryText(info)}</p>` +
     (gpu.error ? `<p class="down-note">GPU error: ${esc(gpu.error)}</p>` : "") +
     (marks ? `<ul class="marks">${marks}</ul>` : "") +
-    `<table class="procs"><thead><tr><th>PID</th><th>Pod</th><th>Container</th><th>Memory</th><th>SM</th></tr></thead>` +
-    `<tbody>${rows || '<tr><td colspan="5">no processes</td></tr>'}</tbody></table>${hidden}` +
+    `<table class="procs"><thead><tr><th>PID</th><th>Pod, container</th><th>Memory</th><th>SM</th></tr></thead>` +
+    `<tbody>${rows || '<tr><td colspan="4">no processes</td></tr>'}</tbody></table>${hidden}` +
     graphiqlLink(config, gpu.uuid)
   );
 }
@@ -56,7 +57,7 @@ export function podsHtml(pods, selectedPod) {
     .map((pod) => {
       const where = count(pod.gpus.length, "GPU") + (pod.nodes.size > 1 ? ` on ${pod.nodes.size} nodes` : "");
       const flag = pod.gpuRequest ? "" : ' <span class="mark m-unreq" title="no GPU request">!</span>';
-      return `<li data-ns="${esc(pod.namespace)}">${podButton(pod, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
+      return `<li data-ns="${esc(pod.namespace)}" data-pod="${esc(pod.key)}">${podButton(pod, pod.color, selectedPod, ` <span class="count">${where}</span>${flag}`)}</li>`;
     });
   return items.join("");
 }

@@ -1,7 +1,6 @@
 // The HTML of a node and of its GPU tiles. Built as strings: 8,000 tiles
 // go into the document in one assignment, and a tick rewrites only the
 // tiles whose values changed.
-import { podColor } from "./colors.js";
 import { celsius, count, esc, gib, percent } from "./format.js";
 
 function width(bytes, total) {
@@ -11,7 +10,7 @@ function width(bytes, total) {
 // The memory bar's parts, in drawing order: pods, then no pod, other
 // tenants (hidden from this caller), and what no process holds.
 function segmentsOf(info) {
-  const parts = info.pods.map((pod) => ({ cls: "pod", pod: pod.key, bytes: pod.bytes, label: pod.key }));
+  const parts = info.pods.map((pod) => ({ cls: "pod", pod: pod.key, color: pod.color, bytes: pod.bytes, label: pod.key }));
   if (info.noPodBytes) parts.push({ cls: "nopod", bytes: info.noPodBytes, label: "no pod" });
   if (info.hiddenBytes) parts.push({ cls: "hidden", bytes: info.hiddenBytes, label: "other tenants (hidden)" });
   if (info.otherBytes) parts.push({ cls: "other", bytes: info.otherBytes, label: "driver and unlisted" });
@@ -29,6 +28,8 @@ export function markers(info) {
   if (info.mig) marks.push(["m-mig", "MIG", "MIG enabled"]);
   if (info.unrequested) marks.push(["m-unreq", "!", "used by a pod that did not request a GPU"]);
   if (info.unattributed) marks.push(["m-nopod", "\u2205", "memory held by processes in no pod"]);
+  if (info.notAllocated) marks.push(["m-unalloc", "\u2717", "runs a process on a GPU its container was not given"]);
+  if (info.allocationUnknown) marks.push(["m-allocunk", "?", "a pod's process on a node with no allocation data"]);
   return marks;
 }
 
@@ -50,7 +51,8 @@ export function tileLabel(entry, down) {
  * its markers. A tile whose shape is unchanged is updated in place.
  */
 export function tileShape(entry) {
-  const parts = segmentsOf(entry.info).map((part) => part.pod ?? part.cls);
+  // A pod's colour is part of the shape: a recoloured pod redraws the tile.
+  const parts = segmentsOf(entry.info).map((part) => (part.pod ? `${part.pod} ${part.color}` : part.cls));
   const marks = markers(entry.info).map(([cls]) => cls);
   return `${parts.join("\n")}|${marks.join()}|${entry.gpu.error ?? ""}`;
 }
@@ -62,7 +64,7 @@ export function tileInner(entry) {
   const segments = segmentsOf(info)
     .map((part) => {
       const pod = part.pod ? ` data-pod="${esc(part.pod)}"` : "";
-      const colour = part.pod ? `;background:${podColor(part.pod)}` : "";
+      const colour = part.pod ? `;background:${part.color}` : "";
       return `<span class="seg ${part.cls}"${pod} style="width:${width(part.bytes, total)}%${colour}" title="${esc(segmentTitle(part))}"></span>`;
     })
     .join("");
@@ -136,7 +138,10 @@ export function nodeHtml(node, gpus) {
   }
   return (
     `<section class="node${node.down ? " down" : ""}" data-node="${esc(node.name)}" aria-label="node ${esc(node.name)}">` +
-    `<h2><span class="n-name">${esc(node.name)}</span> <span class="n-status" title="${esc(nodeStatus(node))}">${esc(nodeStatus(node))}</span></h2>` +
+    `<h2><span class="n-name">${esc(node.name)}</span>` +
+    // Shown while filters are on: what its GPUs hold is not known.
+    `<span class="mark m-unknown n-unknown" title="its agent is down: whether it matches the filters is not known">unknown</span>` +
+    ` <span class="n-status" title="${esc(nodeStatus(node))}">${esc(nodeStatus(node))}</span></h2>` +
     `<div class="tiles" role="group" aria-label="GPUs of ${esc(node.name)}">${tiles.join("")}</div></section>`
   );
 }

@@ -84,29 +84,55 @@ RESOURCES: tuple[ApiResource, ...] = (
 )
 
 
-def _groups() -> Iterator[str]:
+def dra_resources(version: str | None) -> tuple[ApiResource, ...]:
+    """ResourceClaims and ResourceSlices at ``version`` of resource.k8s.io; none for None."""
+    if version is None:
+        return ()
+    return (
+        ApiResource(
+            "resource.k8s.io",
+            version,
+            "resourceclaims",
+            "resourceclaim",
+            "ResourceClaim",
+            True,
+            _READ,
+        ),
+        ApiResource(
+            "resource.k8s.io",
+            version,
+            "resourceslices",
+            "resourceslice",
+            "ResourceSlice",
+            False,
+            _READ,
+        ),
+    )
+
+
+def _groups(resources: tuple[ApiResource, ...]) -> Iterator[str]:
     seen: list[str] = []
-    for resource in RESOURCES:
+    for resource in resources:
         if resource.group and resource.group not in seen:
             seen.append(resource.group)
             yield resource.group
 
 
-def _versions(group: str) -> list[dict[str, str]]:
+def _versions(group: str, resources: tuple[ApiResource, ...]) -> list[dict[str, str]]:
     versions: list[str] = []
-    for resource in RESOURCES:
+    for resource in resources:
         if resource.group == group and resource.version not in versions:
             versions.append(resource.version)
     return [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
 
 
-def _api_group(group: str) -> dict[str, Any]:
-    versions = _versions(group)
+def _api_group(group: str, resources: tuple[ApiResource, ...]) -> dict[str, Any]:
+    versions = _versions(group, resources)
     return {"name": group, "versions": versions, "preferredVersion": versions[0]}
 
 
-def _resource_list(group_version: str) -> dict[str, Any] | None:
-    entries = [r.entry() for r in RESOURCES if r.group_version == group_version]
+def _resource_list(group_version: str, resources: tuple[ApiResource, ...]) -> dict[str, Any] | None:
+    entries = [r.entry() for r in resources if r.group_version == group_version]
     if not entries:
         return None
     return {
@@ -117,8 +143,12 @@ def _resource_list(group_version: str) -> dict[str, Any] | None:
     }
 
 
-def discovery_document(path: str) -> dict[str, Any] | None:
-    """The discovery document served at ``path``, or None when ``path`` is not one."""
+def discovery_document(path: str, dra_version: str | None = None) -> dict[str, Any] | None:
+    """The discovery document served at ``path``, or None when ``path`` is not one.
+
+    ``dra_version`` is the one version of resource.k8s.io served, if any.
+    """
+    resources = RESOURCES + dra_resources(dra_version)
     parts = [p for p in path.split("/") if p]
     if parts == ["api"]:
         return {
@@ -127,17 +157,17 @@ def discovery_document(path: str) -> dict[str, Any] | None:
             "serverAddressByClientCIDRs": [],
         }
     if len(parts) == 2 and parts[0] == "api":
-        return _resource_list(parts[1])
+        return _resource_list(parts[1], resources)
     if parts == ["apis"]:
         return {
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": [_api_group(g) for g in _groups()],
+            "groups": [_api_group(g, resources) for g in _groups(resources)],
         }
-    if len(parts) == 2 and parts[0] == "apis" and parts[1] in _groups():
-        return {"kind": "APIGroup", "apiVersion": "v1", **_api_group(parts[1])}
+    if len(parts) == 2 and parts[0] == "apis" and parts[1] in _groups(resources):
+        return {"kind": "APIGroup", "apiVersion": "v1", **_api_group(parts[1], resources)}
     if len(parts) == 3 and parts[0] == "apis":
-        return _resource_list(f"{parts[1]}/{parts[2]}")
+        return _resource_list(f"{parts[1]}/{parts[2]}", resources)
     return None
 
 

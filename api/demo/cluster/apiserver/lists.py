@@ -13,11 +13,11 @@ import orjson
 
 from .selectors import Selector
 from .status import status
-from .store import NODES, PODS, ObjectStore, Stored
+from .store import OBJECT_KIND, ObjectStore, Stored
 
 __all__ = ["Lister"]
 
-_LIST_KIND = {PODS: b"PodList", NODES: b"NodeList"}
+_LIST_KIND = {resource: f"{kind}List".encode() for resource, kind in OBJECT_KIND.items()}
 _SNAPSHOTS_KEPT = 16
 
 
@@ -28,7 +28,7 @@ class Lister:
         self._store = store
         # Seconds each list response waits before it is sent (slow API server).
         self.delay = 0.0
-        self.open = {PODS: threading.Event(), NODES: threading.Event()}
+        self.open = {resource: threading.Event() for resource in OBJECT_KIND}
         for gate in self.open.values():
             gate.set()
         self._snapshots: OrderedDict[str, tuple[int, tuple[Stored, ...]]] = OrderedDict()
@@ -88,7 +88,9 @@ class Lister:
             (
                 b'{"kind":"',
                 _LIST_KIND[resource],
-                b'","apiVersion":"v1","metadata":{',
+                b'","apiVersion":"',
+                store.api_versions[resource].encode(),
+                b'","metadata":{',
                 metadata.encode(),
                 b'},"items":[',
                 b",".join(item.raw for item in page),

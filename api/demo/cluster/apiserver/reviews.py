@@ -103,6 +103,10 @@ class TokenReviews:
         self.counts: Counter[str] = Counter()
         # While set, both endpoints answer 503 (an API server that cannot decide).
         self.unavailable = False
+        # Cleared by stall(): reviews are taken in and left unanswered until resume(),
+        # as a stopped (SIGSTOPped) API server leaves them.
+        self._answering = threading.Event()
+        self._answering.set()
 
     def add_user(self, user: StubUser) -> str:
         """Add (or replace) a user; returns a token of it."""
@@ -131,6 +135,14 @@ class TokenReviews:
         with self._lock:
             self._tokens = {t: n for t, n in self._tokens.items() if n != username}
 
+    def stall(self) -> None:
+        """Leave every review unanswered (counted as it arrives) until ``resume``."""
+        self._answering.clear()
+
+    def resume(self) -> None:
+        """Answer reviews again, the stalled ones first."""
+        self._answering.set()
+
     def answer(self, path: str, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]] | None:
         """``(status, object)`` for a review POST; None for any other path."""
         if path not in (TOKEN_REVIEWS, ACCESS_REVIEWS):
@@ -138,6 +150,7 @@ class TokenReviews:
         kind = "tokenreviews" if path == TOKEN_REVIEWS else "subjectaccessreviews"
         with self._lock:
             self.counts[kind] += 1
+        self._answering.wait()
         if self.unavailable:
             return 503, status(503, "ServiceUnavailable", "the stub is unavailable")
         spec = body.get("spec")

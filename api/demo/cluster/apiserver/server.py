@@ -51,7 +51,7 @@ from .reviews import TokenReviews
 from .routes import route
 from .services import ServiceTable
 from .status import not_found, read_only, status
-from .store import NODES, OBJECT_KIND, PODS, ObjectStore
+from .store import NODES, OBJECT_KIND, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, ObjectStore
 from .transport import Exchange, HttpServer
 from .watch import stream_watch
 
@@ -71,12 +71,21 @@ class StubApiServer:
         history_limit: int = 10_000,
         bookmark_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
+        dra_version: str | None = "v1",
     ) -> None:
         self.bookmark_interval = bookmark_interval
         self.clock = clock  # wall-clock seconds, for the AGE column of Tables
-        self._store = ObjectStore(history_limit)
+        # The one resource.k8s.io version served (None: a cluster without DRA).
+        self.dra_version = dra_version
+        self._store = ObjectStore(history_limit, dra_version=dra_version)
         self._cond = self._store.cond
         self._lister = Lister(self._store)
+        # Cleared to hold new watch requests (pause_watches), as the lister's gates hold lists.
+        self._watches_open = {
+            r: threading.Event() for r in (PODS, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES)
+        }
+        for gate in self._watches_open.values():
+            gate.set()
         self.reviews = TokenReviews()
         self.services = ServiceTable(self.reviews)
         self.requests: Counter[tuple[str, str]] = Counter()
@@ -101,9 +110,12 @@ class StubApiServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and end every open watch."""
+        """Stop serving and end every open watch (and stalled review)."""
+        self.reviews.resume()
         self._store.stop()
         self._lister.release()
+        for gate in self._watches_open.values():
+            gate.set()
         self.services.close()
         if self._thread is not None:
             self._httpd.shutdown()
@@ -176,13 +188,36 @@ class StubApiServer:
         nodes: Iterable[Mapping[str, Any]] = (),
         *,
         assign_uids: bool = True,
+        claims: Iterable[Mapping[str, Any]] = (),
+        slices: Iterable[Mapping[str, Any]] = (),
     ) -> int:
         """Add objects in bulk without watch events (as if they predate every watch).
 
         With ``assign_uids=False`` objects are served exactly as given, even
-        without a UID, to feed clients malformed objects.
+        without a UID, to feed clients malformed objects. ResourceClaims and
+        ResourceSlices are dropped when no resource.k8s.io version is served.
         """
-        return self._store.load(pods, nodes, assign_uids=assign_uids)
+        return self._store.load(pods, nodes, assign_uids=assign_uids, claims=claims, slices=slices)
+
+    def add_claim(self, claim: Mapping[str, Any]) -> int:
+        """Create a ResourceClaim (ADDED); returns its resourceVersion."""
+        return self._store.write(RESOURCE_CLAIMS, claim, create=True)
+
+    def update_claim(self, claim: Mapping[str, Any]) -> int:
+        """Replace a ResourceClaim (MODIFIED); returns its resourceVersion."""
+        return self._store.write(RESOURCE_CLAIMS, claim, create=False)
+
+    def delete_claim(self, namespace: str, name: str) -> int:
+        """Delete a ResourceClaim (DELETED); returns the deletion's resourceVersion."""
+        return self._store.delete(RESOURCE_CLAIMS, (namespace, name))
+
+    def add_slice(self, item: Mapping[str, Any]) -> int:
+        """Create a ResourceSlice (ADDED); returns its resourceVersion."""
+        return self._store.write(RESOURCE_SLICES, item, create=True)
+
+    def delete_slice(self, name: str) -> int:
+        """Delete a ResourceSlice (DELETED); returns the deletion's resourceVersion."""
+        return self._store.delete(RESOURCE_SLICES, ("", name))
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as served now, if any."""
@@ -237,6 +272,31 @@ class StubApiServer:
         finally:
             self.resume_lists(resource)
 
+    def pause_watches(self, resource: str | None = None) -> None:
+        """Hold new watch requests (of one resource, or all) until resume_watches().
+
+        Held requests are counted (``count``, ``wait_for``) but get no answer
+        yet, so a client that lost its watch stays disconnected meanwhile.
+        """
+        for name, gate in self._watches_open.items():
+            if resource in (None, name):
+                gate.clear()
+
+    def resume_watches(self, resource: str | None = None) -> None:
+        """Let the held watch requests (of one resource, or all) start streaming."""
+        for name, gate in self._watches_open.items():
+            if resource in (None, name):
+                gate.set()
+
+    @contextlib.contextmanager
+    def watches_paused(self, resource: str | None = None) -> Iterator[None]:
+        """Hold new watch requests for the duration of the block."""
+        self.pause_watches(resource)
+        try:
+            yield
+        finally:
+            self.resume_watches(resource)
+
     def watching(self, resource: str | None = None) -> int:
         """How many watch streams (of ``resource``, or all) are open now."""
         if resource is None:
@@ -247,7 +307,7 @@ class StubApiServer:
         """Requests received for ``resource`` ("pods"/"nodes") and ``verb`` ("list"/"watch")."""
         return self.requests[(resource, verb)]
 
-    def wait_for(self, resource: str, verb: str, count: int, timeout: float = 5.0) -> bool:
+    def wait_for(self, resource: str, verb: str, count: int, timeout: float = 15.0) -> bool:
         """Wait until ``count(resource, verb) >= count``; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -262,12 +322,14 @@ class StubApiServer:
 
     def get(self, exchange: Exchange, path: str, params: dict[str, str]) -> None:
         """Answer one GET: discovery, a list, a watch or one object, else a 404 Status."""
-        document = version_document() if path == "/version" else discovery_document(path)
+        document = (
+            version_document() if path == "/version" else discovery_document(path, self.dra_version)
+        )
         if document is not None:
             return exchange.send_json(200, document)
         if self.services.handles(path):
             return self.services.get(exchange, path, params)
-        target = route(path)
+        target = route(path, self.dra_version)
         if target is None:
             message = "the server could not find the requested resource"
             return exchange.send_json(404, status(404, "NotFound", message))
@@ -283,6 +345,11 @@ class StubApiServer:
             if name:  # the deprecated watch of one object's path: a watch by name
                 fields = (params.get("fieldSelector"), f"metadata.name={name}")
                 params = {**params, "fieldSelector": ",".join(f for f in fields if f)}
+            while not self._watches_open[resource].wait(0.1):
+                if self._store.stopping:
+                    return exchange.send_json(
+                        503, status(503, "ServiceUnavailable", "shutting down")
+                    )
             stream_watch(
                 self._store,
                 exchange,

@@ -12,9 +12,12 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "DRA_GROUP",
     "NODES",
     "OBJECT_KIND",
     "PODS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_SLICES",
     "Event",
     "ObjectStore",
     "Stored",
@@ -24,7 +27,16 @@ __all__ = [
 
 PODS = "pods"
 NODES = "nodes"
-OBJECT_KIND = {PODS: "Pod", NODES: "Node"}
+RESOURCE_CLAIMS = "resourceclaims"
+RESOURCE_SLICES = "resourceslices"
+DRA_GROUP = "resource.k8s.io"
+OBJECT_KIND = {
+    PODS: "Pod",
+    NODES: "Node",
+    RESOURCE_CLAIMS: "ResourceClaim",
+    RESOURCE_SLICES: "ResourceSlice",
+}
+NAMESPACED = frozenset({PODS, RESOURCE_CLAIMS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +68,17 @@ class ObjectStore:
     watches wake up and send the new events.
     """
 
-    def __init__(self, history_limit: int) -> None:
+    def __init__(self, history_limit: int, *, dra_version: str | None = "v1") -> None:
         self.history_limit = history_limit
         self.cond = threading.Condition()
         self.rv = 1
-        self.objects: dict[str, dict[tuple[str, str], Stored]] = {PODS: {}, NODES: {}}
+        self.objects: dict[str, dict[tuple[str, str], Stored]] = {r: {} for r in OBJECT_KIND}
+        # The apiVersion each resource is served at; resource.k8s.io at one version, or none.
+        self.dra_version = dra_version
+        self.api_versions = {PODS: "v1", NODES: "v1"}
+        if dra_version is not None:
+            for resource in (RESOURCE_CLAIMS, RESOURCE_SLICES):
+                self.api_versions[resource] = f"{DRA_GROUP}/{dra_version}"
         self.history: deque[Event] = deque()
         self.compacted = 0  # watches from a resourceVersion below this get 410 Gone
         self.gone_epoch = 0
@@ -72,7 +90,7 @@ class ObjectStore:
         """Create (ADDED) or replace (MODIFIED) an object; its resourceVersion."""
         with self.cond:
             rv = self.rv + 1
-            item = stored(resource, obj, rv, create=create)
+            item = stored(resource, obj, rv, create=create, api_version=self.api_versions[resource])
             key = (item.namespace, item.name)
             exists = key in self.objects[resource]
             if create and exists:
@@ -92,7 +110,7 @@ class ObjectStore:
                 raise KeyError(f"{resource} {key} not found")
             self.rv += 1
             obj = orjson.loads(old.raw)
-            item = stored(resource, obj, self.rv, create=False)
+            item = stored(resource, obj, self.rv, create=False, api_version=obj["apiVersion"])
             self._record(Event(self.rv, resource, "DELETED", item))
             return self.rv
 
@@ -102,15 +120,21 @@ class ObjectStore:
         nodes: Iterable[Mapping[str, Any]],
         *,
         assign_uids: bool,
+        claims: Iterable[Mapping[str, Any]] = (),
+        slices: Iterable[Mapping[str, Any]] = (),
     ) -> int:
         """Add objects in bulk without watch events; the resourceVersion they share."""
+        loads = [(PODS, pods), (NODES, nodes)]
+        if self.dra_version is not None:
+            loads += [(RESOURCE_CLAIMS, claims), (RESOURCE_SLICES, slices)]
         with self.cond:
             self.rv += 1
             rv = self.rv
-            for resource, objs in ((PODS, pods), (NODES, nodes)):
+            for resource, objs in loads:
                 objects = self.objects[resource]
+                version = self.api_versions[resource]
                 for obj in objs:
-                    item = stored(resource, obj, rv, create=assign_uids)
+                    item = stored(resource, obj, rv, create=assign_uids, api_version=version)
                     objects[(item.namespace, item.name)] = item
             self.compacted = rv
             self.history.clear()
@@ -157,21 +181,23 @@ class ObjectStore:
         self.cond.notify_all()
 
 
-def stored(resource: str, obj: Mapping[str, Any], rv: int, *, create: bool) -> Stored:
+def stored(
+    resource: str, obj: Mapping[str, Any], rv: int, *, create: bool, api_version: str = "v1"
+) -> Stored:
     """``obj`` as served at ``rv``: kind, apiVersion and metadata filled in."""
     metadata = dict(obj.get("metadata") or {})
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError(f"{OBJECT_KIND[resource]} needs metadata.name")
-    if resource == PODS:
+    if resource in NAMESPACED:
         metadata.setdefault("namespace", "default")
     if create:
         metadata.setdefault("uid", str(uuid.uuid4()))
     metadata["resourceVersion"] = str(rv)
-    served = {"kind": OBJECT_KIND[resource], "apiVersion": "v1", **obj, "metadata": metadata}
+    served = {"kind": OBJECT_KIND[resource], "apiVersion": api_version, **obj, "metadata": metadata}
     spec = obj.get("spec") or {}
     return Stored(
-        namespace=metadata.get("namespace", "") if resource == PODS else "",
+        namespace=metadata.get("namespace", "") if resource in NAMESPACED else "",
         name=name,
         node_name=(spec.get("nodeName") or "") if resource == PODS else "",
         labels=dict(metadata.get("labels") or {}),

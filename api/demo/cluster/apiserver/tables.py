@@ -224,10 +224,50 @@ def _namespace_cells(namespace: Mapping[str, Any], now: float) -> list[Any]:
     return [metadata.get("name", ""), phase, _age(metadata, now)]
 
 
+_CLAIM_COLUMNS = [
+    _column("Name", "string", "Name of the claim."),
+    _column("State", "string", "Whether the claim is allocated and reserved."),
+    _column("Age", "string", "Time since the claim was created."),
+]
+_SLICE_COLUMNS = [
+    _column("Name", "string", "Name of the slice."),
+    _column("Node", "string", "The node whose devices it publishes."),
+    _column("Driver", "string", "The DRA driver that publishes it."),
+    _column("Pool", "string", "The pool of devices it belongs to."),
+    _column("Age", "string", "Time since the slice was created."),
+]
+
+
+def _claim_cells(claim: Mapping[str, Any], now: float) -> list[Any]:
+    # kube-apiserver's printer: "pending", or "allocated" and/or "reserved" joined by ",".
+    status = claim.get("status") or {}
+    states = [
+        s
+        for s, key in (("allocated", "allocation"), ("reserved", "reservedFor"))
+        if status.get(key)
+    ]
+    metadata = claim.get("metadata") or {}
+    return [metadata.get("name", ""), ",".join(states) or "pending", _age(metadata, now)]
+
+
+def _slice_cells(item: Mapping[str, Any], now: float) -> list[Any]:
+    metadata = item.get("metadata") or {}
+    spec = item.get("spec") or {}
+    return [
+        metadata.get("name", ""),
+        spec.get("nodeName") or "",
+        spec.get("driver") or "",
+        (spec.get("pool") or {}).get("name") or "",
+        _age(metadata, now),
+    ]
+
+
 _PRINTERS: dict[str, tuple[list[dict[str, Any]], Cells]] = {
     "Pod": (_POD_COLUMNS, _pod_cells),
     "Node": (_NODE_COLUMNS, _node_cells),
     "Namespace": (_NAMESPACE_COLUMNS, _namespace_cells),
+    "ResourceClaim": (_CLAIM_COLUMNS, _claim_cells),
+    "ResourceSlice": (_SLICE_COLUMNS, _slice_cells),
 }
 
 

@@ -7,13 +7,16 @@ output: one line on stderr, exit code 1, no traceback.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,11 +33,13 @@ from api.top.connection import (
     SERVER_LABELS,
     SERVICE_PORT,
     Endpoint,
+    proxy_path,
+    resolve,
 )
 from api.top.errors import TopError
 from api.top.queries import SNAPSHOT
 from api.top.transport import HttpTransport
-from tests.cli.conftest import AuthDemo, kubeconfig_of
+from tests.server.top.conftest import AuthDemo, kubeconfig_of
 from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 from tests.support.server import GraphTestCluster, serving
 
@@ -372,3 +377,69 @@ def test_a_websocket_that_breaks_the_protocol_is_a_top_error(
         transport = HttpTransport(Endpoint(url, proxied=True))
         with pytest.raises(TopError, match=re.escape(says)):
             transport.execute(SNAPSHOT, {})
+
+
+def certificate_kubeconfig(path: Path, server: str) -> str:
+    """A kubeconfig whose user signs in with a client certificate, as kind's and kubeadm's do."""
+    pem = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    user = {"client-certificate-data": pem.decode(), "client-key-data": pem.decode()}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kind", "cluster": {"server": server}}],
+        "users": [{"name": "kind-admin", "user": user}],
+        "contexts": [{"name": "kind", "context": {"cluster": "kind", "user": "kind-admin"}}],
+        "current-context": "kind",
+    }
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_a_client_certificate_kubeconfig_says_why_it_needs_a_token(
+    auth_demo: AuthDemo, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The kubeconfig as kind writes it: an https API server and a certificate, no token.
+    # (--service skips the lookup, so nothing dials this address.)
+    kubeconfig = certificate_kubeconfig(tmp_path / "kind", "https://127.0.0.1:6443")
+    endpoint = resolve(
+        server=None, token=None, kubeconfig=kubeconfig, namespace="gpugraph", service="gpugraph"
+    )
+    assert endpoint.client_cert is not None and endpoint.token is None
+    # Through the API server's proxy the certificate goes no further than the API
+    # server, so gpugraph refuses the socket; the line says why, and what to pass.
+    proxied = f"{api_server_url(auth_demo.kubeconfig)}{proxy_path('gpugraph', 'gpugraph', 'http')}"
+    with pytest.raises(TopError) as refused:
+        HttpTransport(replace(endpoint, url=proxied, client_cert=None)).execute(SNAPSHOT, {})
+    line = str(refused.value)
+    assert line.startswith("401 unauthorized by ws://") and "(4403 Forbidden)" in line
+    assert "signs in with a client certificate" in line
+    assert "does not pass on through its service proxy" in line
+    assert 'pass --token "$(kubectl create token NAME -n NAMESPACE)"' in line
+    # A token given beside the certificate travels in connection_init, and works.
+    with_token = resolve(
+        server=None,
+        token=auth_demo.research,
+        kubeconfig=kubeconfig,
+        namespace="gpugraph",
+        service="gpugraph",
+    )
+    transport = HttpTransport(replace(with_token, url=proxied, client_cert=None))
+    answer = transport.execute("{ pods { namespace } }", {})
+    assert {p["namespace"] for p in answer["data"]["pods"]} == {"research"}
+
+
+def test_the_auth_demos_top_line_works_as_printed(auth_demo: AuthDemo) -> None:
+    found = re.search(r"^  top +gpugraph top (.+)$", auth_demo.running.text(), re.M)
+    assert found, auth_demo.running.text()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRAPH_")}
+    result = subprocess.run(
+        [*gpugraph_command(), "top", "pods", *shlex.split(found[1]), "-o", "json"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    # The admin's token: every namespace.
+    assert namespaces(json.loads(result.stdout)) == EVERY_NAMESPACE

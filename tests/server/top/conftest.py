@@ -39,7 +39,7 @@ def banner_value(running: RunningDemo, label: str) -> str:
 
 def kubeconfig_of(running: RunningDemo) -> Path:
     """The kubeconfig the demo prints for kubectl and gpugraph top."""
-    found = re.search(r"^  top +gpugraph top --kubeconfig (\S+)$", running.text(), re.M)
+    found = re.search(r"^  top +gpugraph top --kubeconfig (\S+)", running.text(), re.M)
     assert found, running.text()
     return Path(found[1])
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
+import subprocess
+import threading
 
 import pexpect
 import pytest
 
-from tests.cli.conftest import kubeconfig_of
+from tests.server.top.conftest import kubeconfig_of
 from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
 
 FRAMES = 4
@@ -149,3 +152,48 @@ def test_colour_on_a_terminal_and_none_with_no_color(demo: RunningDemo) -> None:
     # The down node is red on a terminal; NO_COLOR (any value) takes colour away.
     assert 31 in colours_on_a_terminal(demo)
     assert colours_on_a_terminal(demo, NO_COLOR="1") == set()
+
+
+def test_watch_into_a_pipe_prints_one_whole_frame_per_update(demo: RunningDemo) -> None:
+    # As `kubectl get -w | tee log` does: each update is printed when it comes,
+    # not held back for a live display that only draws on a terminal.
+    command = [*gpugraph_command(), "top", "nodes", "--watch", "--interval", "0.5"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRAPH_")}
+    child = subprocess.Popen(
+        [*command, "--server", demo.url],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    lines: list[str] = []
+    # A watch that holds its output back would block readline for good: end it.
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.start()
+    try:
+        # readline returns as each line is printed; the child flushes every frame.
+        for line in iter(child.stdout.readline, ""):
+            lines.append(line.rstrip("\n"))
+            if line.startswith(f"update {FRAMES} at"):
+                break
+        child.send_signal(signal.SIGINT)
+        rest, err = child.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+        child.kill()
+    assert child.returncode == 0, (child.returncode, lines, err)
+    assert "Traceback" not in err
+    text = "\n".join(lines)
+    stamps = [line for line in lines if re.fullmatch(r"update \d+ at \d\d:\d\d:\d\d", line)]
+    assert [s.split()[1] for s in stamps] == [str(n) for n in range(1, FRAMES + 1)], text
+    frames = text.split("\n\n")
+    assert len(frames) == FRAMES
+    for frame in frames[:-1]:
+        # Each frame is the whole table under its header, and the down node's line.
+        assert frame.splitlines()[1].split()[0] == "NODE", frame
+        assert NODE_ROW.search(frame), frame
+        assert frame.splitlines()[-1].startswith("gpu-node-3: agent down: "), frame
+    assert "\x1b" not in text + rest  # no cursor moves, no colour: a file reads as text

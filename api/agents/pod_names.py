@@ -1,0 +1,185 @@
+"""Telling each agent the names of the pods on its node, from the watch cache's events.
+
+Agents see pod UIDs only; their occupancy logs keep pod names so a record
+still names its pod after the pod is gone. The server holds no state of its
+own for this: a pod added or changed in the cache is pushed to its node's
+agent within about a second (batched per node), and every node's full set is
+pushed again after a relist and every ``resync_seconds``, which also covers an
+agent that restarted or was down. Several replicas pushing the same names is
+harmless: PutPodNames is an idempotent upsert.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+from graph_schema.interfaces import AgentUnavailableError
+from graph_schema.records import NodeRecord, PodRecord
+from node_resolver.pod_names import PodName
+
+from .pool import AgentClientLike, AgentPool
+
+__all__ = ["PodNamePusher", "pod_name_of"]
+
+log = logging.getLogger(__name__)
+
+# How long changes gather before a push: pods start in bursts.
+BATCH_SECONDS = 0.5
+RESYNC_SECONDS = 300.0
+# A node whose push failed is tried again (its full set) after this long.
+RETRY_SECONDS = 3.0
+# Nodes pushed to at once.
+CONCURRENCY = 32
+
+
+class PodSource(Protocol):
+    """What the pusher reads from the cache."""
+
+    def pods(
+        self, namespace: str | None = None, node_name: str | None = None
+    ) -> Iterable[PodRecord]:
+        """Cached pods, optionally on one node."""
+        ...
+
+    def pod(self, namespace: str, name: str) -> PodRecord | None:
+        """One cached pod."""
+        ...
+
+    def nodes(self) -> Iterable[NodeRecord]:
+        """Every cached node."""
+        ...
+
+
+class _Putter(Protocol):
+    async def put_pod_names(self, node_name: str, pods: list[PodName], *, timeout: float) -> int:
+        """Send names."""
+        ...
+
+
+def pod_name_of(pod: PodRecord) -> PodName:
+    """The name record of ``pod``: namespace, name and its containers' names by runtime ID."""
+    return PodName(
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        containers={c.container_id: c.name for c in pod.containers if c.container_id},
+    )
+
+
+class PodNamePusher:
+    """Pushes pod names to agents; ``on_change`` is a ClusterCache listener (any thread)."""
+
+    def __init__(
+        self,
+        cluster: PodSource,
+        pool: AgentPool,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        batch_seconds: float = BATCH_SECONDS,
+        resync_seconds: float = RESYNC_SECONDS,
+    ) -> None:
+        self._cluster = cluster
+        self._pool = pool
+        self._loop = loop
+        self._batch_seconds = batch_seconds
+        self._resync_seconds = resync_seconds
+        # node -> (namespace, name) of pods to push; None: the node's full set.
+        self._dirty: dict[str, set[tuple[str, str]] | None] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        # Names the agents acknowledged so far; tests and the demo wait on it.
+        self.pushed = 0
+
+    def on_change(self, kind: str, change: str, record: PodRecord | NodeRecord | None) -> None:
+        """Note which nodes need names pushed, on the watch thread; the loop pushes."""
+        if kind == "pod" and change in ("ADDED", "MODIFIED") and isinstance(record, PodRecord):
+            if record.node_name:
+                node, key = record.node_name, (record.namespace, record.name)
+                self._loop.call_soon_threadsafe(self._mark, node, key)
+        elif change == "RELISTED":
+            # Pods or nodes relisted (the first list too): every node with pods, in full.
+            self._loop.call_soon_threadsafe(self._mark_all)
+        elif kind == "node" and change == "ADDED" and isinstance(record, NodeRecord):
+            # A new node (or one back): its agent may know nothing yet.
+            self._loop.call_soon_threadsafe(self._mark, record.name, None)
+
+    def _mark(self, node: str, key: tuple[str, str] | None) -> None:
+        if node in self._dirty and self._dirty[node] is None:
+            return
+        if key is None:
+            self._dirty[node] = None
+        else:
+            self._dirty.setdefault(node, set()).add(key)  # type: ignore[union-attr]
+        self._wake.set()
+
+    def _mark_all(self) -> None:
+        # From the pods, not the nodes: after the first pod list the nodes may not be listed yet.
+        for node in {p.node_name for p in self._cluster.pods() if p.node_name}:
+            self._mark(node, None)
+
+    def start(self) -> None:
+        """Start pushing (on the running loop)."""
+        self._tasks = [
+            asyncio.create_task(self._push_loop(), name="pod-names-push"),
+            asyncio.create_task(self._resync_loop(), name="pod-names-resync"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop pushing."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._resync_seconds)
+            self._mark_all()
+
+    async def _push_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            # Let a burst of pod starts gather into one push per node.
+            await asyncio.sleep(self._batch_seconds)
+            self._wake.clear()
+            await self.push_pending()
+
+    async def push_pending(self) -> None:
+        """Push every node's pending names now, a bounded number of nodes at a time."""
+        dirty, self._dirty = self._dirty, {}
+        limit = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(node: str, keys: set[tuple[str, str]] | None) -> None:
+            async with limit:
+                await self._push(node, keys)
+
+        await asyncio.gather(*(one(node, keys) for node, keys in dirty.items()))
+
+    async def _push(self, node: str, keys: set[tuple[str, str]] | None) -> None:
+        if keys is None:
+            pods = [p for p in self._cluster.pods(node_name=node) if p.node_name == node]
+        else:
+            found = (self._cluster.pod(ns, name) for ns, name in keys)
+            pods = [p for p in found if p is not None and p.node_name == node]
+        if not pods:
+            return
+        names = [pod_name_of(pod) for pod in pods]
+        timeout = self._pool.timeout
+
+        async def put(client: AgentClientLike) -> int:
+            putter: _Putter = client  # type: ignore[assignment]
+            return await putter.put_pod_names(node, names, timeout=timeout)
+
+        try:
+            await self._pool.call(node, put, what="PutPodNames")
+        except AgentUnavailableError as exc:
+            log.debug("pod names not pushed, retrying in %gs: %s", RETRY_SECONDS, exc)
+            self._loop.call_later(RETRY_SECONDS, self._mark, node, None)
+            return
+        self.pushed += len(names)

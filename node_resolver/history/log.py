@@ -1,0 +1,211 @@
+"""The occupancy log of one agent: the tracker in memory, the store on disk, a writer thread.
+
+Scans update the tracker on the sampling thread (a few dictionary operations
+per process). A writer thread flushes it to the store every
+``flush_interval`` seconds, one transaction per flush, and applies the
+retention and size bounds. A read flushes first, so it sees the latest scan.
+
+A store that cannot be opened or written (a corrupt file, a full disk, a lock
+held by someone else) is logged once and reported by ``status``; the tracker
+keeps the records in memory and the next flush tries again. The live
+snapshot never waits on any of this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models import NodeSnapshot
+from ..pod_names import PodNames
+from .records import HistoryQuery, OccupancyRecord, UsageQuery, UsageRow
+from .store import HistoryStore
+from .tracker import OccupancyTracker, VerdictOf
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_RETENTION",
+    "FLUSH_SECONDS",
+    "OFF",
+    "OK",
+    "HistoryLog",
+    "HistorySettings",
+    "read_boot_id",
+]
+
+log = logging.getLogger(__name__)
+
+OK = "ok"
+OFF = "off"
+DEFAULT_RETENTION = "30d"
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+FLUSH_SECONDS = 5.0
+# Bounds are applied every this many flushes (and at start): a size check is a stat, a
+# retention delete an indexed range.
+_PRUNE_EVERY = 12
+# Ended records kept in memory while the store cannot take them; the oldest go first.
+_MAX_UNWRITTEN = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySettings:
+    """Where the log lives and how much of it to keep."""
+
+    directory: Path
+    retention_seconds: float
+    max_bytes: int = DEFAULT_MAX_BYTES
+    flush_interval: float = FLUSH_SECONDS
+
+
+def read_boot_id(proc_root: str) -> str:
+    """This boot's ID from ``<proc_root>/sys/kernel/random/boot_id``; "" when unreadable."""
+    try:
+        return Path(proc_root, "sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+class HistoryLog:
+    """Records every process lifetime on this node's GPUs, durably and within bounds."""
+
+    def __init__(
+        self,
+        settings: HistorySettings,
+        *,
+        boot_id: str,
+        pod_names: PodNames,
+        verdict_of: VerdictOf | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.pod_names = pod_names
+        self.store = HistoryStore(settings.directory, max_bytes=settings.max_bytes)
+        self.tracker = OccupancyTracker(boot_id=boot_id, pod_names=pod_names, verdict_of=verdict_of)
+        self._clock = clock
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._status = OK
+        self._flushes = 0
+        # Flushes done so far; tests wait on it.
+        self.flushed = 0
+
+    @property
+    def status(self) -> str:
+        """ "ok", or what is wrong with the store."""
+        return self._status
+
+    def observe(self, snapshot: NodeSnapshot) -> None:
+        """Fold one scan in (the sampler's ``on_scan``)."""
+        self.tracker.observe(snapshot)
+
+    def start(self) -> None:
+        """Open the store, continue this boot's open records, and start flushing."""
+        self._open()
+        self._thread = threading.Thread(target=self._run, name="history-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Flush what is left and close the store; open records stay open for the next run."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10.0)
+        self.flush()
+        try:
+            self.store.close()
+        except (sqlite3.Error, OSError) as exc:
+            self._failed(exc)
+
+    def _open(self) -> bool:
+        if self.store.is_open:
+            return True
+        try:
+            self.store.open()
+            boot_id = self.tracker.boot_id
+            ended = self.store.end_open(boot_id)
+            if ended:
+                log.info("the node rebooted: ended %d records at their last sighting", ended)
+            self.pod_names.load(self.store.pod_names())
+            resumed = self.store.open_records(boot_id)
+            self.tracker.resume(resumed)
+            self.store.prune(self._clock(), self.settings.retention_seconds)
+        except (sqlite3.Error, OSError) as exc:
+            with contextlib.suppress(sqlite3.Error, OSError):
+                self.store.close()
+            self._failed(exc)
+            return False
+        log.info(
+            "occupancy log in %s: continuing %d running processes", self.store.path, len(resumed)
+        )
+        return True
+
+    def flush(self) -> bool:
+        """Write the records and names changed since the last flush; False if the store failed."""
+        with self._flush_lock:
+            if not self._open():
+                self._cap_unwritten()
+                return False
+            records = self.tracker.drain()
+            self.tracker.fill_names(records)
+            pods = self.pod_names.drain_changed()
+            now = self._clock()
+            try:
+                self.store.write(records, pods, now)
+                self._flushes += 1
+                if self._flushes % _PRUNE_EVERY == 0 or self.store.size_bytes() > (
+                    self.settings.max_bytes
+                ):
+                    self.store.prune(now, self.settings.retention_seconds)
+            except (sqlite3.Error, OSError) as exc:
+                self.tracker.undrain(records)
+                self.pod_names.restore_changed(pods)
+                self._cap_unwritten()
+                self._failed(exc)
+                return False
+            self.flushed += 1
+            if self._status != OK:
+                log.info("the occupancy log in %s is writable again", self.store.path)
+                self._status = OK
+            return True
+
+    def _cap_unwritten(self) -> None:
+        dropped = self.tracker.cap_ended(_MAX_UNWRITTEN)
+        if dropped:
+            log.warning("dropped %d ended records the occupancy log could not write", dropped)
+
+    def _failed(self, exc: BaseException) -> None:
+        status = f"{type(exc).__name__}: {exc} ({self.store.path})"
+        if status != self._status:
+            # Once per distinct failure, not once per flush.
+            log.error("occupancy log unusable, keeping records in memory: %s", status)
+        self._status = status
+
+    def history(self, query: HistoryQuery) -> list[OccupancyRecord]:
+        """Records overlapping the query's range (after a flush, so the latest scan counts)."""
+        self.flush()
+        with self._flush_lock:
+            return self.store.history(query)
+
+    def usage(self, query: UsageQuery) -> list[UsageRow]:
+        """GPU- and GiB-seconds over the query's range, grouped."""
+        self.flush()
+        with self._flush_lock:
+            return self.store.usage(query)
+
+    def prune(self) -> int:
+        """Apply retention and the size bound now; how many records went."""
+        with self._flush_lock:
+            return self.store.prune(self._clock(), self.settings.retention_seconds)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.flush_interval):
+            try:
+                self.flush()
+            except Exception:
+                log.exception("occupancy log flush crashed")

@@ -1,0 +1,357 @@
+"""The occupancy log on disk: SQLite in WAL mode, bounded by age and by size.
+
+One row per process lifetime, written by upsert on its key, so a flush after
+a restart continues the same rows. Pod names live in their own table and are
+joined when records are read: names that arrive after a record was written
+still name it. The size bound counts the WAL: when the files outgrow it, the
+WAL is checkpointed and truncated, then the oldest ended records are deleted
+and their pages handed back (incremental vacuum) until the files fit.
+
+Every method raises ``sqlite3.Error`` or ``OSError``; the caller (HistoryLog)
+turns those into the node's history status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..pod_names import PodName
+from .records import GIB, HistoryQuery, OccupancyRecord, UsageGroup, UsageQuery, UsageRow
+
+__all__ = ["DB_NAME", "HistoryStore"]
+
+DB_NAME = "history.sqlite"
+SCHEMA_VERSION = "1"
+# Files below this are never pruned for size: SQLite's own overhead lives here.
+_SIZE_FLOOR = 64 * 1024
+# The WAL is checkpointed and cut back at this size (or an eighth of the bound).
+_WAL_BYTES = 1 << 20
+# Pruning for size deletes this share of the ended records per round.
+_PRUNE_SHARE = 0.1
+
+_COLUMNS = (
+    "gpu_uuid", "mig_device_uuid", "pid", "start_ticks", "boot_id", "first_seen", "last_seen",
+    "ended", "process_name", "container_id", "pod_uid", "pod_namespace", "pod_name",
+    "container_name", "peak_memory", "last_memory", "memory_byte_seconds", "memory_seconds",
+    "last_sm", "sm_percent_seconds", "sm_seconds", "allocation_verdict",
+)  # fmt: skip
+_KEY = ("gpu_uuid", "mig_device_uuid", "pid", "start_ticks", "boot_id")
+_UPDATED = [c for c in _COLUMNS if c not in _KEY and c != "first_seen"]
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS occupancy (
+    id INTEGER PRIMARY KEY,
+    gpu_uuid TEXT NOT NULL, mig_device_uuid TEXT NOT NULL, pid INTEGER NOT NULL,
+    start_ticks INTEGER NOT NULL, boot_id TEXT NOT NULL,
+    first_seen REAL NOT NULL, last_seen REAL NOT NULL, ended INTEGER NOT NULL,
+    process_name TEXT NOT NULL, container_id TEXT NOT NULL, pod_uid TEXT NOT NULL,
+    pod_namespace TEXT NOT NULL, pod_name TEXT NOT NULL, container_name TEXT NOT NULL,
+    peak_memory INTEGER NOT NULL, last_memory INTEGER,
+    memory_byte_seconds REAL NOT NULL, memory_seconds REAL NOT NULL,
+    last_sm INTEGER, sm_percent_seconds REAL NOT NULL, sm_seconds REAL NOT NULL,
+    allocation_verdict TEXT NOT NULL,
+    UNIQUE ({", ".join(_KEY)})
+);
+CREATE INDEX IF NOT EXISTS occupancy_by_start ON occupancy (first_seen, id);
+CREATE INDEX IF NOT EXISTS occupancy_by_end ON occupancy (ended, last_seen);
+CREATE TABLE IF NOT EXISTS pods (
+    uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    containers TEXT NOT NULL, updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_UPSERT = (
+    f"INSERT INTO occupancy ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
+    f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _UPDATED)
+)
+
+# Names written on the record win; otherwise the pods table's, which may have come later.
+_SELECT = """
+SELECT o.id, o.gpu_uuid, o.mig_device_uuid, o.pid, o.start_ticks, o.boot_id, o.first_seen,
+       o.last_seen, o.ended, o.process_name, o.container_id, o.pod_uid,
+       COALESCE(NULLIF(o.pod_namespace, ''), p.namespace, '') AS ns,
+       COALESCE(NULLIF(o.pod_name, ''), p.name, '') AS podname,
+       o.container_name, o.peak_memory, o.last_memory, o.memory_byte_seconds, o.memory_seconds,
+       o.last_sm, o.sm_percent_seconds, o.sm_seconds, o.allocation_verdict, p.containers
+FROM occupancy o LEFT JOIN pods p ON o.pod_uid != '' AND p.uid = o.pod_uid
+"""
+
+
+class HistoryStore:
+    """One SQLite file under ``directory``; every call is serialised by one lock."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int) -> None:
+        self.path = Path(directory) / DB_NAME
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open (creating if needed) and check the schema; raises on a corrupt file."""
+        with self._lock:
+            if self._db is not None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            try:
+                db.execute("PRAGMA busy_timeout = 1000")
+                # Before the first table: only then does it take effect without a VACUUM.
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise sqlite3.OperationalError(f"cannot use WAL mode (got {mode})")
+                db.execute("PRAGMA synchronous = NORMAL")
+                page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+                # Checkpoint often enough that the WAL alone stays well inside the bound (and
+                # small: at most 1 MiB, a few minutes of a busy node's flushes).
+                wal_bytes = max(_SIZE_FLOOR, min(_WAL_BYTES, self.max_bytes // 8))
+                db.execute(f"PRAGMA wal_autocheckpoint = {max(16, wal_bytes // page_size)}")
+                db.execute(f"PRAGMA journal_size_limit = {wal_bytes}")
+                db.executescript(_SCHEMA)
+                db.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)",
+                    (SCHEMA_VERSION,),
+                )
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+
+    def close(self) -> None:
+        """Checkpoint and close; safe to call twice."""
+        with self._lock:
+            db, self._db = self._db, None
+        if db is not None:
+            try:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                db.close()
+
+    @property
+    def is_open(self) -> bool:
+        """True once ``open`` succeeded (and until ``close``)."""
+        return self._db is not None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise sqlite3.OperationalError("the history database is not open")
+        return self._db
+
+    # -- writes ----------------------------------------------------------------------
+
+    def write(
+        self, records: Sequence[OccupancyRecord], pods: Sequence[PodName], now: float
+    ) -> None:
+        """Upsert ``records`` and ``pods`` in one transaction."""
+        with self._lock:
+            db = self._conn()
+            db.execute("BEGIN")
+            try:
+                if pods:
+                    db.executemany(
+                        "INSERT INTO pods (uid, namespace, name, containers, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET "
+                        "namespace = excluded.namespace, name = excluded.name, "
+                        "containers = excluded.containers, updated_at = excluded.updated_at",
+                        [
+                            (p.uid, p.namespace, p.name, json.dumps(dict(p.containers)), now)
+                            for p in pods
+                        ],
+                    )
+                if records:
+                    db.executemany(_UPSERT, [_row(r) for r in records])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def end_open(self, boot_id: str) -> int:
+        """End every open record of another boot at its last sighting; how many."""
+        with self._lock:
+            cursor = self._conn().execute(
+                "UPDATE occupancy SET ended = 1 WHERE ended = 0 AND boot_id != ?", (boot_id,)
+            )
+            return cursor.rowcount
+
+    def open_records(self, boot_id: str) -> list[OccupancyRecord]:
+        """The records of ``boot_id`` still open, to continue them."""
+        with self._lock:
+            rows = (
+                self._conn()
+                .execute(_SELECT + " WHERE o.ended = 0 AND o.boot_id = ?", (boot_id,))
+                .fetchall()
+            )
+        return [_record(row) for row in rows]
+
+    def pod_names(self) -> list[PodName]:
+        """Every stored pod name."""
+        with self._lock:
+            rows = self._conn().execute("SELECT uid, namespace, name, containers FROM pods")
+            return [PodName(u, ns, n, _containers(c)) for u, ns, n, c in rows.fetchall()]
+
+    # -- bounds ------------------------------------------------------------------------
+
+    def size_bytes(self) -> int:
+        """The database and its WAL, in bytes."""
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                total += os.path.getsize(f"{self.path}{suffix}")
+        return total
+
+    def prune(self, now: float, retention: float) -> int:
+        """Delete ended records older than ``retention``, then the oldest until the size fits.
+
+        Returns how many records were deleted.
+        """
+        deleted = 0
+        with self._lock:
+            db = self._conn()
+            cutoff = now - retention
+            deleted += db.execute(
+                "DELETE FROM occupancy WHERE ended = 1 AND last_seen < ?", (cutoff,)
+            ).rowcount
+            db.execute(
+                "DELETE FROM pods WHERE updated_at < ? AND uid NOT IN "
+                "(SELECT pod_uid FROM occupancy)",
+                (cutoff,),
+            )
+            if deleted:
+                db.execute("PRAGMA incremental_vacuum")
+            if self.size_bytes() > self.max_bytes:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            while self.size_bytes() > max(self.max_bytes, _SIZE_FLOOR):
+                ended = db.execute("SELECT COUNT(*) FROM occupancy WHERE ended = 1").fetchone()[0]
+                if not ended:
+                    break
+                batch = max(1, int(ended * _PRUNE_SHARE))
+                deleted += db.execute(
+                    "DELETE FROM occupancy WHERE id IN (SELECT id FROM occupancy "
+                    "WHERE ended = 1 ORDER BY last_seen, id LIMIT ?)",
+                    (batch,),
+                ).rowcount
+                db.execute("PRAGMA incremental_vacuum")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return deleted
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def history(self, query: HistoryQuery) -> list[OccupancyRecord]:
+        """Up to ``query.limit`` records overlapping the range, by (first seen, id)."""
+        where = ["o.last_seen >= ?"]
+        args: list[Any] = [query.since]
+        if query.until is not None:
+            where.append("o.first_seen < ?")
+            args.append(query.until)
+        if query.after is not None:
+            where.append("(o.first_seen > ? OR (o.first_seen = ? AND o.id > ?))")
+            args += [query.after[0], query.after[0], query.after[1]]
+        _within(where, args, "(o.gpu_uuid IN ({}) OR o.mig_device_uuid IN ({}))", query.gpu_uuids)
+        _within(where, args, "o.pod_uid IN ({})", query.pod_uids)
+        _within(where, args, "COALESCE(NULLIF(o.pod_namespace, ''), p.namespace) IN ({})",
+                query.namespaces)  # fmt: skip
+        _within(where, args, "COALESCE(NULLIF(o.pod_name, ''), p.name) IN ({})", query.pod_names)
+        sql = _SELECT + " WHERE " + " AND ".join(where) + " ORDER BY o.first_seen, o.id LIMIT ?"
+        args.append(query.limit)
+        with self._lock:
+            rows = self._conn().execute(sql, args).fetchall()
+        return [_record(row) for row in rows]
+
+    def usage(self, query: UsageQuery) -> list[UsageRow]:
+        """Sums over the records overlapping the range, each record counted for its overlap."""
+        keys = []
+        if UsageGroup.NAMESPACE in query.group_by or UsageGroup.POD in query.group_by:
+            keys.append("ns")
+        if UsageGroup.POD in query.group_by:
+            keys.append("podname")
+        if UsageGroup.GPU in query.group_by:
+            keys.append("gpu_uuid")
+        where = ["o.first_seen < ?", "o.last_seen > ?"]
+        args: list[Any] = [query.until, query.since]
+        _within(where, args, "COALESCE(NULLIF(o.pod_namespace, ''), p.namespace) IN ({})",
+                query.namespaces)  # fmt: skip
+        inner = f"""
+            SELECT COALESCE(NULLIF(o.pod_namespace, ''), p.namespace, '') AS ns,
+                   COALESCE(NULLIF(o.pod_name, ''), p.name, '') AS podname, o.gpu_uuid,
+                   MIN(o.last_seen, ?) - MAX(o.first_seen, ?) AS overlap,
+                   CASE WHEN o.memory_seconds > 0 THEN o.memory_byte_seconds / o.memory_seconds
+                        ELSE COALESCE(o.last_memory, 0) END AS mean_memory
+            FROM occupancy o LEFT JOIN pods p ON o.pod_uid != '' AND p.uid = o.pod_uid
+            WHERE {" AND ".join(where)}
+        """
+        select_keys = ", ".join(keys)
+        sql = (
+            f"SELECT {select_keys + ', ' if keys else ''}SUM(overlap), "
+            f"SUM(overlap * mean_memory) FROM ({inner})"
+            + (f" GROUP BY {select_keys} ORDER BY {select_keys}" if keys else "")
+        )
+        with self._lock:
+            rows = self._conn().execute(sql, [query.until, query.since, *args]).fetchall()
+        result = []
+        for row in rows:
+            values = dict(zip(keys, row[: len(keys)], strict=True))
+            if row[len(keys)] is None:
+                continue  # no record overlapped: SUM over nothing
+            result.append(
+                UsageRow(
+                    namespace=values.get("ns"),
+                    pod_name=values.get("podname"),
+                    gpu_uuid=values.get("gpu_uuid"),
+                    gpu_seconds=float(row[len(keys)]),
+                    memory_gib_seconds=float(row[len(keys) + 1] or 0.0) / GIB,
+                )
+            )
+        return result
+
+
+def _within(where: list[str], args: list[Any], clause: str, values: Iterable[str]) -> None:
+    values = list(values)
+    if not values:
+        return
+    marks = ", ".join("?" for _ in values)
+    where.append(clause.format(marks, marks))
+    args.extend(values * clause.count("{}"))
+
+
+def _row(r: OccupancyRecord) -> tuple[Any, ...]:
+    return (
+        r.gpu_uuid, r.mig_device_uuid, r.pid, r.start_ticks, r.boot_id, r.first_seen,
+        r.last_seen, int(r.ended), r.process_name, r.container_id, r.pod_uid, r.pod_namespace,
+        r.pod_name, r.container_name, r.peak_memory_bytes, r.last_memory_bytes,
+        r.memory_byte_seconds, r.memory_seconds, r.last_sm_utilization, r.sm_percent_seconds,
+        r.sm_seconds, r.allocation_verdict,
+    )  # fmt: skip
+
+
+def _record(row: Sequence[Any]) -> OccupancyRecord:
+    record = OccupancyRecord(
+        id=row[0], gpu_uuid=row[1], mig_device_uuid=row[2], pid=row[3], start_ticks=row[4],
+        boot_id=row[5], first_seen=row[6], last_seen=row[7], ended=bool(row[8]),
+        process_name=row[9], container_id=row[10], pod_uid=row[11], pod_namespace=row[12],
+        pod_name=row[13], container_name=row[14], peak_memory_bytes=row[15],
+        last_memory_bytes=row[16], memory_byte_seconds=row[17], memory_seconds=row[18],
+        last_sm_utilization=row[19], sm_percent_seconds=row[20], sm_seconds=row[21],
+        allocation_verdict=row[22],
+    )  # fmt: skip
+    if not record.container_name and record.container_id and row[23]:
+        record.container_name = _containers(row[23]).get(record.container_id, "")
+    return record
+
+
+def _containers(text: str) -> dict[str, str]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}

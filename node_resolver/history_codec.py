@@ -1,0 +1,261 @@
+"""Conversion between the occupancy log's records and the agent's protobuf messages.
+
+Page tokens are opaque to callers: the (first seen, row id) of a page's last
+record, so the next page starts after it however many records arrive meanwhile.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+from .generated import agent_pb2
+from .history.records import HistoryQuery, OccupancyRecord, UsageGroup, UsageQuery, UsageRow
+from .pod_names import PodName
+
+__all__ = [
+    "DEFAULT_PAGE",
+    "MAX_FILTER_VALUES",
+    "MAX_PAGE",
+    "PUT_POD_NAMES_MAX_BYTES",
+    "BadHistoryRequestError",
+    "history_query_from_proto",
+    "page_token",
+    "pod_names_from_proto",
+    "pod_names_requests",
+    "pod_names_to_proto",
+    "record_from_proto",
+    "record_to_proto",
+    "usage_query_from_proto",
+    "usage_query_to_proto",
+    "usage_row_from_proto",
+    "usage_row_to_proto",
+]
+
+# One PutPodNames message carries at most this many bytes of pods (a node's 110 pods
+# usually fit in one); the agent's receive limit can stay small.
+PUT_POD_NAMES_MAX_BYTES = 16 * 1024
+DEFAULT_PAGE = 500
+MAX_PAGE = 1000
+# Per filter list: more than this is a caller's mistake, not a query.
+MAX_FILTER_VALUES = 256
+
+_GROUP_TO_PROTO = {
+    UsageGroup.NAMESPACE: agent_pb2.USAGE_GROUP_NAMESPACE,
+    UsageGroup.POD: agent_pb2.USAGE_GROUP_POD,
+    UsageGroup.NODE: agent_pb2.USAGE_GROUP_NODE,
+    UsageGroup.GPU: agent_pb2.USAGE_GROUP_GPU,
+}
+_GROUP_FROM_PROTO = {value: group for group, value in _GROUP_TO_PROTO.items()}
+
+
+class BadHistoryRequestError(ValueError):
+    """A history or usage request the agent cannot answer as asked."""
+
+
+def page_token(record: OccupancyRecord) -> str:
+    """The token of the page that starts after ``record``."""
+    return base64.urlsafe_b64encode(f"{record.first_seen!r}:{record.id}".encode()).decode()
+
+
+def _cursor(token: str) -> tuple[float, int] | None:
+    if not token:
+        return None
+    try:
+        first_seen, _, row_id = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
+        cursor = (float(first_seen), int(row_id))
+    except ValueError:
+        raise BadHistoryRequestError("page_token is not one this agent gave out") from None
+    if not math.isfinite(cursor[0]):
+        raise BadHistoryRequestError("page_token is not one this agent gave out")
+    return cursor
+
+
+def _range(since: float, until: float | None) -> None:
+    if not math.isfinite(since) or (until is not None and not math.isfinite(until)):
+        raise BadHistoryRequestError("since and until must be finite Unix times")
+    if until is not None and until <= since:
+        raise BadHistoryRequestError("until must be after since")
+
+
+def _values(name: str, values: list[str]) -> tuple[str, ...]:
+    if len(values) > MAX_FILTER_VALUES:
+        raise BadHistoryRequestError(f"at most {MAX_FILTER_VALUES} {name} per request")
+    return tuple(values)
+
+
+def history_query_from_proto(request: agent_pb2.GetHistoryRequest) -> HistoryQuery:
+    """The query a GetHistory request asks; BadHistoryRequestError when it makes no sense."""
+    until = request.until if request.HasField("until") else None
+    _range(request.since, until)
+    return HistoryQuery(
+        since=request.since,
+        until=until,
+        gpu_uuids=_values("gpu_uuids", list(request.gpu_uuids)),
+        pod_uids=_values("pod_uids", list(request.pod_uids)),
+        namespaces=_values("namespaces", list(request.namespaces)),
+        pod_names=_values("pod_names", list(request.pod_names)),
+        limit=min(request.limit, MAX_PAGE) if request.limit else DEFAULT_PAGE,
+        after=_cursor(request.page_token),
+    )
+
+
+def usage_query_from_proto(request: agent_pb2.GetUsageRequest, *, now: float) -> UsageQuery:
+    """The query a GetUsage request asks; ``now`` stands in for a missing until."""
+    until = request.until if request.HasField("until") else None
+    _range(request.since, until)
+    groups = set()
+    for value in request.group_by:
+        group = _GROUP_FROM_PROTO.get(value)
+        if group is None:
+            raise BadHistoryRequestError(f"unknown usage group {value}")
+        groups.add(group)
+    return UsageQuery(
+        since=request.since,
+        until=until if until is not None else now,
+        group_by=frozenset(groups),
+        namespaces=_values("namespaces", list(request.namespaces)),
+    )
+
+
+def usage_query_to_proto(
+    since: float, until: float | None, group_by: frozenset[UsageGroup], namespaces: list[str]
+) -> agent_pb2.GetUsageRequest:
+    """A GetUsage request."""
+    return agent_pb2.GetUsageRequest(
+        since=since,
+        until=until,
+        group_by=[_GROUP_TO_PROTO[g] for g in sorted(group_by, key=lambda g: g.value)],
+        namespaces=namespaces,
+    )
+
+
+def record_to_proto(record: OccupancyRecord) -> agent_pb2.HistoryRecord:
+    """One record on the wire."""
+    return agent_pb2.HistoryRecord(
+        gpu_uuid=record.gpu_uuid,
+        mig_device_uuid=record.mig_device_uuid,
+        pid=record.pid,
+        process_name=record.process_name,
+        container_id=record.container_id,
+        pod_uid=record.pod_uid,
+        pod_namespace=record.pod_namespace,
+        pod_name=record.pod_name,
+        container_name=record.container_name,
+        first_seen=record.first_seen,
+        last_seen=record.last_seen,
+        ended=record.ended,
+        peak_memory_bytes=record.peak_memory_bytes,
+        mean_memory_bytes=record.mean_memory_bytes,
+        mean_sm_utilization=record.mean_sm_utilization,
+        allocation_verdict=record.allocation_verdict,
+        cursor=page_token(record),
+    )
+
+
+def record_from_proto(message: agent_pb2.HistoryRecord) -> OccupancyRecord:
+    """One record as the server reads it (the accumulators collapsed into the means)."""
+    mean_memory = message.mean_memory_bytes if message.HasField("mean_memory_bytes") else None
+    mean_sm = message.mean_sm_utilization if message.HasField("mean_sm_utilization") else None
+    record = OccupancyRecord(
+        gpu_uuid=message.gpu_uuid,
+        mig_device_uuid=message.mig_device_uuid,
+        pid=message.pid,
+        start_ticks=-1,
+        boot_id="",
+        first_seen=message.first_seen,
+        last_seen=message.last_seen,
+        process_name=message.process_name,
+        container_id=message.container_id,
+        pod_uid=message.pod_uid,
+        pod_namespace=message.pod_namespace,
+        pod_name=message.pod_name,
+        container_name=message.container_name,
+        ended=message.ended,
+        peak_memory_bytes=message.peak_memory_bytes,
+        allocation_verdict=message.allocation_verdict,
+    )
+    # Held as a zero-length reading, so the record's mean properties give them back.
+    if mean_memory is not None:
+        record.memory_byte_seconds, record.memory_seconds = mean_memory, 1.0
+    if mean_sm is not None:
+        record.sm_percent_seconds, record.sm_seconds = mean_sm, 1.0
+    return record
+
+
+def usage_row_to_proto(row: UsageRow) -> agent_pb2.UsageRow:
+    """One usage row on the wire."""
+    return agent_pb2.UsageRow(
+        namespace=row.namespace or "",
+        pod_name=row.pod_name or "",
+        gpu_uuid=row.gpu_uuid or "",
+        gpu_seconds=row.gpu_seconds,
+        memory_gib_seconds=row.memory_gib_seconds,
+    )
+
+
+def usage_row_from_proto(
+    message: agent_pb2.UsageRow, group_by: frozenset[UsageGroup], node_name: str
+) -> UsageRow:
+    """One usage row, its keys None where ``group_by`` leaves them out."""
+    by_pod = UsageGroup.POD in group_by
+    return UsageRow(
+        namespace=message.namespace if by_pod or UsageGroup.NAMESPACE in group_by else None,
+        pod_name=message.pod_name if by_pod else None,
+        gpu_uuid=message.gpu_uuid if UsageGroup.GPU in group_by else None,
+        gpu_seconds=message.gpu_seconds,
+        memory_gib_seconds=message.memory_gib_seconds,
+        node_name=node_name if UsageGroup.NODE in group_by else None,
+    )
+
+
+def pod_names_to_proto(pods: list[PodName]) -> list[agent_pb2.PodName]:
+    """Pod names on the wire."""
+    return [
+        agent_pb2.PodName(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            containers=[
+                agent_pb2.ContainerName(id=cid, name=name) for cid, name in pod.containers.items()
+            ],
+        )
+        for pod in pods
+    ]
+
+
+def pod_names_requests(
+    node_name: str, pods: list[PodName], *, max_bytes: int = PUT_POD_NAMES_MAX_BYTES
+) -> list[agent_pb2.PutPodNamesRequest]:
+    """``pods`` as PutPodNames requests of at most ``max_bytes`` each (one pod may exceed it)."""
+    requests: list[agent_pb2.PutPodNamesRequest] = []
+    batch: list[agent_pb2.PodName] = []
+    size = 0
+    for message in pod_names_to_proto(pods):
+        # The repeated field's tag and length prefix: a few bytes per pod.
+        cost = message.ByteSize() + 4
+        if batch and size + cost > max_bytes:
+            requests.append(agent_pb2.PutPodNamesRequest(node_name=node_name, pods=batch))
+            batch, size = [], 0
+        batch.append(message)
+        size += cost
+    if batch:
+        requests.append(agent_pb2.PutPodNamesRequest(node_name=node_name, pods=batch))
+    return requests
+
+
+def pod_names_from_proto(messages: list[agent_pb2.PodName]) -> list[PodName]:
+    """Pod names from the wire; BadHistoryRequestError for a pod without UID or name."""
+    pods = []
+    for message in messages:
+        if not message.uid or not message.namespace or not message.name:
+            raise BadHistoryRequestError("every pod needs a uid, a namespace and a name")
+        pods.append(
+            PodName(
+                uid=message.uid,
+                namespace=message.namespace,
+                name=message.name,
+                containers={c.id: c.name for c in message.containers if c.id},
+            )
+        )
+    return pods

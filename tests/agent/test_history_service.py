@@ -1,0 +1,170 @@
+"""The occupancy log's RPCs over real gRPC: GetHistory, GetUsage, PutPodNames, and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from node_resolver.client import AgentClient
+from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.generated import agent_pb2, agent_pb2_grpc
+from node_resolver.history.log import HistoryLog, HistorySettings
+from node_resolver.history.records import HistoryQuery, UsageGroup
+from node_resolver.history.store import DB_NAME
+from node_resolver.history_codec import PUT_POD_NAMES_MAX_BYTES, pod_names_requests
+from node_resolver.pod_names import PodName, PodNames
+from tests.support.agents import (
+    AgentThread,
+    gpu_json,
+    nvml_json,
+    start_agent_process,
+    start_agent_thread,
+)
+from tests.support.polling import eventually
+
+TOKEN = "history-token"
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[AgentThread, HistoryLog]]:
+    nvml = tmp_path / "nvml.json"
+    procs = [{"pid": 100 + i, "usedMemoryBytes": 1 << 30} for i in range(30)]
+    write_fake_nvml(nvml, nvml_json([gpu_json(0, procs)]))
+    settings = HistorySettings(tmp_path / "history", retention_seconds=86400.0)
+    history = HistoryLog(settings, boot_id="b", pod_names=PodNames())
+    with start_agent_thread(FakeGpuSource(nvml), token=TOKEN, history=history) as running:
+        yield running, history
+
+
+def call(agent: AgentThread, method: str, request: object, token: str | None = TOKEN) -> object:
+    with grpc.insecure_channel(agent.address) as channel:
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        return getattr(stub, method)(request, timeout=10, metadata=metadata)
+
+
+def test_every_history_rpc_needs_the_token(agent: tuple[AgentThread, HistoryLog]) -> None:
+    running, _ = agent
+    for method, request in (
+        ("GetHistory", agent_pb2.GetHistoryRequest()),
+        ("GetUsage", agent_pb2.GetUsageRequest()),
+        ("PutPodNames", agent_pb2.PutPodNamesRequest()),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            call(running, method, request, token="wrong")
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, method
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        agent_pb2.GetHistoryRequest(page_token="not-a-token"),
+        agent_pb2.GetHistoryRequest(since=10, until=5),
+        agent_pb2.GetHistoryRequest(since=float("nan")),
+        agent_pb2.GetHistoryRequest(namespaces=["x"] * 300),
+    ],
+)
+def test_bad_history_requests_are_invalid_arguments(
+    agent: tuple[AgentThread, HistoryLog], request_: agent_pb2.GetHistoryRequest
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        call(agent[0], "GetHistory", request_)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_pages_over_grpc_and_pod_names_for_another_node_are_refused(
+    agent: tuple[AgentThread, HistoryLog],
+) -> None:
+    running, history = agent
+
+    async def pages() -> list[int]:
+        pids: list[int] = []
+        token = ""
+        async with AgentClient(running.address, token=TOKEN) as client:
+            while True:
+                page = await client.get_history(
+                    HistoryQuery(since=0.0, limit=7), page_token=token, timeout=10
+                )
+                pids += [r.pid for r in page.records]
+                if not page.next_page_token:
+                    return pids
+                token = page.next_page_token
+
+    eventually(lambda: history.tracker.open_count == 30)
+    assert sorted(asyncio.run(pages())) == list(range(100, 130))
+    with pytest.raises(grpc.RpcError) as caught:
+        call(running, "PutPodNames", agent_pb2.PutPodNamesRequest(node_name="node-z"))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(grpc.RpcError) as caught:
+        call(
+            running, "PutPodNames", agent_pb2.PutPodNamesRequest(pods=[agent_pb2.PodName(uid="u")])
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_usage_over_grpc_and_names_put_in_small_messages(
+    agent: tuple[AgentThread, HistoryLog],
+) -> None:
+    running, history = agent
+    eventually(lambda: history.tracker.open_count == 30)
+    # 110 pods with long names and ten containers each: several messages, each small.
+    pods = [
+        PodName(f"uid-{i:04d}", "n" * 63, "p" * 253, {f"{c:064x}": "c" * 63 for c in range(10)})
+        for i in range(110)
+    ]
+    requests = pod_names_requests("node-a", pods)
+    assert len(requests) > 1
+    assert max(r.ByteSize() for r in requests) <= PUT_POD_NAMES_MAX_BYTES + 2048
+
+    async def exchange() -> tuple[int, list[float]]:
+        async with AgentClient(running.address, token=TOKEN) as client:
+            stored = await client.put_pod_names("node-a", pods, timeout=10)
+            rows, status = await client.get_usage(
+                0.0, None, frozenset({UsageGroup.GPU}), [], timeout=10
+            )
+        assert status == "ok"
+        return stored, [r.gpu_seconds for r in rows]
+
+    stored, seconds = asyncio.run(exchange())
+    assert stored == 110 and len(history.pod_names) == 110
+    assert len(seconds) == 1 and seconds[0] >= 0
+
+
+def test_the_cli_keeps_a_bounded_log_that_survives_a_restart(tmp_path: Path) -> None:
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0, [{"pid": 7, "usedMemoryBytes": 1 << 30}])]))
+    directory = tmp_path / "history"
+    args = ["--history-dir", str(directory), "--history-retention", "12h",
+            "--history-max-bytes", str(1 << 20)]  # fmt: skip
+
+    def records() -> list[int]:
+        async def ask() -> list[int]:
+            async with AgentClient(running.address) as client:
+                page = await client.get_history(HistoryQuery(since=0.0), timeout=10)
+            return [r.pid for r in page.records]
+
+        return asyncio.run(ask())
+
+    for attempt in range(2):
+        log_path = tmp_path / f"agent-{attempt}.log"
+        with start_agent_process(nvml, log_path=log_path, extra_args=args) as running:
+            assert eventually(records) == [7]
+        assert running.stop() == 0
+    with sqlite3.connect(directory / DB_NAME) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("SELECT COUNT(*) FROM occupancy").fetchone()[0] == 1
+
+
+def test_the_cli_rejects_bad_history_flags(tmp_path: Path) -> None:
+    from tests.agent.test_service import run_cli
+
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0)]))
+    for flag, value in (("--history-retention", "30x"), ("--history-max-bytes", "256MiB")):
+        done = run_cli("--node-name", "n", "--nvml-fake", str(nvml), flag, value)
+        assert done.returncode == 2 and flag in done.stderr

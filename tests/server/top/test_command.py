@@ -1,0 +1,289 @@
+"""``gpugraph top`` against the embedded demo cluster: the real server and real agents."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from api.cli import main
+from tests.support.demo_process import ROOT, RunningDemo, gpugraph_command
+
+PODS = "{ pods { namespace name nodeName gpuRequest gpus { uuid } } }"
+
+
+def top(capsys: pytest.CaptureFixture[str], demo: RunningDemo, *args: str) -> str:
+    assert main(["top", "--server", demo.url, *args]) == 0
+    out: str = capsys.readouterr().out
+    return out
+
+
+def lines_with(text: str, word: str) -> list[str]:
+    return [line for line in text.splitlines() if word in line]
+
+
+def test_gpus_view_shows_the_shared_gpu_the_orphan_the_unrequested_pod_and_the_down_node(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = top(capsys, demo)
+    # One GPU row names both inference pods; each has its own process row.
+    shared = [line for line in out.splitlines() if "chat-api-0" in line and "chat-api-1" in line]
+    assert len(shared) == 1 and "gpu-node-0" in shared[0]
+    for pod in ("inference/chat-api-0", "inference/chat-api-1"):
+        process = [line for line in lines_with(out, "PID ") if pod in line]
+        assert len(process) == 1 and "[triton]" in process[0]
+    # PID 6100's pod was deleted while it ran (the demo's history scenario): no pod either.
+    orphan = [line for line in lines_with(out, "(no pod)") if "PID 6100 " not in line]
+    assert len(orphan) == 1 and "python3" in orphan[0]
+    unrequested = lines_with(out, "UNREQUESTED")
+    assert len(unrequested) == 1 and "research/notebook-alice" in unrequested[0]
+    down = lines_with(out, "agent down")
+    assert len(down) == 1 and down[0].startswith("gpu-node-3:")
+    # Not a terminal: no colour or other escapes for grep and scripts.
+    assert "\x1b" not in out
+
+
+def test_pods_json_parses_and_matches_graphql(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(top(capsys, demo, "pods", "-o", "json"))
+    assert document["kind"] == "PodList"
+    pods: list[dict[str, Any]] = demo.query(PODS)["data"]["pods"]
+    # A pod on the down node: GraphQL's gpus is null (not known), and so is top's.
+    expected = {
+        (p["namespace"], p["name"]): (
+            p["nodeName"],
+            p["gpuRequest"] or 0,
+            None if p["gpus"] is None else len(p["gpus"]),
+            None if p["gpus"] is None else not p["gpuRequest"] and bool(p["gpus"]),
+        )
+        for p in pods
+        if p["gpuRequest"] or p["gpus"]
+    }
+    got = {
+        (p["namespace"], p["name"]): (
+            p["node"],
+            p["gpusRequested"],
+            p["gpusUsed"],
+            p["unrequested"],
+        )
+        for p in document["pods"]
+    }
+    assert got == expected
+    assert [d["node"] for d in document["downNodes"]] == ["gpu-node-3"]
+
+
+def test_nodes_view_has_a_row_per_node_and_names_the_down_one(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = top(capsys, demo, "nodes")
+    rows = {
+        line.split()[0]: line
+        for line in out.splitlines()[1:]
+        if line.startswith("gpu-node-") and "agent down" not in line
+    }
+    assert sorted(rows) == ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    assert rows["gpu-node-3"].split()[1] == "DOWN"
+    assert all(rows[f"gpu-node-{i}"].split()[1] == "4" for i in range(3))
+    assert lines_with(out, "agent down")[0].startswith("gpu-node-3:")
+
+
+@pytest.mark.parametrize("server", ["http://127.0.0.1:1", "not-a-url"])
+def test_a_bad_server_is_one_line_and_exit_1(server: str) -> None:
+    result = subprocess.run(
+        [*gpugraph_command(), "top", "--server", server],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpugraph top: error:"), result.stderr
+
+
+# The documented -o json/yaml contract (docs/top.md, "The JSON and YAML shapes"): within
+# gpugraph.top/v1 fields are only added, so these sets may grow but never lose a key.
+CONTRACT = {
+    "gpus": (
+        "GpuList",
+        {"gpus", "downNodes"},
+        {
+            "node", "index", "uuid", "model", "utilizationPercent", "memoryUsedBytes",
+            "memoryTotalBytes", "temperatureC", "error", "pods", "processes",
+        },
+    ),
+    "pods": (
+        "PodList",
+        {"pods", "downNodes"},
+        {
+            "namespace", "name", "node", "gpusRequested", "gpusUsed", "memoryBytes",
+            "smPercent", "unrequested",
+        },
+    ),
+    "nodes": (
+        "NodeList",
+        {"nodes"},
+        {
+            "name", "status", "reason", "gpus", "utilizationPercent", "memoryUsedBytes",
+            "memoryTotalBytes", "maxTemperatureC", "pods", "processes",
+        },
+    ),
+}  # fmt: skip
+PROCESS_KEYS = {
+    "pid",
+    "name",
+    "pod",
+    "container",
+    "memoryBytes",
+    "smPercent",
+    "unrequested",
+    "allocation",
+}
+
+
+@pytest.mark.parametrize("view", sorted(CONTRACT))
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_json_and_yaml_keep_the_documented_shape(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str], view: str, output: str
+) -> None:
+    import yaml
+
+    text = top(capsys, demo, view, "-o", output)
+    document = json.loads(text) if output == "json" else yaml.safe_load(text)
+    kind, lists, entry = CONTRACT[view]
+    assert document["apiVersion"] == "gpugraph.top/v1" and document["kind"] == kind
+    assert set(document) == {"apiVersion", "kind", *lists}
+    items = document[next(iter(lists - {"downNodes"}))]
+    assert items and all(set(item) == entry for item in items)
+    if view == "gpus":
+        processes = [p for gpu in items for p in gpu["processes"]]
+        assert processes and all(set(p) == PROCESS_KEYS for p in processes)
+    for down in document.get("downNodes", []):
+        assert set(down) == {"node", "reason"}
+
+
+def test_since_lists_pods_by_gpu_hours_even_those_that_are_gone(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(top(capsys, demo, "--since", "24h", "-o", "json"))
+    assert document["kind"] == "PodUsageList"
+    hours = {(p["namespace"], p["name"]): p["gpuHours"] for p in document["pods"]}
+    # Backfilled: ran from three hours ago until one hour ago, and is gone.
+    assert hours[("research", "lr-sweep-7")] == pytest.approx(2.0, abs=0.01)
+    # The leftover host process: five hours, in no pod.
+    assert hours[(None, None)] >= 5.0
+    # Deleted while running: still named.
+    assert ("research", "eval-canary") in hours
+    assert list(hours.values()) == sorted(hours.values(), reverse=True)
+    table = top(capsys, demo, "--since", "24h")
+    assert table.splitlines()[0].split() == ["NAMESPACE", "POD", "GPU-HOURS", "GIB-HOURS"]
+    assert lines_with(table, "lr-sweep-7")[0].split()[2] == "2.00"
+    nodes = json.loads(top(capsys, demo, "nodes", "--since", "1d", "-o", "json"))
+    assert nodes["kind"] == "NodeUsageList" and nodes["nodes"][0]["node"] == "gpu-node-0"
+
+
+def test_since_refuses_a_bad_duration_and_watch(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["top", "--server", demo.url, "--since", "yesterday"]) == 1
+    assert "--since" in capsys.readouterr().err
+    assert main(["top", "--server", demo.url, "--since", "1h", "--watch"]) == 1
+    assert "no --watch" in capsys.readouterr().err
+
+
+def test_a_pod_and_a_node_whose_agent_is_down_are_unknown_not_zero(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    down = demo.query("{ pods { name nodeName gpus { uuid } } }")["data"]["pods"]
+    stranded = {p["name"] for p in down if p["nodeName"] == "gpu-node-3"}
+    assert stranded and all(p["gpus"] is None for p in down if p["name"] in stranded)
+    pods = json.loads(top(capsys, demo, "pods", "-o", "json"))["pods"]
+    for pod in (p for p in pods if p["name"] in stranded):
+        assert (pod["gpusUsed"], pod["memoryBytes"], pod["smPercent"]) == (None, None, None)
+    assert all(p["memoryBytes"] is not None for p in pods if p["name"] not in stranded)
+    nodes = {n["name"]: n for n in json.loads(top(capsys, demo, "nodes", "-o", "json"))["nodes"]}
+    assert nodes["gpu-node-3"]["gpus"] is None and nodes["gpu-node-3"]["memoryUsedBytes"] is None
+    assert nodes["gpu-node-3"]["pods"] is None and nodes["gpu-node-0"]["gpus"] == 4
+    # The tables say so in words, where they said 0.
+    table = [line.split() for line in top(capsys, demo, "pods").splitlines()]
+    for row in (r for r in table if r[1] in stranded):
+        assert row[3].endswith("/<unknown>") and row[4:6] == ["<unknown>", "<unknown>"], row
+    node_row = lines_with(top(capsys, demo, "nodes"), "gpu-node-3")[0].split()
+    assert node_row[1:] == ["DOWN", *["<unknown>"] * 5]
+
+
+def test_the_down_line_says_once_that_the_agent_is_down(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (line,) = lines_with(top(capsys, demo), "agent down")
+    assert line.startswith("gpu-node-3: agent down: ")
+    assert "gpu-node-3" not in line.removeprefix("gpu-node-3:") and "unavailable" not in line
+
+
+def test_a_namespace_shows_only_the_down_nodes_of_its_pods(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # research's one pod is on gpu-node-1; a training worker is on the down gpu-node-3.
+    for view in ("pods", "gpus"):
+        research = top(capsys, demo, view, "-n", "research")
+        assert "research/notebook-alice" in research or "notebook-alice" in research
+        assert lines_with(research, "agent down") == []
+        training = top(capsys, demo, view, "-n", "ml-training")
+        assert [line.split(":")[0] for line in lines_with(training, "agent down")] == ["gpu-node-3"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--node", "nope"], "no GPUs match --node nope"),
+        (["nodes", "--node", "nope"], "no nodes match --node nope"),
+        (["pods", "-n", "nope"], "no pods match -n nope"),
+        (["-n", "research", "--node", "gpu-node-0"], "no GPUs match --node gpu-node-0 -n research"),
+        (["pods", "-o", "json", "-l", "app=nope"], "no pods match -l app=nope"),
+    ],
+)
+def test_a_filter_that_matches_nothing_says_so_and_fails(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert main(["top", "--server", demo.url, *args]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"gpugraph top: error: {said}\n"
+
+
+def test_the_down_node_alone_is_a_match(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = top(capsys, demo, "--node", "gpu-node-3")
+    assert lines_with(out, "agent down")[0].startswith("gpu-node-3:")
+
+
+def test_an_unknown_flag_prints_tops_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["top", "--bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gpugraph top ") and "[-w]" in err
+    assert err.rstrip().endswith("gpugraph top: error: unrecognized arguments: --bogus")
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "0.2", "nan", "soon"])
+def test_an_interval_below_the_servers_shortest_tick_is_refused(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["top", "--watch", f"--interval={value}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gpugraph top ") and "argument --interval:" in err
+
+
+def test_the_shortest_interval_is_the_servers() -> None:
+    from api.top.flags import MIN_INTERVAL, interval
+    from graph_schema.limits import MIN_INTERVAL_SECONDS
+
+    assert MIN_INTERVAL == MIN_INTERVAL_SECONDS
+    assert interval(str(MIN_INTERVAL)) == MIN_INTERVAL

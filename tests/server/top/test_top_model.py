@@ -1,0 +1,94 @@
+"""``gpugraph top``'s rows: what a down agent leaves unknown, and which down nodes a view names."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.top import model
+from api.top.documents import document
+from api.top.model import DownNode, GpuRow, PodRef, ProcessRow, Snapshot, down_node
+
+TRAIN = PodRef("uid-train", "ml", "train", "node-a", 1)
+STRANDED = PodRef("uid-stranded", "ml", "stranded", "node-b", 2)
+NOTEBOOK = PodRef("uid-notebook", "research", "notebook", "node-c", None)
+
+
+def gpu(node: str, index: int, *processes: ProcessRow) -> GpuRow:
+    return GpuRow(node, index, f"GPU-{node}-{index}", "NVIDIA H200", 50, 1 << 30, 2 << 30, 60,
+                  None, processes)  # fmt: skip
+
+
+def snapshot() -> Snapshot:
+    """node-a up with the training pod; node-b's agent down, a pod on it; node-c a notebook."""
+    return Snapshot(
+        gpus=[
+            gpu("node-a", 0, ProcessRow(7, "python", TRAIN, "trainer", 1 << 29, 40)),
+            gpu("node-c", 0, ProcessRow(9, "python", NOTEBOOK, "nb", 1 << 28, 5)),
+        ],
+        down=[DownNode("node-b", "connection refused")],
+        pods=[TRAIN, STRANDED, NOTEBOOK],
+    )
+
+
+def test_a_pod_on_a_down_node_has_unknown_use_not_zero() -> None:
+    doc = document("pods", model.apply(snapshot(), model.Filters()), "name")
+    pods = {p["name"]: p for p in doc["pods"]}
+    assert (
+        pods["stranded"] | {"gpusUsed": None, "memoryBytes": None, "smPercent": None}
+        == (pods["stranded"])
+    )
+    assert pods["stranded"]["unrequested"] is None
+    # Known values stay numbers, and a requesting pod using nothing on an up node is 0.
+    assert pods["train"]["memoryBytes"] == 1 << 29 and pods["train"]["gpusUsed"] == 1
+    idle = Snapshot(gpus=[gpu("node-a", 0)], down=[], pods=[TRAIN])
+    assert document("pods", idle, "name")["pods"][0]["memoryBytes"] == 0
+
+
+def test_a_down_node_has_unknown_gpus_memory_and_pods_not_zero() -> None:
+    doc = document("nodes", model.apply(snapshot(), model.Filters()), "name")
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    down = nodes["node-b"]
+    assert down["status"] == "down" and down["reason"] == "connection refused"
+    unknown = ("gpus", "utilizationPercent", "memoryUsedBytes", "memoryTotalBytes",
+               "maxTemperatureC", "pods", "processes")  # fmt: skip
+    assert {key: down[key] for key in unknown} == dict.fromkeys(unknown)
+    assert nodes["node-a"]["gpus"] == 1 and nodes["node-a"]["memoryUsedBytes"] == 1 << 30
+
+
+@pytest.mark.parametrize("sort_by", ["memory", "sm"])
+def test_unknown_values_sort_last(sort_by: str) -> None:
+    applied = model.apply(snapshot(), model.Filters())
+    assert [r.name for r in model.pod_rows(applied, sort_by)][-1] == "stranded"
+    assert [r.name for r in model.node_rows(applied, sort_by)][-1] == "node-b"
+
+
+def test_a_namespace_names_only_the_down_nodes_of_its_pods() -> None:
+    research = model.apply(snapshot(), model.Filters(namespace="research"))
+    assert research.down == []
+    ml = model.apply(snapshot(), model.Filters(namespace="ml"))
+    assert [d.node for d in ml.down] == ["node-b"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "agent on node 'node-b' unavailable: connection refused",
+        "connection refused",
+    ],
+)
+def test_the_reason_does_not_repeat_that_the_agent_is_down(message: str) -> None:
+    assert down_node("node-b", message) == DownNode("node-b", "connection refused")
+
+
+def test_a_tick_names_the_down_node_with_the_bare_reason() -> None:
+    body = {
+        "data": {"gpuUpdates": []},
+        "errors": [
+            {"message": "agent on node 'node-b' unavailable: deadline exceeded"},
+            {"message": "GPU sampling failed on node 'node-c': NVML_ERROR_UNKNOWN"},
+        ],
+    }
+    assert model.snapshot_from_tick(body).down == [
+        DownNode("node-b", "deadline exceeded"),
+        DownNode("node-c", "GPU sampling failed: NVML_ERROR_UNKNOWN"),
+    ]

@@ -1,0 +1,33 @@
+"""The map's 24-hour history strip (``web/map/src/history.js``) under Node's own test runner."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import require
+
+pytestmark = pytest.mark.node
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_map_history_strip() -> None:
+    node = shutil.which("node")
+    require(node is not None, "Node.js (`node`) is not on PATH")
+    assert node is not None
+    result = subprocess.run(
+        [node, "--test", str(HERE / "history.test.mjs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    passed = re.search(r"^# pass (\d+)$", result.stdout, re.MULTILINE)
+    assert passed is not None and int(passed.group(1)) == 3, result.stdout
+    assert "# fail 0" in result.stdout
