@@ -54,3 +54,15 @@ test("the strip names every holder once and escapes what the cluster wrote", () 
   assert.ok(html.includes("2 record(s) of other tenants"));
   assert.ok(historyStripHtml([], SINCE, UNTIL).includes("nobody"));
 });
+
+test("holders of the GPU get distinct colours, and one holder keeps one colour", () => {
+  const html = historyStripHtml(
+    [record(1, SINCE, SINCE + HOUR, "a"), record(2, SINCE + HOUR, SINCE + 2 * HOUR, "b"), record(3, SINCE + 3 * HOUR, null, "a")],
+    SINCE,
+    UNTIL,
+  );
+  const colours = [...html.matchAll(/background:(#[0-9a-f]{6})/g)].map((m) => m[1]);
+  assert.equal(colours.length, 3);
+  assert.notEqual(colours[0], colours[1]);
+  assert.equal(colours[0], colours[2]);
+});

@@ -1,5 +1,5 @@
 // A GPU's last 24 hours as a strip: who held it, and when (from the agents' occupancy logs).
-import { podColor } from "./colors.js";
+import { nodeColors } from "./colors.js";
 import { esc } from "./format.js";
 
 export const STRIP_HOURS = 24;
@@ -39,10 +39,12 @@ export function stripSegments(records, sinceMs, untilMs) {
 /** The strip's HTML, with a legend of who held the GPU; ``hidden`` other tenants' records. */
 export function historyStripHtml(records, sinceMs, untilMs, hidden = 0) {
   const segments = stripSegments(records, sinceMs, untilMs);
+  // Holders of one GPU get distinct colours, each its preferred one where it can (as on the map).
+  const colors = nodeColors([segments.map((s) => s.key).filter((key) => key !== null)]);
   const bars = segments
     .map(
       (s) =>
-        `<span class="seg${s.key ? "" : " nopod"}" style="left:${s.left.toFixed(2)}%;width:${s.width.toFixed(2)}%${s.key ? `;background:${podColor(s.key)}` : ""}" title="${esc(s.title)}"></span>`,
+        `<span class="seg${s.key ? "" : " nopod"}" style="left:${s.left.toFixed(2)}%;width:${s.width.toFixed(2)}%${s.key ? `;background:${colors.get(s.key)}` : ""}" title="${esc(s.title)}"></span>`,
     )
     .join("");
   const owners = [...new Set(segments.map((s) => s.key ?? "(no pod)"))];
