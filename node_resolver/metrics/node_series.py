@@ -22,13 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client.core import Metric
-from prometheus_client.exposition import generate_latest
-from prometheus_client.registry import Collector, CollectorRegistry
-
 from ..models import GpuSample, NodeSnapshot
 from ..pod_names import PodName, PodNames
 from .containers import ContainerKey, ContainerUsage, process_list_complete, unattributed_reason
+from .exposition import render_gauges
 from .families import GpuSeries
 
 __all__ = ["NODE_REASONS", "NodeAttribution", "NodeSeries", "attribute_on_node"]
@@ -98,25 +95,6 @@ def attribute_on_node(snapshot: NodeSnapshot, pod_names: PodNames) -> NodeAttrib
     return result
 
 
-class _Rendered(Collector):
-    """The families of one node's snapshot, for ``generate_latest``."""
-
-    def __init__(self, series: GpuSeries, *, age: bool) -> None:
-        self._series = series
-        self._age = age
-
-    def collect(self) -> list[Metric]:
-        if self._age:
-            return [self._series.snapshot_age]
-        return list(self._series.node_families())
-
-
-def _exposition(collector: Collector) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return generate_latest(registry)
-
-
 class NodeSeries:
     """Renders this node's GPU series from the latest snapshot and the pod names known now."""
 
@@ -148,7 +126,7 @@ class NodeSeries:
         age.snapshot_age.add_metric(
             [snapshot.node_name], max(0.0, self._clock() - snapshot.sampled_at)
         )
-        return last[2] + _exposition(_Rendered(age, age=True))
+        return last[2] + render_gauges([age.snapshot_age])
 
     def _render(self, snapshot: NodeSnapshot) -> bytes:
         node = snapshot.node_name
@@ -158,4 +136,4 @@ class NodeSeries:
         series.add_unattributed(node, attributed.unattributed)
         sample = snapshot.sample
         series.add_gpus(node, sample.gpus, sample.driver_version or "", attributed.containers)
-        return _exposition(_Rendered(series, age=False))
+        return render_gauges(series.node_families())
