@@ -4,11 +4,13 @@ and the PodMonitor that scrapes every agent (metrics.agents)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 
 from node_resolver.address import METRICS_PORT
 from node_resolver.cli import add_agent_arguments
@@ -24,6 +26,7 @@ from tests.support.chart import (
     render,
 )
 from tests.support.chart import chart as chart
+from tests.support.prometheus import promtool, require_prometheus
 
 # What an operator sets to scrape the agents instead of the server.
 AGENTS = {"metrics": {"agents": {"enabled": True}, "gpuSeries": False}}
@@ -151,3 +154,57 @@ def test_enabled_lints_clean() -> None:
     report = helm.lint(CHART, AGENTS, strict=True, namespace=NAMESPACE, kube_version="v1.33.0")
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_an_agent_that_does_not_answer_its_scrape_fires_agent_down(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    """With the server's GPU series off, ``up`` of the agents' own targets says who is down."""
+    require_prometheus()
+    docs = render(chart, AGENTS, operator=True)
+    (endpoint,) = one(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    relabel = {r.get("targetLabel"): r for r in endpoint["relabelings"]}
+    assert relabel["node"]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
+    job = relabel["job"]["replacement"]
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump(one(docs, "PrometheusRule")["spec"]))
+    checked = promtool("check", "rules", str(rules))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    up = f'up{{job="{job}",instance="10.0.0.%d:9402",node="%s"}}'
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": up % (1, "n1"), "values": "1x20"},
+                    {"series": up % (2, "n2"), "values": "1 1 0x20"},
+                    # Another job's targets are not gpugraph's agents.
+                    {"series": 'up{job="other",node="n3"}', "values": "0x20"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "6m", "alertname": "GpugraphAgentDown", "exp_alerts": []},
+                    {
+                        "eval_time": "8m",
+                        "alertname": "GpugraphAgentDown",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "node": "n2"},
+                                "exp_annotations": {
+                                    "summary": "A gpugraph agent does not answer",
+                                    "description": "The gpugraph agent on node n2 does not "
+                                    "answer: its GPUs have no series and GraphQL shows its gpus "
+                                    "as null.",
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "alerts_test.yml"
+    test_file.write_text(yaml.safe_dump(tests))
+    tested = promtool("test", "rules", str(test_file))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
