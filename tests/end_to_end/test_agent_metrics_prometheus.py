@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
@@ -48,7 +49,7 @@ def test_prometheus_scrapes_an_agent_with_its_token_and_sees_pod_names(
     ) as agent:
         assert agent.server.metrics is not None and agent.server.metrics.address
         target = agent.server.metrics.address
-        jobs = [
+        jobs: list[dict[str, Any]] = [
             {
                 "job_name": "agents",
                 "honor_labels": True,
