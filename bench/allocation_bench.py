@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from api.kube.cache import ClusterCache  # noqa: E402
 from api.kube.parse import node_record, pod_record  # noqa: E402
 from bench.fleet import build_fleet, node_name  # noqa: E402
-from graph_schema.context import make_context  # noqa: E402
+from graph_schema.context import GraphContext  # noqa: E402
 from graph_schema.interfaces import Received  # noqa: E402
 from graph_schema.schema import build_schema  # noqa: E402
 from node_resolver.allocations import node_allocations  # noqa: E402
@@ -266,7 +266,7 @@ async def join_costs(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         schema = schemas[kind]
         start = time.perf_counter()
         result = await schema.execute(
-            query, context_value=make_context(cache, Fresh(snapshots), schema.state)
+            query, context_value=GraphContext(cache, Fresh(snapshots), schema.state)
         )
         results[kind].append(time.perf_counter() - start)
         assert not result.errors, result.errors

@@ -50,7 +50,7 @@ from api.demo.cluster import StubApiServer, write_kubeconfig  # noqa: E402
 from api.kube.cache import ClusterCache  # noqa: E402
 from api.kube.watcher import ClusterWatcher  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
-from graph_schema.context import make_context  # noqa: E402
+from graph_schema.context import GraphContext  # noqa: E402
 from graph_schema.interfaces import Received  # noqa: E402
 from graph_schema.scalars import Bytes, BytesScalar  # noqa: E402
 from graph_schema.schema import build_schema  # noqa: E402
@@ -318,7 +318,7 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
 
         async def query() -> Any:
             return await schema.execute(
-                FULL_QUERY, context_value=make_context(cluster.cache, pool, schema.state)
+                FULL_QUERY, context_value=GraphContext(cluster.cache, pool, schema.state)
             )
 
         await query()  # connect every channel once
@@ -341,7 +341,7 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
         same_schema, same_result = await timed(
             lambda: preloaded_schema.execute(
                 FULL_QUERY,
-                context_value=make_context(cluster.cache, preloaded, preloaded_schema.state),
+                context_value=GraphContext(cluster.cache, preloaded, preloaded_schema.state),
             ),
             repeat,
         )
@@ -359,7 +359,7 @@ async def full_cluster(nodes: int, pods: int, repeat: int, traversals: int) -> d
             r = await schema.execute(
                 TRAVERSAL_QUERY,
                 variable_values=variables,
-                context_value=make_context(cluster.cache, pool, schema.state),
+                context_value=GraphContext(cluster.cache, pool, schema.state),
             )
             walk_calls.append(len(calls.durations))
             assert r.errors is None, r.errors

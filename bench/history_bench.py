@@ -37,7 +37,7 @@ from api.agents.pool import AgentPool  # noqa: E402
 from api.demo.cluster import StubApiServer  # noqa: E402
 from api.kube.cache import ClusterCache  # noqa: E402
 from api.kube.watcher import ClusterWatcher  # noqa: E402
-from graph_schema.context import make_context  # noqa: E402
+from graph_schema.context import GraphContext  # noqa: E402
 from graph_schema.limits import SchemaLimits  # noqa: E402
 from graph_schema.schema import build_schema  # noqa: E402
 from node_resolver.history.log import HistoryLog, HistorySettings  # noqa: E402
@@ -200,7 +200,7 @@ async def usage(nodes: int, pods: int, repeat: int, workdir: Path) -> tuple[list
         for _ in range(repeat + 1):  # the first connects every channel
             start = time.perf_counter()
             result = await schema.execute(
-                query, context_value=make_context(cache, pool, schema.state)
+                query, context_value=GraphContext(cache, pool, schema.state)
             )
             durations.append(time.perf_counter() - start)
             rows = len((result.data or {}).get("gpuUsage") or [])

@@ -61,7 +61,7 @@ from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
 from api.top.queries import SNAPSHOT as TOP_QUERY  # noqa: E402
 from graph_schema.compiled.documents import CompiledDocuments  # noqa: E402
-from graph_schema.context import make_context  # noqa: E402
+from graph_schema.context import GraphContext  # noqa: E402
 from graph_schema.interfaces import SnapshotSource  # noqa: E402
 from graph_schema.schema import build_schema  # noqa: E402
 from tests.support.demo_process import free_port  # noqa: E402
@@ -101,12 +101,12 @@ def paths(
         return await schema.execute(
             query,
             variable_values=variables,
-            context_value=make_context(cache, source, schema.state),
+            context_value=GraphContext(cache, source, schema.state),
         )
 
     async def compiled_run() -> Any:
         result = await compiled.execute(
-            query, None, variables, make_context(cache, source, schema.state)
+            query, None, variables, GraphContext(cache, source, schema.state)
         )
         assert result is not None, "the plan declined the full-cluster query"
         return result
@@ -183,7 +183,7 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
             return await schema.execute(
                 TRAVERSAL_QUERY,
                 variable_values=variables,
-                context_value=make_context(cluster.cache, walk_pool, schema.state),
+                context_value=GraphContext(cluster.cache, walk_pool, schema.state),
             )
 
         async def walk_compiled() -> Any:
@@ -191,7 +191,7 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
                 TRAVERSAL_QUERY,
                 None,
                 variables,
-                make_context(cluster.cache, walk_pool, schema.state),
+                GraphContext(cluster.cache, walk_pool, schema.state),
             )
 
         await walk_compiled()

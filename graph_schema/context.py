@@ -2,8 +2,8 @@
 
 The interfaces it is built on (``Cluster``, ``SnapshotSource``) are defined in
 ``interfaces``; the one it offers resolvers, ``Operation``, in ``operation``.
-The HTTP app makes a ``GraphContext`` per request (or
-per WebSocket) with ``make_context``, and the schema forks it for every
+The HTTP app makes a ``GraphContext`` per request (or per WebSocket), and
+the schema forks it for every
 operation, so each operation has its own loaders, errors and result budget;
 loaders are created on first use, so a query that never touches an agent
 costs nothing.
@@ -27,7 +27,7 @@ from .state import SharedState
 from .types import Gpu
 from .visibility import VisibleCluster
 
-__all__ = ["GraphContext", "make_context"]
+__all__ = ["GraphContext"]
 
 
 class GraphContext:
@@ -194,25 +194,3 @@ class GraphContext:
         if self._gpu_loader is None:
             self._gpu_loader = GpuLoader(self.cluster, self.state.gpu_nodes, self.gpus_of)
         return await self._gpu_loader.load(uuid)
-
-
-def make_context(
-    cluster: Cluster,
-    snapshots: SnapshotSource,
-    state: SharedState,
-    *,
-    request: Any = None,
-    response: Any = None,
-    scope: Scope = EVERYTHING,
-    viewer: Viewer | None = None,
-) -> GraphContext:
-    """A context for one request or WebSocket over the schema's server-wide ``state``."""
-    return GraphContext(
-        cluster,
-        snapshots,
-        state,
-        request=request,
-        response=response,
-        scope=scope,
-        viewer=viewer,
-    )

@@ -57,13 +57,8 @@ class Viewer(Protocol):
     """The caller behind an operation, as the server authenticated it."""
 
     @property
-    def identity(self) -> str:
-        """Who the caller is (its Kubernetes username): what per-caller caps count by."""
-        ...
-
-    @property
     def username(self) -> str:
-        """The caller's Kubernetes username, from its TokenReview."""
+        """The caller's Kubernetes username, from its TokenReview: what per-caller caps count by."""
         ...
 
     async def current_scope(self) -> Scope:

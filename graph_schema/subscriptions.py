@@ -24,7 +24,7 @@ def _live_context(info: Info) -> GraphContext:
 def _identity(ctx: GraphContext) -> str | None:
     # Each authenticated identity gets its own share of the slots; without
     # authentication there is no identity and only the server-wide cap applies.
-    return ctx.viewer.identity if ctx.viewer is not None else None
+    return ctx.viewer.username if ctx.viewer is not None else None
 
 
 @strawberry.type(

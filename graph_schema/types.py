@@ -529,6 +529,15 @@ class GpuRef:
     uuid: str
 
 
+def _recorded_verdict(record: OccupancyRecord) -> AllocationVerdict:
+    if not record.pod_uid:
+        return AllocationVerdict.NO_POD
+    try:
+        return AllocationVerdict(record.allocation_verdict)
+    except ValueError:  # "" (never judged), or a value from a newer agent
+        return AllocationVerdict.UNKNOWN
+
+
 @strawberry.type(
     description="One process's lifetime on one GPU, from its node's occupancy log: who held "
     "the GPU, from when to when, and how much of it."
@@ -557,6 +566,10 @@ class GpuOccupancy:
         description="Time-weighted mean SM utilization (percent), where NVML gives it."
     )
     gpu_seconds: float = strawberry.field(description="Seconds it held the GPU (start to end).")
+    allocation: AllocationVerdict = strawberry.field(
+        description="Whether the kubelet had given its container this GPU, as the agent "
+        "last judged it from the kubelet's record while it ran; UNKNOWN where it could not tell."
+    )
     gpu_uuid: strawberry.Private[str]
     node_name: strawberry.Private[str]
 
@@ -578,6 +591,7 @@ class GpuOccupancy:
             mean_memory_bytes=None if mean_memory is None else Bytes(round(mean_memory)),
             mean_sm_utilization=record.mean_sm_utilization,
             gpu_seconds=record.gpu_seconds,
+            allocation=_recorded_verdict(record),
             gpu_uuid=record.gpu_uuid,
             node_name=node_name,
         )

@@ -11,7 +11,7 @@ the GPU a process runs on.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from .models import (
     AllocationMechanism,
@@ -22,7 +22,7 @@ from .models import (
 )
 from .pod_resources import KubeletContainer
 
-__all__ = ["DRA_GPU_DRIVER", "GpuIndex", "container_verdict", "node_allocations"]
+__all__ = ["DRA_GPU_DRIVER", "ContainerVerdicts", "GpuIndex", "node_allocations"]
 
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 _DRA_DEVICE = re.compile(r"gpu-(\d+)(-mig-.*)?")
@@ -98,30 +98,25 @@ def node_allocations(
     return NodeAllocations(available=True, containers=tuple(out), age_seconds=age_seconds)
 
 
-def container_verdict(
-    allocations: NodeAllocations | None,
-    namespace: str,
-    pod: str,
-    container: str,
-    gpu_uuid: str,
-    *,
-    is_gpu: Callable[[DeviceAllocation], bool] = lambda d: True,
-) -> str | None:
-    """The agent's own verdict for a container on a GPU: "ALLOCATED", "NOT_ALLOCATED" or None.
+class ContainerVerdicts:
+    """The kubelet's verdict for a container on a GPU, looked up per process of a scan."""
 
-    The kubelet's record alone (the server also reads DRA claims, and says
-    more): None where it cannot tell, i.e. no data, the container unlisted,
-    or one of its devices (``is_gpu``) matching no GPU.
-    """
-    if allocations is None or not allocations.available:
-        return None
-    for c in allocations.containers:
-        if (c.namespace, c.pod, c.container) != (namespace, pod, container):
-            continue
-        devices = [d for d in c.devices if is_gpu(d)]
+    def __init__(self, allocations: NodeAllocations | None) -> None:
+        available = allocations is not None and allocations.available
+        self.containers = allocations.containers if allocations is not None and available else ()
+        self._devices = {(c.namespace, c.pod, c.container): c.devices for c in self.containers}
+
+    def verdict(self, namespace: str, pod: str, container: str, gpu_uuid: str) -> str | None:
+        """ "ALLOCATED", "NOT_ALLOCATED", or None where the kubelet's record cannot tell.
+
+        None: no data, the container unlisted, or one of its devices matching
+        no GPU (the server, which also reads DRA claims and slices, says more).
+        """
+        devices = self._devices.get((namespace, pod, container))
+        if devices is None:
+            return None
         if any(d.gpu_uuid == gpu_uuid for d in devices):
             return "ALLOCATED"
         if any(d.gpu_uuid is None for d in devices):
             return None
         return "NOT_ALLOCATED"
-    return None

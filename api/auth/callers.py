@@ -130,13 +130,8 @@ class Caller:
     token: str = field(repr=False)
 
     @property
-    def identity(self) -> str:
-        """The Kubernetes username: per-caller caps count by it, whatever token it uses."""
-        return self.user.username
-
-    @property
     def username(self) -> str:
-        """The Kubernetes username the TokenReview gave the token."""
+        """The Kubernetes username the TokenReview gave the token; per-caller caps count by it."""
         return self.user.username
 
     async def current_scope(self) -> Scope:

@@ -24,7 +24,7 @@ from strawberry.types import ExecutionResult as StrawberryExecutionResult
 from strawberry.types.graphql import OperationType
 
 from graph_schema.compiled.documents import CompiledDocuments
-from graph_schema.context import GraphContext, make_context
+from graph_schema.context import GraphContext
 from graph_schema.errors import GraphUserError
 from graph_schema.interfaces import Cluster, SnapshotSource
 from graph_schema.schema import GraphSchema
@@ -232,7 +232,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         With auth on, the caller comes from the auth middleware. A socket without
         one sees nothing until its connection_init carries a token.
         """
-        return make_context(
+        return GraphContext(
             self.cluster,
             self.snapshots,
             self.state,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 __all__ = ["WatchStats"]
 
@@ -22,7 +22,3 @@ class WatchStats:
     # When the API server last said anything (a list, a watch answer, an event or
     # a bookmark), on time.monotonic(); 0.0 until it first does. Not a counter.
     heard_at: float = 0.0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "heard_at"}

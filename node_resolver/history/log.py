@@ -26,7 +26,7 @@ from ..models import NodeSnapshot
 from ..pod_names import PodNames
 from .records import HistoryQuery, OccupancyRecord, UsageQuery, UsageRow
 from .store import HistoryStore
-from .tracker import OccupancyTracker, VerdictOf
+from .tracker import OccupancyTracker
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -80,13 +80,12 @@ class HistoryLog:
         *,
         boot_id: str,
         pod_names: PodNames,
-        verdict_of: VerdictOf | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.pod_names = pod_names
         self.store = HistoryStore(settings.directory, max_bytes=settings.max_bytes)
-        self.tracker = OccupancyTracker(boot_id=boot_id, pod_names=pod_names, verdict_of=verdict_of)
+        self.tracker = OccupancyTracker(boot_id=boot_id, pod_names=pod_names)
         self._clock = clock
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()

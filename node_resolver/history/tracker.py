@@ -9,18 +9,17 @@ a process the agent could not see is not a process that exited.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
+from ..allocations import ContainerVerdicts
 from ..models import GpuProcess, NodeSnapshot
 from ..pod_names import PodNames
 from .records import OccupancyRecord
 
-__all__ = ["Key", "OccupancyTracker", "VerdictOf"]
+__all__ = ["Key", "OccupancyTracker"]
 
 # (device UUID, PID, start ticks): a reused PID is a new key.
 Key = tuple[str, int, int]
-# The allocation verdict of a process on a GPU, where the agent knows one.
-VerdictOf = Callable[[str, GpuProcess], "str | None"]
 
 
 class OccupancyTracker:
@@ -31,15 +30,16 @@ class OccupancyTracker:
         *,
         boot_id: str,
         pod_names: PodNames | None = None,
-        verdict_of: VerdictOf | None = None,
     ) -> None:
         self.boot_id = boot_id
         self._pod_names = pod_names
-        self._verdict_of = verdict_of
+        # The kubelet's verdicts, rebuilt when its answer changes.
+        self._verdicts = ContainerVerdicts(None)
         self._lock = threading.Lock()
         self._open: dict[Key, OccupancyRecord] = {}
         self._ended: list[OccupancyRecord] = []
         self._names_version = -1
+        self._verdicts_judged: ContainerVerdicts | None = None
 
     @property
     def open_count(self) -> int:
@@ -61,7 +61,18 @@ class OccupancyTracker:
         if sample.error is not None and not sample.gpus:
             return
         names = self._pod_names
-        verdict_of = self._verdict_of
+        verdicts = self._verdicts
+        allocations = snapshot.allocations
+        if (
+            allocations is not None
+            and allocations.available
+            and allocations.containers is not verdicts.containers
+        ):
+            verdicts = self._verdicts = ContainerVerdicts(allocations)
+        # Every record is judged again when the kubelet's answer changed; otherwise
+        # only those it has not judged yet.
+        rejudge = verdicts is not self._verdicts_judged
+        self._verdicts_judged = verdicts
         opened: dict[Key, OccupancyRecord] = self._open
         get = opened.get
         seen: set[Key] = set()
@@ -109,8 +120,10 @@ class OccupancyTracker:
                         record.last_seen = now
                         if rename and not record.pod_name and record.pod_uid:
                             _name(record, names)  # type: ignore[arg-type]
-                    if verdict_of is not None:
-                        verdict = verdict_of(uuid, process)
+                    if record.container_name and (rejudge or not record.allocation_verdict):
+                        verdict = verdicts.verdict(
+                            record.pod_namespace, record.pod_name, record.container_name, uuid
+                        )
                         if verdict:
                             record.allocation_verdict = verdict
             if len(seen) != len(opened):

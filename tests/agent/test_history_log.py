@@ -13,7 +13,17 @@ from node_resolver.history.durations import format_duration, parse_duration
 from node_resolver.history.log import HistoryLog, HistorySettings
 from node_resolver.history.records import GIB, HistoryQuery, UsageGroup, UsageQuery
 from node_resolver.history.store import DB_NAME
-from node_resolver.models import ContainerRef, GpuProcess, GpuSample, NodeSample, NodeSnapshot
+from node_resolver.models import (
+    AllocationMechanism,
+    ContainerAllocations,
+    ContainerRef,
+    DeviceAllocation,
+    GpuProcess,
+    GpuSample,
+    NodeAllocations,
+    NodeSample,
+    NodeSnapshot,
+)
 from node_resolver.pod_names import PodName, PodNames
 from tests.support.clock import ManualClock
 
@@ -30,9 +40,24 @@ def process(pid: int, memory: int | None, *, start: int = 100, sm: int | None = 
     )  # fmt: skip
 
 
-def scan(at: float, *processes: GpuProcess, error: str | None = None) -> NodeSnapshot:
+def scan(
+    at: float,
+    *processes: GpuProcess,
+    error: str | None = None,
+    allocations: NodeAllocations | None = None,
+) -> NodeSnapshot:
     gpu = GpuSample(0, GPU, processes=list(processes), error=error)
-    return NodeSnapshot("node-a", NodeSample(gpus=[gpu]), at)
+    return NodeSnapshot("node-a", NodeSample(gpus=[gpu]), at, allocations=allocations)
+
+
+def given(*gpu_uuids: str | None) -> NodeAllocations:
+    """The kubelet's answer: research/trainer's container "main" was given these devices."""
+    devices = tuple(
+        DeviceAllocation(AllocationMechanism.DEVICE_PLUGIN, "nvidia.com/gpu", f"dev-{i}", uuid)
+        for i, uuid in enumerate(gpu_uuids)
+    )
+    containers = (ContainerAllocations("research", "trainer", "main", devices),)
+    return NodeAllocations(available=True, containers=containers)
 
 
 class Log:
@@ -148,6 +173,31 @@ def test_names_that_arrive_later_name_the_record_and_survive_a_restart(history: 
     )  # fmt: skip
     assert history.records(namespaces=["research"]) == [record]
     assert history.records(namespaces=["other"]) == []
+
+
+def test_the_record_keeps_the_kubelets_verdict_once_the_container_is_named(
+    history: Log,
+) -> None:
+    history.names.put([PodName(POD, "research", "trainer", {"c" * 64: "main"})])
+    history.log.observe(scan(1000, process(7, GIB_INT), allocations=given("GPU-other")))
+    (record,) = history.records()
+    assert record.allocation_verdict == "NOT_ALLOCATED"
+    # The kubelet's answer changes (e.g. the container restarted on its given GPU).
+    history.log.observe(scan(1001, process(7, GIB_INT), allocations=given(GPU)))
+    # A later answer that cannot tell (a device matching no GPU) keeps the last verdict.
+    history.log.observe(scan(1002, process(7, GIB_INT), allocations=given(None)))
+    history.log.observe(scan(1003))
+    (record,) = history.records()
+    assert record.allocation_verdict == "ALLOCATED"
+
+
+def test_no_kubelet_answer_leaves_the_verdict_unknown(history: Log) -> None:
+    history.names.put([PodName(POD, "research", "trainer", {"c" * 64: "main"})])
+    unavailable = NodeAllocations(available=False, reason="no socket")
+    history.log.observe(scan(1000, process(7, GIB_INT), allocations=unavailable))
+    history.log.observe(scan(1001, process(8, GIB_INT, pod=None), allocations=given(GPU)))
+    history.log.observe(scan(1002))
+    assert [(r.pid, r.allocation_verdict) for r in history.records()] == [(7, ""), (8, "")]
 
 
 def test_pages_follow_each_other_without_gaps_or_repeats(history: Log) -> None:

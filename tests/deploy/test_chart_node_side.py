@@ -73,6 +73,7 @@ def test_env_is_the_default_and_asks_the_nvidia_runtime_by_variable(chart: helm.
         "/tmp",
         "/var/run/secrets/gpugraph",
         "/run/gpugraph/pod-resources",
+        "/var/lib/gpugraph",  # the occupancy log (history), on by default
     }
     assert agent["container"]["securityContext"]["privileged"] is False
 

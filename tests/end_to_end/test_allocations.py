@@ -346,3 +346,59 @@ async def test_a_pod_deleted_after_the_kubelets_answer_is_unknown(
 
 async def _equals(value: Any, expected: str) -> bool:
     return bool(await value == expected)
+
+
+async def test_the_occupancy_log_keeps_the_kubelets_verdict_after_the_pod_is_gone(
+    tmp_path: Path,
+) -> None:
+    cluster = GraphTestCluster(tmp_path, history=True)
+    uid = lambda name: pod_uid_for("ml", name)  # noqa: E731
+    cluster.add_node(
+        "node-plain",
+        gpus=[
+            Gpu(0, "GPU-P0", processes=[(101, GIB), (103, GIB)]),
+            Gpu(1, "GPU-P1", processes=[(102, GIB)]),
+        ],
+        procs=[
+            Proc(101, "python", uid("plain-ok")),
+            Proc(102, "python", uid("stray")),
+            Proc(103, "Xorg"),
+        ],
+        kubelet={"pods": [_pod("plain-ok", ids=["GPU-P0"]), _pod("stray", ids=["GPU-P0"])]},
+    )
+    cluster.add_pod("plain-ok", "ml", "node-plain", gpu_limit=1)
+    cluster.add_pod("stray", "ml", "node-plain", gpu_limit=1)
+    query = (
+        '{ gpuHistory(since: "2000-01-01T00:00:00Z") '
+        "{ edges { node { pid podName pod { name } allocation } } } }"
+    )
+    await cluster.start()
+    try:
+        async with serving(cluster.settings()) as server:
+
+            async def judged() -> dict[int, tuple[str | None, str]] | None:
+                result = await server.query(query)
+                edges = (result.get("data") or {}).get("gpuHistory", {}).get("edges", [])
+                found = {e["node"]["pid"]: (e["node"]["podName"], e["node"]["allocation"])
+                         for e in edges}  # fmt: skip
+                return found if found.get(102, (None, ""))[1] == "NOT_ALLOCATED" else None
+
+            found = await eventually_async(judged, timeout=20, what="the stray's record judged")
+            assert found == {
+                101: ("plain-ok", "ALLOCATED"),
+                102: ("stray", "NOT_ALLOCATED"),
+                103: (None, "NO_POD"),
+            }
+            # The verdict stays with the record once the pod is gone from the API server.
+            cluster.stub.delete_pod("ml", "stray")
+
+            async def gone() -> dict[str, Any] | None:
+                result = await server.query(query)
+                edges = result["data"]["gpuHistory"]["edges"]
+                stray = next(e["node"] for e in edges if e["node"]["pid"] == 102)
+                return stray if stray["pod"] is None else None
+
+            stray = await eventually_async(gone, timeout=20, what="the stray's pod gone")
+            assert (stray["podName"], stray["allocation"]) == ("stray", "NOT_ALLOCATED")
+    finally:
+        await cluster.stop()

@@ -13,7 +13,7 @@ from graphql.validation.rules.overlapping_fields_can_be_merged import (
 )
 
 from graph_schema.admission import SizeGauge
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.cost import LIST_SIZES, ClusterSizes, estimate
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import build_schema
@@ -137,7 +137,7 @@ def demo_cluster() -> tuple[MemoryCluster, MemorySnapshots]:
 async def run(query: str, limits: SchemaLimits = SchemaLimits()) -> Any:  # noqa: B008
     cluster, snapshots = demo_cluster()
     schema = build_schema(limits)
-    return await schema.execute(query, context_value=make_context(cluster, snapshots, schema.state))
+    return await schema.execute(query, context_value=GraphContext(cluster, snapshots, schema.state))
 
 
 def count_objects(value: Any) -> int:
@@ -152,7 +152,7 @@ async def test_a_refusal_names_the_estimate_and_the_limit_and_runs_nothing() -> 
     cluster, snapshots = demo_cluster()
     schema = build_schema()
     result = await schema.execute(
-        chain(12), context_value=make_context(cluster, snapshots, schema.state)
+        chain(12), context_value=GraphContext(cluster, snapshots, schema.state)
     )
     assert result.data is None
     (error,) = result.errors or []
@@ -231,7 +231,7 @@ async def test_the_sizes_follow_the_cache_and_what_agents_report() -> None:
     assert (before.nodes, before.pods, before.pods_per_node) == (4, 12, 3)
     assert (before.gpus_per_node, before.processes_per_gpu) == (8, 4)  # capacity, the floor
     await schema.execute(
-        "{ gpus { uuid } }", context_value=make_context(cluster, snapshots, schema.state)
+        "{ gpus { uuid } }", context_value=GraphContext(cluster, snapshots, schema.state)
     )
     assert gauge.sizes(cluster) == before, "reused within the TTL"
     now[0] = 1.0
@@ -251,7 +251,7 @@ def test_depth_is_measured_as_the_depth_limit_counts_it() -> None:
 async def test_the_full_cluster_query_is_admitted_at_1000_nodes_after_the_agents_report() -> None:
     sc = synthetic_cluster(1000, gpus_per_node=8, processes_per_gpu=4)
     schema = build_schema()
-    context = make_context(sc.cluster, sc.snapshots, schema.state)
+    context = GraphContext(sc.cluster, sc.snapshots, schema.state)
     result = await schema.execute(FULL_CLUSTER, context_value=context)
     assert result.errors is None
     sizes = schema.gauge.sizes(sc.cluster)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.schema import build_schema
 from tests.support.graph import SmallWorld
 
@@ -13,7 +13,7 @@ async def test_service_sdl_carries_the_keys() -> None:
     world = SmallWorld()
     result = await world.schema.execute(
         "{ _service { sdl } }",
-        context_value=make_context(world.cluster, world.agents, world.schema.state),
+        context_value=GraphContext(world.cluster, world.agents, world.schema.state),
     )
     assert result.errors is None
     assert result.data is not None
@@ -45,7 +45,7 @@ async def test_entities_resolve_pod_node_and_gpu() -> None:
           }
         }""",
         variable_values={"r": representations},
-        context_value=make_context(world.cluster, world.agents, world.schema.state),
+        context_value=GraphContext(world.cluster, world.agents, world.schema.state),
     )
     assert result.errors is None
     assert result.data is not None
@@ -69,7 +69,7 @@ async def test_pod_reference_without_a_key_is_a_clear_error() -> None:
     result = await world.schema.execute(
         'query { _entities(representations: [{__typename: "Pod", name: "x"}]) '
         "{ ... on Pod { name } } }",
-        context_value=make_context(world.cluster, world.agents, world.schema.state),
+        context_value=GraphContext(world.cluster, world.agents, world.schema.state),
     )
     assert result.errors is not None
     assert result.errors[0].message == "a Pod reference needs uid, or namespace and name"

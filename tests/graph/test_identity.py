@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.scope import EVERYTHING, Scope
 from tests.support.graph import SmallWorld
 
@@ -16,10 +16,6 @@ class Someone:
     username: str
     scope: Scope
 
-    @property
-    def identity(self) -> str:
-        return self.username
-
     async def current_scope(self) -> Scope:
         return self.scope
 
@@ -27,7 +23,7 @@ class Someone:
 async def test_the_viewer_is_the_caller_as_authenticated_even_with_no_rights() -> None:
     world = SmallWorld()
     nobody = Someone("system:serviceaccount:research:alice", Scope())
-    ctx = make_context(world.cluster, world.agents, world.schema.state, scope=nobody.scope,
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=nobody.scope,
                        viewer=nobody)  # fmt: skip
     result = await world.schema.execute("{ viewer { username } nodes { name } }", context_value=ctx)
     assert result.errors is None, result.errors
@@ -39,7 +35,7 @@ async def test_the_viewer_is_the_caller_as_authenticated_even_with_no_rights() -
 
 async def test_a_server_that_checks_no_tokens_knows_no_name() -> None:
     world = SmallWorld()
-    ctx = make_context(world.cluster, world.agents, world.schema.state, scope=EVERYTHING)
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=EVERYTHING)
     result = await world.schema.execute("{ viewer { username } }", context_value=ctx)
     assert result.errors is None, result.errors
     assert result.data == {"viewer": {"username": None}}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from graphql.execution import values
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.input_size import VariablesTooLargeError, count_list_items
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import build_schema
@@ -35,7 +35,7 @@ def test_list_items_are_counted_at_any_depth_and_the_count_stops_past_the_limit(
 async def execute(query: str, variables: dict[str, Any], limits: SchemaLimits) -> Any:
     world = synthetic_cluster(1)
     schema = build_schema(limits)
-    ctx = make_context(world.cluster, world.snapshots, schema.state)
+    ctx = GraphContext(world.cluster, world.snapshots, schema.state)
     result = await schema.execute(query, variable_values=variables, context_value=ctx)
     return result, world
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from graphql import get_introspection_query
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
 from graph_schema.records import NodeRecord
 from graph_schema.schema import build_schema
@@ -22,7 +22,7 @@ async def execute(query: str, limits: SchemaLimits = DEFAULT_LIMITS) -> tuple[ob
     cluster.add_node(node_record("n1"))
     schema = build_schema(limits)
     result = await schema.execute(
-        query, context_value=make_context(cluster, MemorySnapshots(), schema.state)
+        query, context_value=GraphContext(cluster, MemorySnapshots(), schema.state)
     )
     return result.data, [e.message for e in result.errors or []]
 
@@ -100,7 +100,7 @@ async def test_internal_errors_are_masked_and_logged(caplog: pytest.LogCaptureFi
         schema = build_schema()
         result = await schema.execute(
             "{ nodes { name } }",
-            context_value=make_context(ExplodingCluster(), MemorySnapshots(), schema.state),
+            context_value=GraphContext(ExplodingCluster(), MemorySnapshots(), schema.state),
         )
     assert result.data is None
     assert result.errors is not None

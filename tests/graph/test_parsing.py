@@ -10,7 +10,7 @@ import pytest
 from strawberry.types import ExecutionResult
 
 from graph_schema import parsing
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import build_schema
 from tests.support.graph import MemoryCluster, MemorySnapshots, node_record
@@ -21,7 +21,7 @@ async def run(query: str, limits: SchemaLimits = SchemaLimits()) -> ExecutionRes
     cluster.add_node(node_record("n1"))
     schema = build_schema(limits)
     return await schema.execute(
-        query, context_value=make_context(cluster, MemorySnapshots(), schema.state)
+        query, context_value=GraphContext(cluster, MemorySnapshots(), schema.state)
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from tests.support.graph import (
     GiB,
     SmallWorld,
@@ -269,7 +269,7 @@ async def test_pods_filters_by_namespace_and_node(world: SmallWorld) -> None:
 
 
 async def test_malformed_label_selector_is_a_clear_error(world: SmallWorld) -> None:
-    ctx = make_context(world.cluster, world.agents, world.schema.state)
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state)
     result = await world.schema.execute(
         '{ pods(labelSelector: "app in (a,b") { name } }', context_value=ctx
     )

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from tests.support.graph import SmallWorld
 
 QUERY = """query($r: [_Any!]!) {
@@ -32,7 +32,7 @@ async def test_each_unusable_representation_is_refused_alone_and_nothing_is_logg
         result = await world.schema.execute(
             QUERY,
             variable_values={"r": representations},
-            context_value=make_context(world.cluster, world.agents, world.schema.state),
+            context_value=GraphContext(world.cluster, world.agents, world.schema.state),
         )
     assert result.data is not None
     assert result.data["_entities"] == [
@@ -62,7 +62,7 @@ async def test_an_object_of_many_unknown_keys_is_refused_without_echoing_them_al
     result = await world.schema.execute(
         QUERY,
         variable_values={"r": [flood]},
-        context_value=make_context(world.cluster, world.agents, world.schema.state),
+        context_value=GraphContext(world.cluster, world.agents, world.schema.state),
     )
     (error,) = result.errors or []
     assert error.message == (

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.scope import Scope
 from tests.support.graph import GiB, SmallWorld, gpu_uuid
 
@@ -108,7 +108,7 @@ WORLD = SmallWorld()
 
 
 async def run(query: str, scope: Scope) -> Any:
-    ctx = make_context(WORLD.cluster, WORLD.agents, WORLD.schema.state, scope=scope)
+    ctx = GraphContext(WORLD.cluster, WORLD.agents, WORLD.schema.state, scope=scope)
     result = await WORLD.schema.execute(query, context_value=ctx)
     assert result.errors is None, (query, result.errors)
     return result.data
@@ -168,7 +168,7 @@ def test_command_lines_need_exec_in_the_pods_namespace() -> None:
 async def test_the_cache_status_is_open_to_every_caller_and_reveals_no_objects() -> None:
     world = SmallWorld()
     query = "{ cacheStatus { ready stale } nodes { name } }"
-    ctx = make_context(world.cluster, world.agents, world.schema.state, scope=Scope())
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=Scope())
     result = await world.schema.execute(query, context_value=ctx)
     assert result.errors is None, result.errors
     assert result.data == {"cacheStatus": {"ready": True, "stale": False}, "nodes": []}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import graph_schema.subscriptions
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import GraphSchema, build_schema
 from tests.support.graph import GiB, gpu_sample, process, snapshot, synthetic_cluster
@@ -52,7 +52,7 @@ async def test_ticks_reflect_changing_snapshots(ticks: list[float]) -> None:
     schema = build_schema()
     stream = await subscribe(
         schema,
-        make_context(sc.cluster, sc.snapshots, schema.state),
+        GraphContext(sc.cluster, sc.snapshots, schema.state),
         GPU_UPDATES,
         node=node,
         every=1.0,
@@ -83,7 +83,7 @@ async def test_a_dead_node_is_left_out_and_named_in_that_ticks_errors(
     dead = sc.node_names[0]
     schema = build_schema()
     stream = await subscribe(
-        schema, make_context(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES
+        schema, GraphContext(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES
     )
     assert len((await next_data(stream))["gpuUpdates"]) == 6
     sc.snapshots.kill(dead)
@@ -107,7 +107,7 @@ async def test_pod_gpu_usage(ticks: list[float]) -> None:
     schema = build_schema()
     stream = await subscribe(
         schema,
-        make_context(sc.cluster, sc.snapshots, schema.state),
+        GraphContext(sc.cluster, sc.snapshots, schema.state),
         """subscription($ns: String!, $name: String!) {
           podGpuUsage(namespace: $ns, name: $name) {
             name gpus { uuid } gpuProcesses { pid usedMemoryBytes }
@@ -133,7 +133,7 @@ async def test_unsubscribe_frees_the_slot(ticks: list[float]) -> None:
     schema = build_schema()
     limiter = schema.state.subscriptions
     streams = [
-        await subscribe(schema, make_context(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES)
+        await subscribe(schema, GraphContext(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES)
         for _ in range(3)
     ]
     for s in streams:
@@ -147,7 +147,7 @@ async def test_unsubscribe_frees_the_slot(ticks: list[float]) -> None:
 async def test_cap_refuses_new_subscriptions_clearly(ticks: list[float]) -> None:
     sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
     schema = build_schema(SchemaLimits(max_subscriptions=2))
-    ctx = make_context(sc.cluster, sc.snapshots, schema.state)
+    ctx = GraphContext(sc.cluster, sc.snapshots, schema.state)
     held = [await subscribe(schema, ctx, GPU_UPDATES) for _ in range(2)]
     for s in held:
         await next_data(s)
@@ -178,7 +178,7 @@ async def test_interval_is_clamped(ticks: list[float], asked: float | None, slep
     sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
     schema = build_schema()
     stream = await subscribe(
-        schema, make_context(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES, every=asked
+        schema, GraphContext(sc.cluster, sc.snapshots, schema.state), GPU_UPDATES, every=asked
     )
     await next_data(stream)
     await next_data(stream)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.scope import EVERYTHING, Scope
 from graph_schema.visibility import VisibleCluster
 from tests.support.graph import GiB, SmallWorld, gpu_uuid, node_record, pod_record, snapshot
@@ -80,7 +80,7 @@ def test_a_namespace_the_cache_no_longer_holds_is_still_the_callers(world: Small
 
 
 async def test_a_nodes_gpus_hide_other_tenants_and_count_what_they_hide(world: SmallWorld) -> None:
-    ctx = make_context(world.cluster, world.agents, world.schema.state, scope=ML_ONLY)
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=ML_ONLY)
     assert isinstance(ctx.cluster, VisibleCluster)
     assert ctx.raw_cluster is world.cluster
     gpus = await ctx.gpus("node-a")
@@ -100,14 +100,14 @@ async def test_a_nodes_gpus_hide_other_tenants_and_count_what_they_hide(world: S
 
 
 async def test_an_unrestricted_caller_gets_the_shared_gpu_objects(world: SmallWorld) -> None:
-    ctx = make_context(world.cluster, world.agents, world.schema.state)
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state)
     gpus = await ctx.gpus("node-a")
     snap = await ctx.snapshot("node-a")
     assert gpus is world.schema.state.views.gpus("node-a", snap, world.cluster)
 
 
 async def test_a_new_tick_sees_pods_scheduled_since(world: SmallWorld) -> None:
-    ctx = make_context(world.cluster, world.agents, world.schema.state, scope=SERVING_ONLY)
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=SERVING_ONLY)
     assert not ctx.cluster.sees_node("node-a")
     world.cluster.add_pod(pod_record("serving", "infer-2", "node-a"))
     ctx.new_tick()
@@ -120,7 +120,7 @@ async def test_a_gpu_looked_up_on_a_node_that_read_no_gpus_reports_why(world: Sm
     world.cluster.add_node(node_record("node-c"))
     world.agents.put(snapshot("node-c", [], error="NVML_ERROR_DRIVER_NOT_LOADED"))
     world.schema.state.gpu_nodes[gpu_uuid("node-c", 0)] = "node-c"
-    ctx = make_context(world.cluster, world.agents, world.schema.state)
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state)
     result = await world.schema.execute(
         f'{{ gpu(uuid: "{gpu_uuid("node-c", 0)}") {{ uuid }} }}', context_value=ctx
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from strawberry.types import ExecutionResult
 
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.interfaces import AgentUnavailableError, Received
 from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
 from graph_schema.schema import GraphSchema, build_schema
@@ -271,7 +271,7 @@ class SyntheticCluster:
         return await self.schema.execute(
             query,
             variable_values=variables or None,
-            context_value=make_context(self.cluster, self.snapshots, self.schema.state),
+            context_value=GraphContext(self.cluster, self.snapshots, self.schema.state),
         )
 
 
@@ -376,7 +376,7 @@ class SmallWorld:
         )
 
     async def query(self, query: str, **variables: Any) -> Any:
-        ctx = make_context(self.cluster, self.agents, self.schema.state)
+        ctx = GraphContext(self.cluster, self.agents, self.schema.state)
         result = await self.schema.execute(query, variable_values=variables, context_value=ctx)
         assert result.errors is None, result.errors
         return result.data

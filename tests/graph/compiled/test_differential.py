@@ -30,7 +30,7 @@ from api.demo.queries import NO_POD, SHARED_GPU, WORKER
 from api.http import map_queries
 from api.top import queries as top_queries
 from graph_schema.compiled.documents import CompiledDocuments
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import GraphSchema, build_schema
 from graph_schema.scope import EVERYTHING, Scope
@@ -83,10 +83,10 @@ class World:
         reference = await self.schema.execute(
             query,
             variable_values=variables,
-            context_value=make_context(self.cluster, self.agents, state, scope=scope),
+            context_value=GraphContext(self.cluster, self.agents, state, scope=scope),
         )
         compiled = await self.compiled.execute(
-            query, None, variables, make_context(self.cluster, self.agents, state, scope=scope)
+            query, None, variables, GraphContext(self.cluster, self.agents, state, scope=scope)
         )
         expected = orjson.dumps(process_result(reference))
         return expected, None if compiled is None else orjson.dumps(process_result(compiled))

@@ -398,7 +398,7 @@ async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapsh
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import graph_schema.views
-    from graph_schema.context import make_context
+    from graph_schema.context import GraphContext
     from graph_schema.schema import build_schema
 
     cluster = graph.MemoryCluster()
@@ -428,7 +428,7 @@ async def test_queries_within_the_ttl_reuse_the_graph_objects_built_for_a_snapsh
     ages = []
     for _ in range(5):
         result = await schema.execute(
-            query, context_value=make_context(cluster, pool, schema.state)
+            query, context_value=GraphContext(cluster, pool, schema.state)
         )
         assert result.errors is None, result.errors
         ages.append(result.data["nodes"][0]["agent"]["snapshotAgeSeconds"])  # type: ignore[index]

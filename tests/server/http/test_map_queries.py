@@ -6,7 +6,7 @@ from graphql import parse
 
 from api.http.map_queries import LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
 from api.settings import Settings
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.cost import estimate
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import build_schema
@@ -24,7 +24,7 @@ async def test_the_map_is_admitted_and_answered_at_1000_nodes() -> None:
     sc = synthetic_cluster(NODES, gpus_per_node=GPUS, processes_per_gpu=PROCESSES)
     limits = _limits()
     schema = build_schema(limits)
-    context = make_context(sc.cluster, sc.snapshots, schema.state)
+    context = GraphContext(sc.cluster, sc.snapshots, schema.state)
     result = await schema.execute(SNAPSHOT_QUERY, context_value=context)
     assert result.errors is None
     assert result.data is not None
@@ -43,7 +43,7 @@ async def test_the_map_is_admitted_and_answered_at_1000_nodes() -> None:
 async def test_the_live_subscription_ticks_every_gpu_at_1000_nodes() -> None:
     sc = synthetic_cluster(NODES, gpus_per_node=GPUS, processes_per_gpu=PROCESSES)
     schema = build_schema(_limits())
-    context = make_context(sc.cluster, sc.snapshots, schema.state)
+    context = GraphContext(sc.cluster, sc.snapshots, schema.state)
     stream = await schema.subscribe(
         LIVE_SUBSCRIPTION, variable_values={"interval": 0.5}, context_value=context
     )

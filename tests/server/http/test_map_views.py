@@ -16,11 +16,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from api.demo.history import DELETED_NODE
 from api.http.cluster_map import MAP_PATH
 from tests.server.http.test_cluster_map import _open_map, _tile, _up_gpus, _wait_ticks
 from tests.support.browser import TIMEOUT_MS, chromium, require_chromium, screenshot
 from tests.support.demo import LiveDemo, live_demo
 from tests.support.map_assets import require_map_assets
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.browser
 
@@ -158,12 +160,18 @@ def test_only_unattributed_keeps_the_down_node_visible_and_marked(
         page.select_option("#f-only", "unattributed")
         assert section.is_visible() and "unknown" in (section.get_attribute("class") or "")
         assert marker.is_visible() and marker.inner_text() == "unknown"
-        # Its slots say nothing either way: hidden; the orphan's GPU is the one match.
+        # Its slots say nothing either way: hidden. The matches: the orphan's GPU, and
+        # the GPU of the pod deleted while it ran (once the demo has deleted it).
         assert section.locator(".tile").evaluate_all("els => els.every(e => e.hidden)")
-        shown = _visible_tiles(page)
-        assert len(shown) == 1
         truth = _up_gpus(demo)
-        assert {truth[uuid] for uuid in shown} == {orphan_node}
+        deleted_node = demo.demo.cluster.nodes[DELETED_NODE].name
+
+        def both_shown() -> set[str] | None:
+            shown = _visible_tiles(page)
+            return shown if {truth[uuid] for uuid in shown} == {orphan_node, deleted_node} else None
+
+        shown = eventually(both_shown, what="the two GPUs with memory outside any pod")
+        assert len(shown) == 2
         screenshot(page, tmp_path, "map-only-unattributed.png")
     assert browser.problems == []
 

@@ -87,7 +87,7 @@ async def test_a_nested_list_that_multiplies_is_refused_with_one_error(big_app: 
 
 
 async def test_the_budget_counts_nodes_and_gpus_of_the_full_cluster_query() -> None:
-    from graph_schema.context import make_context
+    from graph_schema.context import GraphContext
     from graph_schema.limits import SchemaLimits
     from graph_schema.schema import build_schema
 
@@ -97,7 +97,7 @@ async def test_the_budget_counts_nodes_and_gpus_of_the_full_cluster_query() -> N
     for limit, fits in ((730, True), (729, False)):
         schema = build_schema(SchemaLimits(max_result_items=limit))
         result = await schema.execute(
-            query, context_value=make_context(sc.cluster, sc.snapshots, schema.state)
+            query, context_value=GraphContext(sc.cluster, sc.snapshots, schema.state)
         )
         assert (result.errors is None) is fits, result.errors
 

@@ -10,7 +10,7 @@ from api.demo.cluster import make_node, make_pod
 from api.kube.cache import ClusterCache
 from api.metrics import Metrics
 from graph_schema.cache_status import STALE_AFTER_SECONDS
-from graph_schema.context import make_context
+from graph_schema.context import GraphContext
 from graph_schema.schema import build_schema
 from tests.support.graph import MemorySnapshots
 from tests.support.kube import stub_api, watched_cache
@@ -40,7 +40,7 @@ async def cache_status(cache: ClusterCache) -> Any:
     schema = build_schema()
     result = await schema.execute(
         "{ cacheStatus { ready stalenessSeconds stale staleAfterSeconds } }",
-        context_value=make_context(cache, MemorySnapshots(), schema.state),
+        context_value=GraphContext(cache, MemorySnapshots(), schema.state),
     )
     assert result.errors is None, result.errors
     assert result.data is not None
