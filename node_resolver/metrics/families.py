@@ -153,9 +153,9 @@ class GpuSeries:
     def node_families(self) -> Iterator[Metric]:
         """The families one node's snapshot fills by itself, without the cluster's pods.
 
-        An agent serves these (and the snapshot's age): whether it answered is
-        Prometheus's own ``up``, and a pod's GPU request and allocation verdict
-        are the server's to judge.
+        An agent serves these (with the snapshot's age, and ``unallocated`` where
+        the kubelet's answer decides): whether it answered is Prometheus's own
+        ``up``, and a pod's GPU request is the server's to know.
         """
         yield from (
             self.container_memory,

@@ -10,6 +10,11 @@ ID but no pod UID is placed by that ID if a named pod lists it, and otherwise
 counts as memory in no pod (``unknown_container``), as host processes and
 unreadable PIDs do.
 
+A named container on a GPU the kubelet's PodResources answer says it was not
+given gets ``gpugraph_container_gpu_unallocated``, judged as the occupancy log
+judges it (``allocations.ContainerVerdicts``): only where that answer decides,
+so never for a container known by its pod UID alone.
+
 The series are ``families``' (the server's names and labels). Rendering
 happens once per snapshot and name table; each scrape adds only the
 snapshot's age.
@@ -22,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..allocations import ContainerVerdicts
 from ..models import GpuSample, NodeSnapshot
 from ..pod_names import PodName, PodNames
 from .containers import ContainerKey, ContainerUsage, process_list_complete, unattributed_reason
@@ -42,6 +48,9 @@ class NodeAttribution:
     containers: dict[ContainerKey, ContainerUsage] = field(default_factory=dict)
     # (gpu index, gpu uuid) -> reason -> bytes, for GPUs whose process list is complete.
     unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
+    # (namespace, pod, container, gpu uuid) of named containers on a GPU the kubelet's
+    # answer says they were not given (NOT_ALLOCATED; where it cannot tell, nothing).
+    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
 
 
 def _by_container(pod_names: PodNames) -> dict[str, PodName]:
@@ -52,6 +61,7 @@ def _attribute_gpu(
     gpu: GpuSample,
     pod_names: PodNames,
     by_container: dict[str, PodName],
+    verdicts: ContainerVerdicts,
     result: NodeAttribution,
 ) -> None:
     lost = dict.fromkeys(NODE_REASONS, 0)
@@ -83,6 +93,11 @@ def _attribute_gpu(
         usage = result.containers.get(key)
         if usage is None:
             usage = result.containers[key] = ContainerUsage()
+            # The kubelet lists containers by name: a container known by its UID alone has none.
+            if key.container and (
+                verdicts.verdict(key.namespace, key.pod, key.container, gpu.uuid) == "NOT_ALLOCATED"
+            ):
+                result.unallocated.add((key.namespace, key.pod, key.container, gpu.uuid))
         usage.add(process)
 
 
@@ -90,8 +105,9 @@ def attribute_on_node(snapshot: NodeSnapshot, pod_names: PodNames) -> NodeAttrib
     """Every process of ``snapshot`` by container, named from ``pod_names`` where it can be."""
     result = NodeAttribution()
     by_container = _by_container(pod_names)
+    verdicts = ContainerVerdicts(snapshot.allocations)
     for gpu in snapshot.sample.gpus:
-        _attribute_gpu(gpu, pod_names, by_container, result)
+        _attribute_gpu(gpu, pod_names, by_container, verdicts, result)
     return result
 
 
@@ -136,4 +152,6 @@ class NodeSeries:
         series.add_unattributed(node, attributed.unattributed)
         sample = snapshot.sample
         series.add_gpus(node, sample.gpus, sample.driver_version or "", attributed.containers)
-        return render_gauges(series.node_families())
+        for namespace, pod, container, gpu_uuid in sorted(attributed.unallocated):
+            series.unallocated.add_metric([namespace, pod, container, node, gpu_uuid], 1.0)
+        return render_gauges([*series.node_families(), series.unallocated])

@@ -7,26 +7,32 @@ on loopback; names arrive over real gRPC (PutPodNames).
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.demo.cluster.fake_proc import kubelet_cgroup
+from api.demo.cluster.kubelet import FakeKubelet
 from node_resolver.cli import METRICS_LISTENING
 from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.metrics.families import CONTAINER_LABELS, GpuSeries
 from node_resolver.pod_names import PodName
+from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from tests.support.agents import (
     CONTAINER_ID,
     POD_UID,
     FakeProc,
+    StaticResolver,
     agent_command,
     agent_env,
     gpu_json,
     nvml_json,
+    resolved,
     start_agent_process,
     start_agent_thread,
     write_proc_tree,
@@ -239,3 +245,77 @@ def test_the_cli_refuses_a_metrics_token_it_cannot_use(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
+def test_a_container_on_a_gpu_the_kubelet_did_not_give_it_is_unallocated(tmp_path: Path) -> None:
+    gpu0 = "GPU-00000000-0000-0000-0000-000000000000"
+    gpu1 = "GPU-11111111-1111-1111-1111-111111111111"
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(
+        nvml,
+        nvml_json(
+            [
+                gpu_json(0, [{"pid": 10}, {"pid": 11}], uuid=gpu0, minorNumber=0),
+                gpu_json(1, [{"pid": 12}], uuid=gpu1, minorNumber=1),
+            ]
+        ),
+    )
+    given = {"resourceName": "nvidia.com/gpu", "deviceIds": [gpu1]}
+    kubelet_pods = {
+        "pods": [
+            # Given GPU 1, runs on GPU 0 (a CUDA_VISIBLE_DEVICES override) and on GPU 1.
+            {
+                "namespace": "ml",
+                "name": "stray",
+                "containers": [{"name": "main", "devices": [given]}],
+            },
+            {"namespace": "ml", "name": "ungiven", "containers": [{"name": "main", "devices": []}]},
+        ]
+    }
+    stray, ungiven = (
+        ("1" * 8 + "-0000-0000-0000-000000000001"),
+        ("2" * 8 + "-0000-0000-0000-000000000002"),
+    )
+    resolver = StaticResolver(
+        {
+            10: resolved(10, container_id="a" * 64, pod_uid=stray),
+            12: resolved(12, container_id="a" * 64, pod_uid=stray),
+            11: resolved(11, container_id="f" * 64, pod_uid=ungiven),
+        }
+    )
+    sockdir = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # a unix socket path is short
+    try:
+        with FakeKubelet(sockdir / "kubelet.sock", data=kubelet_pods):
+            client = PodResourcesClient(str(sockdir / "kubelet.sock"))
+            poller = PodResourcesPoller(client.list, interval=0.05)
+            with start_agent_thread(
+                FakeGpuSource(nvml), resolver=resolver, pod_resources=poller, metrics=True
+            ) as agent:
+                assert agent.server.metrics is not None and agent.server.metrics.address
+                address = agent.server.metrics.address
+                name = "gpugraph_container_gpu_unallocated"
+
+                def unallocated() -> list[dict[str, str]]:
+                    return [labels for labels, _ in parse(scrape(address, None).text).get(name, [])]
+
+                # By UID alone a container has no name for the kubelet's answer: no verdict.
+                def judged() -> bool:
+                    latest = agent.sampler.latest()
+                    return latest is not None and latest.allocations is not None
+
+                eventually(judged, what="the kubelet's answer in a scan")
+                assert unallocated() == []
+                agent.server.pod_names.put(
+                    [
+                        PodName(stray, "ml", "stray", {"a" * 64: "main"}),
+                        PodName(ungiven, "ml", "ungiven", {"f" * 64: "main"}),
+                    ]
+                )
+                found = eventually(unallocated, what="an unallocated series")
+            client.close()
+    finally:
+        shutil.rmtree(sockdir, ignore_errors=True)
+    # The pod given no GPU at all runs on one it was not given, too.
+    assert sorted((s["pod"], s["gpu_uuid"]) for s in found) == [("stray", gpu0), ("ungiven", gpu0)]
+    assert all(s["namespace"] == "ml" and s["container"] == "main" for s in found)
+    assert all(s["node"] == "node-a" for s in found)
