@@ -36,6 +36,7 @@ __all__ = [
     "METRICS_PATH",
     "REQUEST_TIMEOUT_SECONDS",
     "MetricsHttpServer",
+    "bearer_matches",
 ]
 
 log = logging.getLogger(__name__)

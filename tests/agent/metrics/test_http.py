@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 
+import pytest
+
 from node_resolver.metrics.http import MAX_HEAD_BYTES, MetricsHttpServer
 
 BODY = b"# TYPE x gauge\nx 1\n"
@@ -17,7 +19,7 @@ BODY = b"# TYPE x gauge\nx 1\n"
 class Served:
     """A MetricsHttpServer on its own loop in a thread, and how often it rendered."""
 
-    def __init__(self, **options: object) -> None:
+    def __init__(self, listen: str = "127.0.0.1:0", **options: object) -> None:
         self.renders = 0
         self.body: bytes | None = BODY
         self.loop = asyncio.new_event_loop()
@@ -29,15 +31,15 @@ class Served:
 
         async def start() -> None:
             self.server = MetricsHttpServer(render, **options)  # type: ignore[arg-type]
-            self.address = await self.server.start("127.0.0.1:0")
+            self.address = await self.server.start(listen)
             ready.set()
 
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
         ready.wait(30)
-        host, _, port = self.address.rpartition(":")
-        self.host_port = (host, int(port))
+        _, _, port = self.address.rpartition(":")
+        self.host_port = ("127.0.0.1", int(port))
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(30)
@@ -77,8 +79,8 @@ def status(response: bytes) -> int:
 
 
 @contextmanager
-def served(**options: object) -> Iterator[Served]:
-    running = Served(**options)
+def served(listen: str = "127.0.0.1:0", **options: object) -> Iterator[Served]:
+    running = Served(listen, **options)
     try:
         yield running
     finally:
@@ -138,3 +140,11 @@ def test_connections_past_the_bound_are_closed_unread() -> None:
         assert s.renders == 0
         # Freed slots serve again.
         assert status(s.exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")) == 200
+
+
+@pytest.mark.skipif(not socket.has_dualstack_ipv6(), reason="no dual-stack IPv6 on this kernel")
+def test_the_charts_any_address_serves_ipv4_too() -> None:
+    # The chart listens on [::]:PORT, as the agent's gRPC port does; pod IPs are often IPv4.
+    with served(listen="[::]:0") as s:
+        assert s.address.startswith("[::]:")
+        assert status(s.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")) == 200
