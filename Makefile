@@ -106,6 +106,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/scale_bench.py --small
 	$(PY) bench/history_bench.py --small
 	$(PY) bench/allocation_bench.py --small
+	$(PY) bench/agent_metrics_bench.py --small
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
 bench: install-dev web-if-npm
@@ -121,6 +122,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/scale_bench.py
 	$(PY) bench/history_bench.py
 	$(PY) bench/allocation_bench.py
+	$(PY) bench/agent_metrics_bench.py
 
 # On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and
 # memory? Fails clearly (exit 2) where there is no GPU; see tools/gpu_check.py.

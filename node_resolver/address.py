@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["AGENT_PORT", "join_host_port", "listen_address", "split_host_port"]
+__all__ = ["AGENT_PORT", "METRICS_PORT", "join_host_port", "listen_address", "split_host_port"]
 
 # The agent's gRPC port: its --listen default and the server's --agent-port default.
 AGENT_PORT = 50051
+# The port the chart serves each agent's /metrics on (--metrics-listen): beside
+# dcgm-exporter's 9400 on the same nodes, not on it.
+METRICS_PORT = 9402
 
 
 def split_host_port(listen: str) -> tuple[str, int]:

@@ -1,4 +1,5 @@
-"""One running agent: a sampler scanning in the background behind its gRPC server."""
+"""One running agent: a sampler scanning in the background behind its gRPC server
+(and, when asked, its own ``/metrics``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from .history.log import HistoryLog
+from .metrics.http import MetricsHttpServer
+from .metrics.node_series import NodeSeries
 from .sampler import Sampler
 from .service import AgentServer
 
@@ -25,6 +28,8 @@ async def agent_running(
     grace: float | None = CALLS_STOP_GRACE_SECONDS,
     join_timeout: float | None = None,
     history: HistoryLog | None = None,
+    metrics_listen: str | None = None,
+    metrics_token: Callable[[], str] | None = None,
 ) -> AsyncIterator[AgentServer]:
     """Serve ``sampler`` on ``listen`` and start it scanning; stop both on exit.
 
@@ -35,10 +40,16 @@ async def agent_running(
     The sampler is joined even if stopping the server fails. With ``history``
     (whose ``observe`` the sampler must call on each scan), the occupancy log
     is opened before the first scan and flushed and closed after the last.
+    With ``metrics_listen``, the node's GPU series are served there over HTTP
+    (``server.metrics``), behind ``metrics_token`` when one is given.
     """
     server = AgentServer(sampler, token=token, history=history)
     try:
         await server.start(listen)
+        if metrics_listen is not None:
+            series = NodeSeries(sampler.latest, server.pod_names)
+            server.metrics = MetricsHttpServer(series.render, token=metrics_token)
+            await server.metrics.start(metrics_listen)
     except OSError:
         await server.stop(0)
         raise
@@ -49,6 +60,8 @@ async def agent_running(
         yield server
     finally:
         try:
+            if server.metrics is not None:
+                await server.metrics.stop()
             await server.stop(grace)
         finally:
             await asyncio.to_thread(sampler.stop, join_timeout)

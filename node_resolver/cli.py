@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .address import AGENT_PORT, join_host_port, listen_address
+from .address import AGENT_PORT, METRICS_PORT, join_host_port, listen_address
 from .agent import agent_running
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
@@ -42,6 +42,7 @@ DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEFAULT_CONTAINERD_NAMESPACE = "k8s.io"
 # What the log line that names the bound address starts with; tools and tests read it.
 LISTENING = "agent listening on "
+METRICS_LISTENING = "agent serving /metrics on "
 
 
 def _listen(value: str) -> str:
@@ -146,6 +147,19 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         "(re-read when it changes)",
     )
     parser.add_argument(
+        "--metrics-listen",
+        type=_listen,
+        metavar="HOST:PORT",
+        help="serve this node's GPU series for Prometheus on HTTP GET /metrics here, e.g. "
+        f"[::]:{METRICS_PORT} (default: off)",
+    )
+    parser.add_argument(
+        "--metrics-token-file",
+        metavar="PATH",
+        help="require 'Authorization: Bearer <token>' on /metrics, token read from PATH "
+        "(re-read when it changes); a token of its own, not --token-file's",
+    )
+    parser.add_argument(
         "--expose-cmdline",
         action="store_true",
         help="send each process's full command line (it can carry secrets)",
@@ -210,6 +224,22 @@ def run_agent(args: argparse.Namespace) -> int:
             "process's command line, secrets included",
             args.listen,
         )
+    metrics_token: Callable[[], str] | None = None
+    if args.metrics_token_file:
+        if not args.metrics_listen:
+            log.error("--metrics-token-file needs --metrics-listen")
+            return 2
+        try:
+            metrics_token = TokenFile(args.metrics_token_file).current
+        except ValueError as exc:
+            log.error("%s", exc)
+            return 2
+    elif args.metrics_listen:
+        log.warning(
+            "/metrics on %s needs no token: anyone who can reach it reads this node's pod names "
+            "and GPU use; pass --metrics-token-file or admit only Prometheus (NetworkPolicy)",
+            args.metrics_listen,
+        )
     try:
         source = build_source(args)
     except (NvmlUnavailableError, FakeNvmlError) as exc:
@@ -235,7 +265,15 @@ def run_agent(args: argparse.Namespace) -> int:
         ),
     )
     try:
-        return asyncio.run(_serve(sampler, args.listen, token, history))
+        return asyncio.run(
+            _serve(
+                sampler,
+                args.listen,
+                token,
+                history,
+                metrics=(args.metrics_listen, metrics_token) if args.metrics_listen else None,
+            )
+        )
     finally:
         sampler.stop()
         source.close()
@@ -261,13 +299,22 @@ async def _serve(
     listen: str,
     token: Callable[[], str] | None,
     history: HistoryLog | None = None,
+    *,
+    metrics: tuple[str, Callable[[], str] | None] | None = None,
 ) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     try:
-        async with agent_running(sampler, listen, token=token, history=history) as server:
+        async with agent_running(
+            sampler,
+            listen,
+            token=token,
+            history=history,
+            metrics_listen=metrics[0] if metrics else None,
+            metrics_token=metrics[1] if metrics else None,
+        ) as server:
             log.info(
                 LISTENING + "%s (node %s, scanning every %gs%s; gpugraph %s)",
                 server.address,
@@ -276,6 +323,12 @@ async def _serve(
                 ", token required" if token else "",
                 version(),
             )
+            if server.metrics is not None:
+                log.info(
+                    METRICS_LISTENING + "%s%s",
+                    server.metrics.address,
+                    ", token required" if metrics and metrics[1] else "",
+                )
             await stopping.wait()
             log.info("stopping")
     except OSError as exc:

@@ -23,6 +23,7 @@ AGENT_LOGGERS = (
     "node_resolver.service",
     "node_resolver.sampler",
     "node_resolver.nvml",
+    "node_resolver.metrics.http",
 )
 
 

@@ -48,6 +48,11 @@ class PodNames:
         """The pod with ``uid``, if the server has named it."""
         return self._by_uid.get(uid)
 
+    def all(self) -> list[PodName]:
+        """Every pod named so far."""
+        with self._lock:
+            return list(self._by_uid.values())
+
     def put(self, pods: Iterable[PodName]) -> int:
         """Store ``pods`` (an upsert); returns how many were new or changed."""
         changed = 0

@@ -35,6 +35,7 @@ from .history_codec import (
     usage_row_to_proto,
 )
 from .log_limits import AGENT_LOGGERS, limit_tracebacks
+from .metrics.http import MetricsHttpServer
 from .models import NodeSnapshot
 from .pod_names import PodNames
 from .request_guard import MalformedRequestGuard
@@ -230,6 +231,8 @@ class AgentServer:
         )
         self._ready_task: asyncio.Task[None] | None = None
         self.address: str | None = None
+        # The node's /metrics listener, when ``agent_running`` was asked for one.
+        self.metrics: MetricsHttpServer | None = None
         # True while health reports SERVING.
         self.serving = False
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prometheus_client import CollectorRegistry, generate_latest
-
 from graph_schema.allocations import AllocationRules
 from graph_schema.interfaces import AgentUnavailableError, Cluster, SnapshotSource
 from graph_schema.records import NodeRecord
+from node_resolver.metrics.exposition import render_gauges
 
 from .families import NodeResult, SnapshotCollector
 
@@ -81,13 +80,11 @@ class GpuMetricsExporter:
 
     def render_results(self, results: list[NodeResult]) -> bytes:
         """The text exposition of ``results`` (CPU-bound: call it off the event loop)."""
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(
-            SnapshotCollector(
-                self._cluster, results, dcgm_names=self._dcgm_names, rules=self._rules
-            )
+        # generate_latest's bytes, at a fraction of its cost (node_resolver/metrics/exposition.py).
+        collector = SnapshotCollector(
+            self._cluster, results, dcgm_names=self._dcgm_names, rules=self._rules
         )
-        return generate_latest(registry)
+        return render_gauges(collector.collect())
 
     async def render(self) -> bytes:
         """One scrape's GPU series in the Prometheus text format."""

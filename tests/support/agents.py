@@ -209,11 +209,14 @@ def start_agent_thread(
     wait_serving: bool = True,
     history: HistoryLog | None = None,
     pod_resources: PodResourcesPoller | None = None,
+    metrics: bool = False,
+    metrics_token: str | None = None,
 ) -> AgentThread:
     """Run ``agent_running`` for ``source`` on ``host``, a free port, in a thread.
 
     Returns once health reports SERVING (a first sample exists), or with
-    ``wait_serving=False`` once listening.
+    ``wait_serving=False`` once listening. With ``metrics``, the node's
+    ``/metrics`` is served on another free port (``server.metrics.address``).
     """
     sampler = Sampler(
         source,
@@ -230,7 +233,14 @@ def start_agent_thread(
         stopping = asyncio.Event()
         try:
             async with agent_running(
-                sampler, f"{host}:0", token=token, grace=0.5, join_timeout=10, history=history
+                sampler,
+                f"{host}:0",
+                token=token,
+                grace=0.5,
+                join_timeout=10,
+                history=history,
+                metrics_listen=f"{host}:0" if metrics else None,
+                metrics_token=(lambda: metrics_token) if metrics_token else None,
             ) as server:
                 started.set_result((server, stopping))
                 await stopping.wait()

@@ -102,3 +102,17 @@ app.kubernetes.io/component: server
 {{- $sm := .Values.metrics.serviceMonitor }}
 {{- if and $sm.enabled (include "gpugraph.monitoringApi" .) (eq .Values.server.auth.mode "kubernetes") (not $sm.tokenSecret.name) }}true{{ end }}
 {{- end }}
+
+{{/* The Secret holding the token Prometheus sends to each agent's /metrics (metrics.agents). */}}
+{{- define "gpugraph.agentMetricsTokenSecretName" -}}
+{{- if .Values.metrics.agents.tokenSecret.name }}
+{{- .Values.metrics.agents.tokenSecret.name }}
+{{- else }}
+{{- printf "%s-agent-metrics-token" (include "gpugraph.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Where that Secret is mounted in the agent. */}}
+{{- define "gpugraph.agentMetricsTokenDir" -}}
+/var/run/secrets/gpugraph-metrics
+{{- end }}

@@ -1,0 +1,157 @@
+"""This node's GPU series, labelled with the pod names the server sent (``PutPodNames``).
+
+The agent sees only what a process's cgroup path says: a pod UID and a
+container ID. The names come from ``PodNames``, which the server fills from
+its watch cache with the pods bound to this node. A process whose pod UID the
+table does not hold (not named yet, or a cgroup naming a pod of another node)
+keeps its series, labelled with the UID alone and empty names: the UID is
+what the node knows, and nothing more is claimed. A process with a container
+ID but no pod UID is placed by that ID if a named pod lists it, and otherwise
+counts as memory in no pod (``unknown_container``), as host processes and
+unreadable PIDs do.
+
+A named container on a GPU the kubelet's PodResources answer says it was not
+given gets ``gpugraph_container_gpu_unallocated``, judged as the occupancy log
+judges it (``allocations.ContainerVerdicts``): only where that answer decides,
+so never for a container known by its pod UID alone.
+
+The series are ``families``' (the server's names and labels). Rendering
+happens once per snapshot and name table; each scrape adds only the
+snapshot's age.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..allocations import ContainerVerdicts
+from ..models import GpuSample, NodeSnapshot
+from ..pod_names import PodName, PodNames
+from .containers import ContainerKey, ContainerUsage, process_list_complete, unattributed_reason
+from .exposition import render_gauges
+from .families import GpuSeries
+
+__all__ = ["NODE_REASONS", "NodeAttribution", "NodeSeries", "attribute_on_node"]
+
+# The reasons an agent can tell by itself; whether a cgroup's pod is bound to
+# another node only the server's cache knows (such a process keeps its UID).
+NODE_REASONS = ("host_process", "unknown_container", "unresolved")
+
+
+@dataclass(slots=True)
+class NodeAttribution:
+    """One snapshot's processes, by container, and the memory in no pod."""
+
+    containers: dict[ContainerKey, ContainerUsage] = field(default_factory=dict)
+    # (gpu index, gpu uuid) -> reason -> bytes, for GPUs whose process list is complete.
+    unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
+    # (namespace, pod, container, gpu uuid) of named containers on a GPU the kubelet's
+    # answer says they were not given (NOT_ALLOCATED; where it cannot tell, nothing).
+    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
+
+
+def _by_container(pod_names: PodNames) -> dict[str, PodName]:
+    return {cid: pod for pod in pod_names.all() for cid in pod.containers}
+
+
+def _attribute_gpu(
+    gpu: GpuSample,
+    pod_names: PodNames,
+    by_container: dict[str, PodName],
+    verdicts: ContainerVerdicts,
+    result: NodeAttribution,
+) -> None:
+    lost = dict.fromkeys(NODE_REASONS, 0)
+    # As on the server: memory in no pod is only known where every process was listed.
+    if process_list_complete(gpu):
+        result.unattributed[(gpu.index, gpu.uuid)] = lost
+    for process in gpu.processes:
+        ref = process.container
+        container_id = ref.container_id if ref is not None else ""
+        pod_uid = ref.pod_uid if ref is not None else None
+        if pod_uid:
+            # The pod UID of the cgroup path wins over the container ID, as in the server's join.
+            pod = pod_names.get(pod_uid)
+        else:
+            pod = by_container.get(container_id) if container_id else None
+            if pod is None:
+                lost[unattributed_reason(process)] += process.used_memory_bytes or 0
+                continue
+            pod_uid = pod.uid
+        key = ContainerKey(
+            gpu.index,
+            gpu.uuid,
+            process.mig_device_uuid or "",
+            pod.namespace if pod is not None else "",
+            pod.name if pod is not None else "",
+            pod.containers.get(container_id, "") if pod is not None else "",
+            pod_uid,
+        )
+        usage = result.containers.get(key)
+        if usage is None:
+            usage = result.containers[key] = ContainerUsage()
+            # The kubelet lists containers by name: a container known by its UID alone has none.
+            if key.container and (
+                verdicts.verdict(key.namespace, key.pod, key.container, gpu.uuid) == "NOT_ALLOCATED"
+            ):
+                result.unallocated.add((key.namespace, key.pod, key.container, gpu.uuid))
+        usage.add(process)
+
+
+def attribute_on_node(snapshot: NodeSnapshot, pod_names: PodNames) -> NodeAttribution:
+    """Every process of ``snapshot`` by container, named from ``pod_names`` where it can be."""
+    result = NodeAttribution()
+    by_container = _by_container(pod_names)
+    verdicts = ContainerVerdicts(snapshot.allocations)
+    for gpu in snapshot.sample.gpus:
+        _attribute_gpu(gpu, pod_names, by_container, verdicts, result)
+    return result
+
+
+class NodeSeries:
+    """Renders this node's GPU series from the latest snapshot and the pod names known now."""
+
+    def __init__(
+        self,
+        latest: Callable[[], NodeSnapshot | None],
+        pod_names: PodNames,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._latest = latest
+        self._pod_names = pod_names
+        self._clock = clock
+        self._lock = threading.Lock()
+        # (snapshot, name table version) -> its rendered families.
+        self._last: tuple[NodeSnapshot, int, bytes] | None = None
+
+    def render(self) -> bytes | None:
+        """The exposition text (CPU-bound: call it off the event loop); None before a scan."""
+        snapshot = self._latest()
+        if snapshot is None:
+            return None
+        version = self._pod_names.version
+        with self._lock:
+            last = self._last
+            if last is None or last[0] is not snapshot or last[1] != version:
+                last = self._last = (snapshot, version, self._render(snapshot))
+        age = GpuSeries()
+        age.snapshot_age.add_metric(
+            [snapshot.node_name], max(0.0, self._clock() - snapshot.sampled_at)
+        )
+        return last[2] + render_gauges([age.snapshot_age])
+
+    def _render(self, snapshot: NodeSnapshot) -> bytes:
+        node = snapshot.node_name
+        attributed = attribute_on_node(snapshot, self._pod_names)
+        series = GpuSeries()
+        series.add_containers(node, attributed.containers)
+        series.add_unattributed(node, attributed.unattributed)
+        sample = snapshot.sample
+        series.add_gpus(node, sample.gpus, sample.driver_version or "", attributed.containers)
+        for namespace, pod, container, gpu_uuid in sorted(attributed.unallocated):
+            series.unallocated.add_metric([namespace, pod, container, node, gpu_uuid], 1.0)
+        return render_gauges([*series.node_families(), series.unallocated])
