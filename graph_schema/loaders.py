@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 from aiodataloader import DataLoader
 
@@ -32,6 +33,21 @@ class Freshness:
             self.oldest = received_at
 
 
+T = TypeVar("T")
+
+
+def _shielded(shared: asyncio.Future[T]) -> asyncio.Future[T]:
+    """``shared`` (a loader's future, awaited by several fields) as one field awaits it.
+
+    graphql-core cancels the other fields of an object when one of them fails in a
+    non-null position; a field cancelled while it awaits the loader's own future would
+    cancel that future under every other field awaiting it, which then sees a
+    CancelledError it did not ask for (and it escapes the operation). The shield
+    keeps a cancellation to the field it was meant for.
+    """
+    return asyncio.shield(shared)
+
+
 class SnapshotLoader(DataLoader[str, Received]):
     """Batches snapshot reads into one concurrent ``fetch`` per distinct node."""
 
@@ -42,6 +58,10 @@ class SnapshotLoader(DataLoader[str, Received]):
         self.source = source
         self.gpu_nodes = gpu_nodes
         self.freshness = freshness
+
+    def load(self, key: str) -> asyncio.Future[Received]:
+        """The node's snapshot, shared by every field of the operation that asks for it."""
+        return _shielded(super().load(key))
 
     async def batch_load_fn(  # type: ignore[override]
         self, node_names: Sequence[str]
@@ -86,6 +106,10 @@ class GpuLoader(DataLoader[str, "Gpu | None"]):
         self.view = view
         self.hints = hints
         self.gpus_of = gpus_of
+
+    def load(self, key: str) -> asyncio.Future[Gpu | None]:
+        """The GPU with this UUID, shared by every field of the operation that asks for it."""
+        return _shielded(super().load(key))
 
     async def batch_load_fn(  # type: ignore[override]
         self, uuids: Sequence[str]
