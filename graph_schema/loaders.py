@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiodataloader import DataLoader
 
@@ -44,8 +44,19 @@ def _shielded(shared: asyncio.Future[T]) -> asyncio.Future[T]:
     cancel that future under every other field awaiting it, which then sees a
     CancelledError it did not ask for (and it escapes the operation). The shield
     keeps a cancellation to the field it was meant for.
+
+    A node's failure is an answer, not a bug: a field that gave up before it read it
+    (cancelled, or its coroutine closed when the compiled plan hands over to
+    strawberry) must not leave asyncio to log it as never retrieved.
     """
-    return asyncio.shield(shared)
+    mine = asyncio.shield(shared)
+    mine.add_done_callback(_seen)
+    return mine
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class SnapshotLoader(DataLoader[str, Received]):
