@@ -534,3 +534,104 @@ def test_remembered_selections_stay_right_across_callers_and_new_snapshots(logs:
     world.agents.put(snapshot("node-b", [gpu_sample("node-b", 0, [])]))
     for scope in SCOPES.values():
         assert assert_same(world, query, None, scope)
+
+
+# ------------------------------------------------------------ history: errors and pages
+
+SINCE = "2026-11-30T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "query,paths",
+    [
+        # History off on node-d and node-c's agent down: partial errors at the root field.
+        (
+            f'{{ gpuHistory(since: "{SINCE}") {{ edges {{ node {{ pid podName }} }} }} }}',
+            [["gpuHistory"], ["gpuHistory"]],
+        ),
+        (
+            f'{{ gpuUsage(since: "{SINCE}", groupBy: [NODE, GPU]) '
+            "{ nodeName gpuUuid gpuSeconds } }",
+            [["gpuUsage"], ["gpuUsage"]],
+        ),
+        # The GPU's history on a live node; the down node's GPU is not found at all.
+        (
+            f'{{ a: gpu(uuid: "{gpu_uuid("node-a", 0)}") {{ history(since: "{SINCE}") {{ pid }} }} '
+            f'c: gpu(uuid: "{gpu_uuid("node-c", 0)}") {{ uuid }} }}',
+            [["c"]],
+        ),
+    ],
+)
+def test_history_partial_errors_run_compiled_with_the_same_paths(
+    logs: Logs, query: str, paths: list[list[str]]
+) -> None:
+    world = small_world(logs)
+    expected, got = run(world.both(query, None, EVERYTHING))
+    assert got == expected
+    assert [e["path"] for e in orjson.loads(got)["errors"]] == paths
+
+
+@pytest.mark.parametrize(
+    "query,variables,message",
+    [
+        # Not a DateTime: the document is invalid (a literal) or its variables are.
+        ('{ gpuUsage(since: "yesterday") { gpuSeconds } }', None, "DateTime"),
+        (
+            "query($s: DateTime!) { gpuUsage(since: $s) { gpuSeconds } }",
+            {"s": "yesterday"},
+            "DateTime",
+        ),
+        (
+            '{ gpuUsage(since: "2026-12-01T00:00:00Z", groupBy: [BOGUS]) { gpuSeconds } }',
+            None,
+            "BOGUS",
+        ),
+        # A user error in a non-null field: graphql-core nulls the parent (here, data).
+        (
+            '{ gpuUsage(since: "2026-12-02T00:00:00Z", until: "2026-12-01T00:00:00Z") '
+            "{ gpuSeconds } }",
+            None,
+            "until must be after since",
+        ),
+        (
+            f'{{ gpuHistory(since: "{SINCE}", after: "nope") {{ edges {{ cursor }} }} }}',
+            None,
+            "after",
+        ),
+        # A down agent under Node.gpuHistory, a non-null list.
+        (f'{{ nodes {{ name gpuHistory(since: "{SINCE}") {{ pid }} }} }}', None, "node-c"),
+    ],
+)
+def test_history_errors_the_plan_cannot_reproduce_are_strawberrys(
+    logs: Logs, query: str, variables: dict[str, Any] | None, message: str
+) -> None:
+    world = small_world(logs)
+    expected, got = run(world.both(query, variables, EVERYTHING))
+    assert got is None
+    assert message in orjson.loads(expected)["errors"][0]["message"]
+
+
+@pytest.mark.parametrize("scope", sorted(SCOPES))
+def test_history_pages_run_compiled_and_answer_the_same(logs: Logs, scope: str) -> None:
+    # Page through the whole log two records at a time, following endCursor.
+    world = small_world(logs)
+    query = (
+        'query($after: String) { gpuHistory(since: "' + SINCE + '", first: 2, after: $after) '
+        "{ edges { cursor node { pid podName start end node { name } pod { name } } } "
+        "pageInfo { hasNextPage hasPreviousPage startCursor endCursor } } }"
+    )
+    after = None
+    pids: list[int] = []
+    for _ in range(20):
+        expected, got = run(world.both(query, {"after": after}, SCOPES[scope]))
+        assert got == expected
+        connection = orjson.loads(got)["data"]["gpuHistory"]
+        pids += [edge["node"]["pid"] for edge in connection["edges"]]
+        if not connection["pageInfo"]["hasNextPage"]:
+            break
+        after = connection["pageInfo"]["endCursor"]
+    else:
+        raise AssertionError("the pages never ended")
+    if scope == "everything":
+        # Every record of the live agents with history, once each (node-c down, node-d off).
+        assert sorted(pids) == sorted([101, 202, 401, 101, 999, 555, 301, 302, 303])
