@@ -8,6 +8,9 @@
 3. A one-day ``gpuUsage(groupBy: [NAMESPACE])`` across N nodes: real agents over
    gRPC (``history_host.py``), each with a real SQLite log holding a day, the real
    cache filled from the stub API server, the real schema and agent pool.
+4. Over the same fleet, strawberry and the compiled plan side by side (runs
+   interleaved): that ``gpuUsage``, a ``gpuHistory`` page of 500 records, and the
+   map's GPU history strip (``GpuHistory``, one GPU's day).
 
 Run ``python bench/history_bench.py`` (full size) or ``--small`` (CI).
 """
@@ -29,17 +32,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import orjson  # noqa: E402
 from cluster_bench import pct  # noqa: E402
 from fleet import build_fleet  # noqa: E402
+from strawberry.http import process_result  # noqa: E402
 
 from api.agents.discovery import NodeIpDiscovery  # noqa: E402
 from api.agents.pool import AgentPool  # noqa: E402
 from api.demo.cluster import StubApiServer  # noqa: E402
+from api.http.map_queries import HISTORY_QUERY  # noqa: E402
 from api.kube.cache import ClusterCache  # noqa: E402
 from api.kube.watcher import ClusterWatcher  # noqa: E402
+from graph_schema.compiled.documents import CompiledDocuments  # noqa: E402
 from graph_schema.context import GraphContext  # noqa: E402
 from graph_schema.limits import SchemaLimits  # noqa: E402
-from graph_schema.schema import build_schema  # noqa: E402
+from graph_schema.schema import GraphSchema, build_schema  # noqa: E402
 from node_resolver.history.log import HistoryLog, HistorySettings  # noqa: E402
 from node_resolver.history.tracker import OccupancyTracker  # noqa: E402
 from node_resolver.models import (  # noqa: E402
@@ -170,9 +177,30 @@ def disk_growth(hours: float, workdir: Path) -> tuple[int, int, float]:
     return size, ended + records, elapsed
 
 
-async def usage(nodes: int, pods: int, repeat: int, workdir: Path) -> tuple[list[float], int, int]:
-    """Seconds per one-day gpuUsage by namespace across ``nodes``; its rows and errors."""
+# Part 4's documents: (name, query, variables); ``{since}`` and ``{uuid}`` filled in.
+SIDE_BY_SIDE = [
+    (
+        "gpuUsage by namespace",
+        "query($since: DateTime!) { gpuUsage(since: $since, groupBy: [NAMESPACE]) "
+        "{ namespace gpuSeconds memoryGibSeconds } }",
+    ),
+    (
+        "gpuHistory, first 500",
+        "query($since: DateTime!) { gpuHistory(since: $since, first: 500) { edges { cursor "
+        "node { pid processName podNamespace podName start end peakMemoryBytes gpuSeconds "
+        "gpu { uuid } node { name } } } pageInfo { hasNextPage endCursor } } }",
+    ),
+    ("the map's GPU history strip", HISTORY_QUERY),
+]
+
+
+async def usage(
+    nodes: int, pods: int, repeat: int, workdir: Path
+) -> tuple[list[float], int, int, dict[str, dict[str, list[float] | bool]]]:
+    """Seconds per one-day gpuUsage by namespace across ``nodes``; its rows and errors;
+    part 4's seconds per document and path, and whether both paths gave the same bytes."""
     fleet = build_fleet(nodes, pods)
+    first_gpu = fleet.sample(0).gpus[0].uuid
     stub = StubApiServer().start()
     stub.load(pods=fleet.pod_objects, nodes=fleet.node_objects)
     del fleet
@@ -205,13 +233,52 @@ async def usage(nodes: int, pods: int, repeat: int, workdir: Path) -> tuple[list
             durations.append(time.perf_counter() - start)
             rows = len((result.data or {}).get("gpuUsage") or [])
             errors = len(result.errors or [])
+        side = await side_by_side(schema, cache, pool, since, first_gpu, repeat)
     finally:
         await pool.close()
         watcher.stop()
         host.terminate()
         host.wait(60)
         stub.stop()
-    return durations[1:], rows, errors
+    return durations[1:], rows, errors, side
+
+
+async def side_by_side(
+    schema: GraphSchema,
+    cache: ClusterCache,
+    pool: AgentPool,
+    since: str,
+    uuid: str,
+    repeat: int,
+) -> dict[str, dict[str, list[float] | bool]]:
+    """Part 4: each document through strawberry and the plan, interleaved."""
+    compiled = CompiledDocuments(schema)
+    found: dict[str, dict[str, list[float] | bool]] = {}
+    for name, query in SIDE_BY_SIDE:
+        variables = {"since": since, "uuid": uuid}
+        if "$uuid" not in query:
+            variables.pop("uuid")
+        times: dict[str, list[float]] = {"strawberry": [], "compiled": []}
+        answers: dict[str, bytes] = {}
+        for _ in range(repeat):
+            start = time.perf_counter()
+            reference = await schema.execute(
+                query,
+                variable_values=variables,
+                context_value=GraphContext(cache, pool, schema.state),
+            )
+            times["strawberry"].append(time.perf_counter() - start)
+            answers["strawberry"] = orjson.dumps(process_result(reference))
+            start = time.perf_counter()
+            planned = await compiled.execute(
+                query, None, variables, GraphContext(cache, pool, schema.state)
+            )
+            times["compiled"].append(time.perf_counter() - start)
+            if planned is None:
+                raise SystemExit(f"the plan declined {name}")
+            answers["compiled"] = orjson.dumps(process_result(planned))
+        found[name] = {**times, "same": answers["strawberry"] == answers["compiled"]}
+    return found
 
 
 def ms(seconds: float) -> str:
@@ -242,12 +309,19 @@ def main() -> None:
         print(f"   {records} records, {size / 1e6:.2f} MB on disk (WAL included), "
               f"{size / max(records, 1):.0f} B/record, {took:.1f} s to simulate"
               + ("  (target <= 20 MB for 24 h)" if hours == 24 else ""))  # fmt: skip
-        durations, rows, errors = asyncio.run(usage(nodes, pods, 5, workdir))
+        durations, rows, errors, side = asyncio.run(usage(nodes, pods, 5, workdir))
         timeout = 10.0
         print(f"3. one-day gpuUsage(groupBy: [NAMESPACE]) across {nodes} nodes over gRPC")
         print(f"   p50 {statistics.median(durations):.2f} s  max {max(durations):.2f} s  "
               f"({rows} rows, {errors} errors; request timeout {timeout:g} s, "
               f"max result items {SchemaLimits().max_result_items})")  # fmt: skip
+        print(f"4. strawberry and the compiled plan over the same {nodes} nodes, interleaved, p50")
+        for name, found in side.items():
+            slow, fast = found["strawberry"], found["compiled"]
+            assert isinstance(slow, list) and isinstance(fast, list)
+            a, b = statistics.median(slow), statistics.median(fast)
+            print(f"   {name:30} strawberry {ms(a)}  compiled {ms(b)}  ({a / b:.2f}x; "
+                  f"same bytes: {'yes' if found['same'] else 'NO'})")  # fmt: skip
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -67,6 +67,10 @@ class GraphContext:
         self.connection_params: object = None
         self._snapshot_loader: SnapshotLoader | None = None
         self._gpu_loader: GpuLoader | None = None
+        # graphql-core cancels a failed object's other fields, so each field awaits the
+        # loaders' shared futures through a shield; the compiled plan cancels none and
+        # turns this off for its operations (loaders.py ``_shielded``).
+        self.shield_loads = True
         # Errors for parts of an aggregate list that could not be fetched; the
         # schema's partial-results extension adds them to the response.
         self.partial_errors: list[GraphQLError] = []
@@ -114,7 +118,7 @@ class GraphContext:
     def _snapshots(self) -> SnapshotLoader:
         if self._snapshot_loader is None:
             self._snapshot_loader = SnapshotLoader(
-                self.snapshots, self.state.gpu_nodes, self.freshness
+                self.snapshots, self.state.gpu_nodes, self.freshness, shielded=self.shield_loads
             )
         return self._snapshot_loader
 
@@ -192,5 +196,7 @@ class GraphContext:
         """The GPU with this UUID on any node the caller may see, or None."""
         await self.pace()
         if self._gpu_loader is None:
-            self._gpu_loader = GpuLoader(self.cluster, self.state.gpu_nodes, self.gpus_of)
+            self._gpu_loader = GpuLoader(
+                self.cluster, self.state.gpu_nodes, self.gpus_of, shielded=self.shield_loads
+            )
         return await self._gpu_loader.load(uuid)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from aiodataloader import DataLoader
 
@@ -32,16 +33,56 @@ class Freshness:
             self.oldest = received_at
 
 
+T = TypeVar("T")
+
+
+def _shielded(shared: asyncio.Future[T]) -> asyncio.Future[T]:
+    """``shared`` (a loader's future, awaited by several fields) as one field awaits it.
+
+    graphql-core cancels the other fields of an object when one of them fails in a
+    non-null position; a field cancelled while it awaits the loader's own future would
+    cancel that future under every other field awaiting it, which then sees a
+    CancelledError it did not ask for (and it escapes the operation). The shield
+    keeps a cancellation to the field it was meant for. The compiled plan cancels no
+    field (only a whole operation), so its loaders skip the shields, which cost a
+    future and two callbacks per load.
+
+    A node's failure is an answer, not a bug: a field that gave up before it read it
+    (cancelled, or its coroutine closed when the compiled plan hands over to
+    strawberry) must not leave asyncio to log it as never retrieved.
+    """
+    mine = asyncio.shield(shared)
+    mine.add_done_callback(_seen)
+    return mine
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class SnapshotLoader(DataLoader[str, Received]):
     """Batches snapshot reads into one concurrent ``fetch`` per distinct node."""
 
     def __init__(
-        self, source: SnapshotSource, gpu_nodes: dict[str, str], freshness: Freshness
+        self,
+        source: SnapshotSource,
+        gpu_nodes: dict[str, str],
+        freshness: Freshness,
+        *,
+        shielded: bool = True,
     ) -> None:
         super().__init__()
         self.source = source
         self.gpu_nodes = gpu_nodes
         self.freshness = freshness
+        # Whether each field gets its own shield (see ``_shielded``).
+        self.shielded = shielded
+
+    def load(self, key: str) -> asyncio.Future[Received]:
+        """The node's snapshot, shared by every field of the operation that asks for it."""
+        shared = super().load(key)
+        return _shielded(shared) if self.shielded else shared
 
     async def batch_load_fn(  # type: ignore[override]
         self, node_names: Sequence[str]
@@ -81,11 +122,24 @@ class GpuLoader(DataLoader[str, "Gpu | None"]):
     node; ``gpus_of`` builds the nodes' GPUs as the caller sees them.
     """
 
-    def __init__(self, view: ClusterView, hints: Mapping[str, str], gpus_of: NodeGpus) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        hints: Mapping[str, str],
+        gpus_of: NodeGpus,
+        *,
+        shielded: bool = True,
+    ) -> None:
         super().__init__()
         self.view = view
         self.hints = hints
         self.gpus_of = gpus_of
+        self.shielded = shielded
+
+    def load(self, key: str) -> asyncio.Future[Gpu | None]:
+        """The GPU with this UUID, shared by every field of the operation that asks for it."""
+        shared = super().load(key)
+        return _shielded(shared) if self.shielded else shared
 
     async def batch_load_fn(  # type: ignore[override]
         self, uuids: Sequence[str]

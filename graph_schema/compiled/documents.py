@@ -164,6 +164,8 @@ class CompiledDocuments:
             return None
         assert entry.document is not None and entry.operation is not None
         ctx = context.fork()
+        # The plan never cancels one field under another: no shields on shared loads.
+        ctx.shield_loads = False
         if not ctx.cluster.ready:
             return None
         coerced = get_variable_values(

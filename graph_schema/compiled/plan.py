@@ -10,15 +10,19 @@ A field is read the way strawberry reads it: a plain field is an attribute
 of the object; a field with a resolver calls that very resolver. So the plan
 holds no second definition of what a field means, and a field someone adds
 to the schema is covered as soon as it is a plain attribute or a resolver
-that reads only ``info.context`` and ``info.path``. What the plan cannot
-run raises ``Unsupported`` here, and strawberry answers: introspection,
-federation's ``_entities``/``_service``, abstract types (interfaces, unions),
-mutations and subscriptions, fields with strawberry extensions or
-permissions, and resolver arguments of other than built-in scalar types.
+that reads only ``info.context`` and ``info.path``. Its arguments are
+coerced by graphql-core and converted by strawberry's own
+``convert_arguments`` (custom scalars such as DateTime, enums, lists, input
+objects), so a resolver receives what strawberry would hand it. What the
+plan cannot run raises ``Unsupported`` here, and strawberry answers:
+introspection, federation's ``_entities``/``_service``, abstract types
+(interfaces, unions), mutations and subscriptions, and fields with
+strawberry extensions or permissions.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -46,6 +50,7 @@ from graphql import (
     SelectionSetNode,
     VariableNode,
 )
+from strawberry.types.arguments import convert_arguments
 
 __all__ = [
     "Completer",
@@ -63,7 +68,6 @@ __all__ = [
 
 # Where strawberry keeps a GraphQL field's own definition.
 _DEFINITION = "strawberry-definition"
-_BUILTIN_ARGUMENT_TYPES = frozenset({"String", "Int", "Float", "Boolean", "ID"})
 _MAX_INT = 2**31 - 1
 _MIN_INT = -(2**31)
 
@@ -133,8 +137,13 @@ class FieldPlan:
     resolver: Callable[..., Any] | None = None
     takes_self: bool = False
     info_name: str | None = None
-    # GraphQL argument name -> the resolver's parameter name.
-    arguments: tuple[tuple[str, str], ...] = ()
+    # graphql-core's coerced arguments (by GraphQL name) -> the resolver's keyword
+    # arguments, as strawberry converts them; None for a field without arguments.
+    convert: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None
+    # Whether one conversion may serve every call in a run: only leaves (the schema's
+    # scalars and enums are immutable values); a list or an input object is converted
+    # afresh per call, as strawberry does, so no resolver shares one with another.
+    convert_once: bool = True
     is_async: bool = False
     # __typename: the constant answer.
     typename: str | None = None
@@ -338,8 +347,9 @@ class _Collector:
 
 
 class _Compiler:
-    def __init__(self, collector: _Collector) -> None:
+    def __init__(self, collector: _Collector, strawberry_schema: Any) -> None:
         self.collector = collector
+        self.strawberry_schema = strawberry_schema
 
     def object_plan(
         self, parent: GraphQLObjectType, selection_sets: list[SelectionSetNode]
@@ -385,7 +395,7 @@ class _Compiler:
                 complete,
                 attribute=strawberry_field.python_name,
             )
-        return self.resolver_plan(parent, key, nodes, definition, complete, resolver)
+        return self.resolver_plan(parent, key, nodes, definition, complete, strawberry_field)
 
     def resolver_plan(
         self,
@@ -394,30 +404,17 @@ class _Compiler:
         nodes: list[FieldNode],
         definition: GraphQLField,
         complete: Completer,
-        resolver: Any,
+        strawberry_field: Any,
     ) -> FieldPlan:
         name = f"{parent.name}.{nodes[0].name.value}"
+        resolver = strawberry_field.base_resolver
         if resolver.root_parameter is not None:
             raise Unsupported(f"{name} reads root")
-        arguments: list[tuple[str, str]] = []
-        python_names = {a.graphql_name or a.python_name: a.python_name for a in resolver.arguments}
-        for graphql_name, argument in definition.args.items():
-            argument_type = argument.type
-            if isinstance(argument_type, GraphQLNonNull):
-                argument_type = argument_type.of_type
-            if getattr(argument_type, "name", None) not in _BUILTIN_ARGUMENT_TYPES:
-                raise Unsupported(f"{name} has an argument of type {argument_type}")
-            python_name = python_names.get(graphql_name)
-            if python_name is None:
-                # strawberry names arguments in camel case from their Python name.
-                matches = [a.python_name for a in resolver.arguments]
-                python_name = next(
-                    (p for p in matches if _camel(p) == graphql_name),
-                    None,
-                )
-            if python_name is None:
-                raise Unsupported(f"{name}: cannot map argument {graphql_name}")
-            arguments.append((graphql_name, python_name))
+        convert = None
+        convert_once = True
+        if definition.args:
+            convert = self.argument_converter(name, strawberry_field.arguments)
+            convert_once = all(_is_leaf(a.type) for a in definition.args.values())
         info = resolver.info_parameter
         func = resolver.wrapped_func
         if isinstance(func, staticmethod | classmethod):
@@ -430,9 +427,35 @@ class _Compiler:
             resolver=func,
             takes_self=resolver.self_parameter is not None,
             info_name=None if info is None else info.name,
-            arguments=tuple(arguments),
+            convert=convert,
+            convert_once=convert_once,
             is_async=inspect.iscoroutinefunction(func),
         )
+
+    def argument_converter(
+        self, name: str, arguments: list[Any]
+    ) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+        """strawberry's conversion of a field's coerced arguments to the resolver's values.
+
+        The very function strawberry's resolver wrapper calls (``get_arguments``), with
+        the schema's scalar registry and config: DateTime, enums, lists, input objects
+        come out as strawberry hands them to the resolver.
+        """
+        strawberry_schema = self.strawberry_schema
+        if strawberry_schema is None:
+            raise Unsupported(f"{name} has arguments and the schema is not strawberry's")
+        converter = strawberry_schema.schema_converter
+        convert = functools.partial(
+            convert_arguments,
+            arguments=arguments,
+            scalar_registry=converter.scalar_registry,
+            config=strawberry_schema.config,
+        )
+
+        def converted(values: dict[str, Any], info: Any) -> dict[str, Any]:
+            return convert(values, info=info)
+
+        return converted
 
     def completer(
         self, output: GraphQLOutputType, selection_sets: list[SelectionSetNode]
@@ -453,9 +476,11 @@ class _Compiler:
         raise Unsupported(f"a field of type {output} (an interface or union)")
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+def _is_leaf(input_type: Any) -> bool:
+    """A scalar or enum argument (nullable or not): its converted value is immutable."""
+    if isinstance(input_type, GraphQLNonNull):
+        input_type = input_type.of_type
+    return isinstance(input_type, GraphQLScalarType | GraphQLEnumType)
 
 
 def compile_operation(
@@ -475,4 +500,6 @@ def compile_operation(
         d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
     }
     collector = _Collector(fragments, directive_values)
-    return _Compiler(collector).object_plan(root, [operation.selection_set])
+    # Where strawberry keeps itself on the schema it built (its argument conversion).
+    strawberry_schema = getattr(schema, "_strawberry_schema", None)
+    return _Compiler(collector, strawberry_schema).object_plan(root, [operation.selection_set])

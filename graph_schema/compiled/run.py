@@ -98,7 +98,8 @@ class PlanRun:
         self.context = context
         self.variables = variables
         self.errors: list[GraphQLError] = []
-        self._arguments: dict[int, dict[str, Any]] = {}
+        # Per field: graphql-core's coerced arguments, and their conversion when reusable.
+        self._arguments: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}
 
     async def execute(self, root: ObjectPlan) -> dict[str, Any]:
         """The operation's data; ``errors`` holds the field errors, as they happened."""
@@ -171,31 +172,36 @@ class PlanRun:
             return self._failed(field, exc, here)
 
     def _resolve(self, field: FieldPlan, source: Any, link: PathLink) -> Any:
-        kwargs = dict(self._argument_values(field))
+        info = PlanInfo(self.context, link) if field.info_name or field.convert else None
+        kwargs = self._argument_values(field, info) if field.convert is not None else {}
         if field.info_name is not None:
-            kwargs[field.info_name] = PlanInfo(self.context, link)
+            kwargs[field.info_name] = info
         resolver = field.resolver
         assert resolver is not None
         if field.takes_self:
             return resolver(source, **kwargs)
         return resolver(**kwargs)
 
-    def _argument_values(self, field: FieldPlan) -> dict[str, Any]:
-        if not field.arguments:
-            return {}
+    def _argument_values(self, field: FieldPlan, info: PlanInfo | None) -> dict[str, Any]:
+        """The resolver's keyword arguments: graphql-core coerces, strawberry converts."""
+        convert = field.convert
+        assert convert is not None
         cached = self._arguments.get(id(field))
         if cached is not None:
-            return cached
+            values, kwargs = cached
+            if kwargs is not None:
+                return dict(kwargs)
+            return convert(values, info)
         assert field.definition is not None
         try:
             values = get_argument_values(field.definition, field.nodes[0], self.variables)
         except GraphQLError as exc:
+            # graphql-core would make this one field null with that error: not reproduced.
             raise Fallback(f"arguments: {exc.message}") from None
-        kwargs = {
-            python: values[graphql] for graphql, python in field.arguments if graphql in values
-        }
-        self._arguments[id(field)] = kwargs
-        return kwargs
+        kwargs = convert(values, info)
+        # Scalars and enums are converted once per run; lists and input objects per call.
+        self._arguments[id(field)] = (values, kwargs if field.convert_once else None)
+        return dict(kwargs)
 
     async def _awaited(self, field: FieldPlan, source: Any, link: PathLink) -> Any:
         try:

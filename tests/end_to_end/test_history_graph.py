@@ -90,6 +90,9 @@ async def named(server: Served, token: str | None = None) -> dict[str, Any]:
 async def test_every_history_path_answers_with_named_records(tenants: GraphTestCluster) -> None:
     async with serving(tenants.settings()) as server:
         body = await named(server)
+        # Every history path, DateTime and enum arguments included, ran as a compiled plan.
+        counts = server.services.app.state.compiled.counts
+        assert counts["compiled"] >= 1 and counts["fallback"] == 0, counts
     assert "errors" not in body, body
     data = body["data"]
     assert {n["name"]: n["historyStatus"] for n in data["nodes"]} == {

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
 from tests.support.graph import SyntheticCluster, snapshot, synthetic_cluster
+from tests.support.history import HistoryAgents, occupancy, open_stores
 
 
 @pytest.fixture
@@ -132,3 +134,31 @@ async def test_gpu_on_a_dead_node_reports_the_node(three_nodes: SyntheticCluster
     messages = {tuple(e.path or ()): e.message for e in result.errors}
     assert sc.node_names[1] in messages[("gpu",)]
     assert "agents unavailable on: " + sc.node_names[1] in messages[("other",)]
+
+
+async def test_a_failed_sibling_does_not_cancel_a_fetch_other_fields_await(
+    tmp_path: Path,
+) -> None:
+    # A down agent fails Node.gpuHistory, a non-null field: graphql-core nulls the node
+    # list and cancels each node's other fields, which await the same snapshot fetches
+    # as the root's gpus. Those must still answer (or fail) as themselves: no
+    # CancelledError escapes the operation.
+    names = [f"node-{i:05d}" for i in range(3)]
+    stores = open_stores(tmp_path, {n: [occupancy(f"GPU-{n}-0", 1, 0, 1)] for n in names})
+    try:
+        sc = synthetic_cluster(
+            3, gpus_per_node=1, processes_per_gpu=1, agents=HistoryAgents(stores)
+        )
+        sc.snapshots.kill(names[1])
+        result = await sc.execute(
+            '{ nodes { gpuHistory(since: "2026-12-01T00:00:00Z") { pid } gpus { uuid } } '
+            "gpus { uuid } }"
+        )
+    finally:
+        for store in stores.values():
+            store.close()
+    assert result.data is None
+    assert result.errors is not None
+    # The root's gpus reports the dead node too (a partial error, in response order).
+    assert [e.path for e in result.errors] == [["gpus"], ["nodes", 1, "gpuHistory"]]
+    assert all(names[1] in e.message for e in result.errors)

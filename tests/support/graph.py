@@ -276,11 +276,15 @@ class SyntheticCluster:
 
 
 def synthetic_cluster(
-    nodes: int, gpus_per_node: int = 8, processes_per_gpu: int = 4, delay: float = 0.0
+    nodes: int,
+    gpus_per_node: int = 8,
+    processes_per_gpu: int = 4,
+    delay: float = 0.0,
+    agents: MemorySnapshots | None = None,
 ) -> SyntheticCluster:
     """N nodes x GPUs x processes, every process in its own pod (namespace ``ns-<node % 10>``)."""
     cluster = MemoryCluster()
-    agents = MemorySnapshots(delay=delay)
+    agents = MemorySnapshots(delay=delay) if agents is None else agents
     names = [f"node-{i:05d}" for i in range(nodes)]
     for n, node in enumerate(names):
         cluster.add_node(node_record(node, ip=f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"))
@@ -306,9 +310,9 @@ def synthetic_cluster(
 class SmallWorld:
     """Two GPU nodes, five pods, two of them sharing a GPU, an orphan process, a lost GPU."""
 
-    def __init__(self) -> None:
+    def __init__(self, agents: MemorySnapshots | None = None) -> None:
         self.cluster = MemoryCluster()
-        self.agents = MemorySnapshots()
+        self.agents = MemorySnapshots() if agents is None else agents
         self.schema: GraphSchema = build_schema()
         c = self.cluster
         c.add_node(node_record("node-a", ip="10.0.0.1"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from graphql import GraphQLList, GraphQLNonNull, GraphQLObjectType, parse
+from graphql import GraphQLEnumType, GraphQLList, GraphQLNonNull, GraphQLObjectType, parse, validate
 
 from graph_schema.compiled.plan import Unsupported, compile_operation
 from graph_schema.schema import build_schema
@@ -14,7 +14,14 @@ SCHEMA = build_schema()._schema
 STRAWBERRY_ONLY = {"Query._entities", "Query._service"}
 
 # A value for each required argument, by type name.
-SAMPLES = {"String": '"x"', "ID": '"x"', "Int": "1", "Float": "1.0", "Boolean": "true"}
+SAMPLES = {
+    "String": '"x"',
+    "ID": '"x"',
+    "Int": "1",
+    "Float": "1.0",
+    "Boolean": "true",
+    "DateTime": '"2026-12-01T00:00:00Z"',
+}
 
 
 def _named(output: object) -> object:
@@ -92,4 +99,34 @@ def test_every_field_compiles_unless_strawberry_answers_it(type_name: str, field
         return
     # A new field the plan cannot run fails here: extend the plan, or list it above
     # (strawberry then answers every document that selects it).
+    compile_operation(SCHEMA, document, None, {})
+
+
+def _sample(input_type: object) -> str:
+    """A literal of an argument's type: scalars as above, an enum's first value, lists."""
+    if isinstance(input_type, GraphQLNonNull):
+        return _sample(input_type.of_type)
+    if isinstance(input_type, GraphQLList):
+        return f"[{_sample(input_type.of_type)}]"
+    if isinstance(input_type, GraphQLEnumType):
+        return next(iter(input_type.values))
+    return SAMPLES[input_type.name]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "type_name,field_name",
+    [
+        (t, f)
+        for t, f in every_field()
+        if SCHEMA.type_map[t].fields[f].args and f"{t}.{f}" not in STRAWBERRY_ONLY  # type: ignore[attr-defined]
+    ],
+)
+def test_every_field_compiles_with_all_its_arguments(type_name: str, field_name: str) -> None:
+    # Optional arguments too: DateTime ranges, enum lists (gpuUsage's groupBy), cursors.
+    field = SCHEMA.type_map[type_name].fields[field_name]  # type: ignore[attr-defined]
+    arguments = ", ".join(f"{n}: {_sample(a.type)}" for n, a in field.args.items())
+    head, tail = path_to(type_name)
+    selection = f"{field_name}({arguments}){_leaf(type_name, field_name)}"
+    document = parse(f"{{ {head}{selection}{tail} }}")
+    assert not validate(SCHEMA, document)
     compile_operation(SCHEMA, document, None, {})
