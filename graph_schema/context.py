@@ -25,6 +25,7 @@ from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .scope import EVERYTHING, Scope, Viewer
 from .state import SharedState
 from .types import Gpu
+from .views import gpus_by_pod
 from .visibility import VisibleCluster
 
 __all__ = ["GraphContext", "make_context"]
@@ -67,6 +68,8 @@ class GraphContext:
         self.connection_params: object = None
         self._snapshot_loader: SnapshotLoader | None = None
         self._gpu_loader: GpuLoader | None = None
+        # A restricted caller's GPUs by pod, per node (unrestricted ones share the views').
+        self._by_pod: dict[str, tuple[list[Gpu], dict[str, list[Gpu]]]] = {}
         # Errors for parts of an aggregate list that could not be fetched; the
         # schema's partial-results extension adds them to the response.
         self.partial_errors: list[GraphQLError] = []
@@ -157,6 +160,18 @@ class GraphContext:
     async def gpus(self, node_name: str) -> list[Gpu]:
         """The node's GPUs as the caller sees them, built once per snapshot."""
         return self.node_gpus(node_name, await self.snapshot(node_name))
+
+    async def pod_gpus(self, node_name: str, pod_uid: str) -> list[Gpu]:
+        """The node's GPUs running a process of this pod, as the caller sees them."""
+        gpus = await self.gpus(node_name)
+        by_pod = self.state.views.gpus_by_pod(node_name, gpus)
+        if by_pod is None:
+            cached = self._by_pod.get(node_name)
+            if cached is None or cached[0] is not gpus:
+                cached = (gpus, gpus_by_pod(gpus))
+                self._by_pod[node_name] = cached
+            by_pod = cached[1]
+        return by_pod.get(pod_uid, [])
 
     async def gpus_of(self, node_names: Sequence[str]) -> list[list[Gpu] | Exception]:
         """Several nodes' GPUs in one batch; a failing node comes back as its exception."""
