@@ -12,7 +12,7 @@ costs nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from graphql import GraphQLError
 
@@ -29,6 +29,9 @@ from .views import gpus_by_pod
 from .visibility import VisibleCluster
 
 __all__ = ["GraphContext", "make_context"]
+
+# ``history`` not given: worked out from the snapshot source.
+_UNSET = object()
 
 
 class GraphContext:
@@ -50,6 +53,7 @@ class GraphContext:
         freshness: Freshness | None = None,
         scope: Scope = EVERYTHING,
         viewer: Viewer | None = None,
+        history: HistorySource | object | None = _UNSET,
     ) -> None:
         self.raw_cluster = cluster
         # What the caller may see; ``viewer`` re-checks it for long-lived operations.
@@ -57,9 +61,10 @@ class GraphContext:
         self.viewer = viewer
         self.snapshots = snapshots
         # The pool reads the agents' occupancy logs too; other sources have no history.
-        self.history: HistorySource | None = (
-            snapshots if isinstance(snapshots, HistorySource) else None
-        )
+        # (A runtime Protocol check is slow: forks of one request's context reuse it.)
+        if history is _UNSET:
+            history = snapshots if isinstance(snapshots, HistorySource) else None
+        self.history = cast("HistorySource | None", history)
         self.state = state
         self.request = request
         self.response = response
@@ -98,6 +103,7 @@ class GraphContext:
             freshness=self.freshness,
             scope=self.scope,
             viewer=self.viewer,
+            history=self.history,
         )
 
     async def refresh_scope(self) -> None:
