@@ -33,16 +33,27 @@ def _close_all(coroutines: Sequence[Coroutine[Any, Any, Any]], finished: list[bo
 
 async def gather_inline(coroutines: Sequence[Coroutine[Any, Any, Any]]) -> list[Any]:
     """The coroutines' results in order, as ``asyncio.gather`` would give them."""
+    loop = asyncio.get_running_loop()
     results: list[Any] = [None] * len(coroutines)
     finished = [False] * len(coroutines)
     left = len(coroutines)
     runnable = list(range(len(coroutines)))
-    # Futures the coroutines wait on, each with the coroutines waiting on it.
+    # Futures the coroutines wait on, each with the coroutines waiting on it. Each
+    # future gets one done callback (as a Task adds one), so a wait costs nothing
+    # per future still pending: paced work is released over many loop iterations.
     waiting: dict[asyncio.Future[Any], list[int]] = {}
-    # Coroutines that yielded to the loop without a future (``asyncio.sleep(0)``).
-    yielded: list[int] = []
+    ready: list[int] = []
+    wake: asyncio.Future[None] | None = None
+
+    def on_done(future: asyncio.Future[Any]) -> None:
+        ready.extend(waiting.pop(future, ()))
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
     try:
         while True:
+            # Coroutines that yielded to the loop without a future (``asyncio.sleep(0)``).
+            yielded: list[int] = []
             for i in runnable:
                 try:
                     future = coroutines[i].send(None)
@@ -63,17 +74,24 @@ async def gather_inline(coroutines: Sequence[Coroutine[Any, Any, Any]]) -> list[
                     coroutines[i].close()
                     raise RuntimeError(f"a coroutine yielded {future!r}, not a future")
                 future._asyncio_future_blocking = False
-                waiting.setdefault(future, []).append(i)
+                blocked = waiting.get(future)
+                if blocked is None:
+                    waiting[future] = [i]
+                    future.add_done_callback(on_done)
+                else:
+                    blocked.append(i)
             if left == 0:
                 return results
             if yielded:
                 await asyncio.sleep(0)
-                runnable, yielded = yielded, []
-            else:
-                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                runnable = []
-            for future in [f for f in waiting if f.done()]:
-                runnable.extend(waiting.pop(future))
+            elif not ready:
+                wake = loop.create_future()
+                await wake
+                wake = None
+            runnable = [*yielded, *ready]
+            ready.clear()
     except BaseException:
+        for future in waiting:
+            future.remove_done_callback(on_done)
         _close_all(coroutines, finished)
         raise

@@ -129,3 +129,31 @@ async def test_a_coroutine_yielding_something_else_than_a_future_is_an_error() -
 
     with pytest.raises(RuntimeError, match="not a future"):
         await gather_inline([bad()])
+
+
+class CountingFuture(asyncio.Future[int]):
+    """A future that counts who asked to hear when it is done."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listeners = 0
+
+    def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
+        self.listeners += 1
+        super().add_done_callback(fn, context=context)
+
+
+async def test_work_released_over_many_loop_iterations_costs_each_future_one_callback() -> None:
+    # The pacer releases paced work a batch per loop iteration: waiting again
+    # must not re-register every future still pending (quadratic in the list).
+    futures = [CountingFuture() for _ in range(50)]
+
+    async def waits(future: CountingFuture) -> int:
+        return await future
+
+    gathering = asyncio.ensure_future(gather_inline([waits(f) for f in futures]))
+    for i, future in enumerate(futures):
+        await asyncio.sleep(0)
+        future.set_result(i)
+    assert await gathering == list(range(50))
+    assert {f.listeners for f in futures} == {1}
