@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Coroutine
+from types import CoroutineType
 from typing import Any
 
 from graphql import GraphQLError, located_error
@@ -75,7 +76,8 @@ def _close(values: Any) -> None:
 def _gather(awaitables: list[Awaitable[Any]]) -> Awaitable[list[Any]]:
     """The awaitables' results: stepped in this task when all are coroutines (all the
     plan makes), else through ``asyncio.gather``."""
-    if all(isinstance(a, Coroutine) for a in awaitables):
+    # CoroutineType, not the Coroutine ABC: a plain type check, per list item.
+    if all(isinstance(a, CoroutineType) for a in awaitables):
         return gather_inline(awaitables)  # type: ignore[arg-type]
     return asyncio.gather(*awaitables)
 
