@@ -28,6 +28,7 @@ from .kube.config import load_kube_config
 from .kube.watcher import ClusterWatcher
 from .lifecycle.departures import DepartedNodes
 from .lifecycle.gc_tuning import tune_gc_for_serving
+from .lifecycle.open_files import raise_open_files_limit
 from .metrics import Metrics
 from .settings import Settings, SettingsError
 
@@ -172,6 +173,8 @@ async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
     log.info("gpugraph %s serving on %s (auth %s)", version(), settings.listen, settings.auth_mode)
     warn_if_open(settings)
+    # An agent channel per node: thousands of sockets on a large cluster.
+    raise_open_files_limit()
     async with services_running(settings) as services:
         server = UvicornServer(uvicorn_config(services.app, settings))
         await server.serve()

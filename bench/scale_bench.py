@@ -11,6 +11,9 @@ Side by side in one run:
    ``gpugraph serve`` in its own process against the stub API server and a
    fleet of real agents: cache fill time and RSS, the full-cluster query, the
    single-worker walk, ``/metrics``, the map's first query and ``top``'s.
+3. At the demo's size (4 nodes), 100 HTTP clients sending queries that all
+   differ (``bench/http_load.py``: lean clients, so the server is what is
+   measured), beside ``/healthz`` and an empty answer: this machine's ceiling.
 
 Run ``python bench/scale_bench.py`` (full size) or ``--small`` (CI).
 """
@@ -41,6 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
 import orjson  # noqa: E402
+import uvloop  # noqa: E402
 from cluster_bench import (  # noqa: E402
     FULL_QUERY,
     TRAVERSAL_QUERY,
@@ -52,6 +56,7 @@ from cluster_bench import (  # noqa: E402
     start_cluster,
 )
 from fleet import build_fleet  # noqa: E402
+from http_load import Request, process_cpu_seconds, run_load  # noqa: E402
 from strawberry.http import process_result  # noqa: E402
 
 from api.agents.discovery import NodeIpDiscovery  # noqa: E402
@@ -262,51 +267,70 @@ VARIABLES_QUERY = """query($selector: String) { pods(labelSelector: $selector) {
   name namespace gpus { uuid utilizationGpu memoryUsedBytes } } }"""
 
 
-def distinct_text(n: int) -> dict[str, Any]:
+def distinct_text(n: int) -> Request:
     """The n-th request with a document of its own (the plan compiles each)."""
-    return {"query": DISTINCT_QUERY % n}
+    return ("POST", "/graphql", {"query": DISTINCT_QUERY % n})
 
 
-def distinct_variables(n: int) -> dict[str, Any]:
+def distinct_variables(n: int) -> Request:
     """The n-th request: one document, variables of its own (no two share a result)."""
-    return {"query": VARIABLES_QUERY, "variables": {"selector": f"app!=x{n}"}}
+    return ("POST", "/graphql", {"query": VARIABLES_QUERY, "variables": {"selector": f"app!=x{n}"}})
 
 
-async def poll_distinct(
-    base: str, clients: int, seconds: float, request: Callable[[int], dict[str, Any]]
-) -> dict[str, Any]:
-    """``clients`` clients posting requests that differ, for ``seconds``."""
-    latencies: list[float] = []
-    errors = 0
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as http:
+# The ceiling of this machine's HTTP path: a GraphQL request whose answer is
+# empty (a selector matching nothing, its own per request), and /healthz.
+EMPTY_QUERY = "query($selector: String) { pods(labelSelector: $selector) { name } }"
+
+
+def empty_answer(n: int) -> Request:
+    """The n-th request for an empty answer (own variables: nothing shared)."""
+    return ("POST", "/graphql", {"query": EMPTY_QUERY, "variables": {"selector": f"app=x{n}"}})
+
+
+def healthz(n: int) -> Request:
+    """``/healthz``: uvicorn and the app's routing, no GraphQL."""
+    return ("GET", "/healthz", None)
+
+
+def answered(status: int, body: bytes) -> bool:
+    """A 200 without errors."""
+    return status == 200 and b',"errors":[' not in body
+
+
+async def wait_ready(base: str) -> None:
+    """Until ``/readyz`` answers 200."""
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         while True:
             try:
                 if (await http.get("/readyz")).status_code == 200:
-                    break
+                    return
             except httpx.TransportError:
                 pass
             await asyncio.sleep(0.05)
-        counter = iter(range(10**9))
-        deadline = time.perf_counter() + seconds
 
-        async def client() -> None:
-            nonlocal errors
-            while time.perf_counter() < deadline:
-                body = request(next(counter))
-                start = time.perf_counter()
-                try:
-                    r = await http.post("/graphql", json=body)
-                    if r.status_code != 200 or b',"errors":[' in r.content:
-                        errors += 1
-                except httpx.HTTPError:
-                    errors += 1
-                latencies.append(time.perf_counter() - start)
 
-        began = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        elapsed = time.perf_counter() - began
-    return {"qps": len(latencies) / elapsed, "p50": pct(latencies, 50), "errors": errors}
+async def poll_distinct(
+    base: str, pid: int, clients: int, seconds: float, request: Callable[[int], Request]
+) -> dict[str, Any]:
+    """``clients`` clients sending requests that differ, for ``seconds``; the server's CPU."""
+    before = process_cpu_seconds(pid)
+    result = await run_load(base, clients, seconds, request, answered)
+    server_cpu = process_cpu_seconds(pid) - before
+    return {
+        "qps": result.qps,
+        "p50": pct(result.latencies, 50),
+        "errors": result.errors,
+        "server_ms": server_cpu / max(1, result.requests) * 1000,
+        "client_ms": result.client_cpu / max(1, result.requests) * 1000,
+    }
+
+
+DISTINCT_KINDS: dict[str, Callable[[int], Request]] = {
+    "healthz": healthz,
+    "empty": empty_answer,
+    "text": distinct_text,
+    "variables": distinct_variables,
+}
 
 
 async def distinct_clients(nodes: int, clients: int, seconds: float) -> dict[str, Any]:
@@ -321,8 +345,13 @@ async def distinct_clients(nodes: int, clients: int, seconds: float) -> dict[str
         for label, flag in paths:
             server, base = serve_process(kubeconfig, cluster.port, "--no-graphiql", flag)
             try:
-                for kind, request in (("text", distinct_text), ("variables", distinct_variables)):
-                    out[f"{label}/{kind}"] = await poll_distinct(base, clients, seconds, request)
+                await wait_ready(base)
+                for kind, request in DISTINCT_KINDS.items():
+                    if kind == "healthz" and label == "strawberry":
+                        continue  # no GraphQL: the same for both paths
+                    out[f"{label}/{kind}"] = await poll_distinct(
+                        base, server.pid, clients, seconds, request
+                    )
             finally:
                 server.send_signal(signal.SIGTERM)
                 server.wait(timeout=60)
@@ -337,15 +366,22 @@ def report_distinct(d: dict[str, Any]) -> None:
         f"\n## 3. {d['clients']} HTTP clients, every query different, {d['nodes']} nodes "
         "(the demo's size)\n"
     )
-    print("| path | requests | queries/s | p50 | errors |")
-    print("|---|---|---|---|---|")
+    print("| path | requests | queries/s | p50 | errors | server CPU per request |")
+    print("|---|---|---|---|---|---|")
     for kind, what in (
+        ("healthz", "`/healthz` (no GraphQL: the HTTP ceiling)"),
+        ("empty", "an empty answer, own variables"),
         ("text", "a document of its own"),
         ("variables", "one document, own variables"),
     ):
         for label in ("strawberry", "compiled"):
-            r = d[f"{label}/{kind}"]
-            print(f"| {label} | {what} | {r['qps']:,.0f} | {ms(r['p50'])} ms | {r['errors']} |")
+            r = d.get(f"{label}/{kind}")
+            if r is None:
+                continue
+            print(
+                f"| {label} | {what} | {r['qps']:,.0f} | {ms(r['p50'])} ms | {r['errors']} "
+                f"| {r['server_ms']:.2f} ms |"
+            )
 
 
 def rss_bytes(pid: int) -> int:
@@ -588,7 +624,10 @@ def main() -> None:
         )
     )
     distinct = (
-        None if args.skip_distinct else asyncio.run(distinct_clients(4, args.clients, args.seconds))
+        None
+        if args.skip_distinct
+        # uvloop: the clients' side of the loop costs less, leaving the cores to the server.
+        else uvloop.run(distinct_clients(4, args.clients, args.seconds))
     )
     report(comp, full)
     if distinct is not None:

@@ -12,7 +12,7 @@ costs nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from graphql import GraphQLError
 
@@ -25,9 +25,13 @@ from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .scope import EVERYTHING, Scope, Viewer
 from .state import SharedState
 from .types import Gpu
+from .views import gpus_by_pod
 from .visibility import VisibleCluster
 
 __all__ = ["GraphContext"]
+
+# ``history`` not given: worked out from the snapshot source.
+_UNSET = object()
 
 
 class GraphContext:
@@ -49,6 +53,7 @@ class GraphContext:
         freshness: Freshness | None = None,
         scope: Scope = EVERYTHING,
         viewer: Viewer | None = None,
+        history: HistorySource | object | None = _UNSET,
     ) -> None:
         self.raw_cluster = cluster
         # What the caller may see; ``viewer`` re-checks it for long-lived operations.
@@ -56,9 +61,10 @@ class GraphContext:
         self.viewer = viewer
         self.snapshots = snapshots
         # The pool reads the agents' occupancy logs too; other sources have no history.
-        self.history: HistorySource | None = (
-            snapshots if isinstance(snapshots, HistorySource) else None
-        )
+        # (A runtime Protocol check is slow: forks of one request's context reuse it.)
+        if history is _UNSET:
+            history = snapshots if isinstance(snapshots, HistorySource) else None
+        self.history = cast("HistorySource | None", history)
         self.state = state
         self.request = request
         self.response = response
@@ -71,6 +77,8 @@ class GraphContext:
         # loaders' shared futures through a shield; the compiled plan cancels none and
         # turns this off for its operations (loaders.py ``_shielded``).
         self.shield_loads = True
+        # A restricted caller's GPUs by pod, per node (unrestricted ones share the views').
+        self._by_pod: dict[str, tuple[list[Gpu], dict[str, list[Gpu]]]] = {}
         # Errors for parts of an aggregate list that could not be fetched; the
         # schema's partial-results extension adds them to the response.
         self.partial_errors: list[GraphQLError] = []
@@ -99,6 +107,7 @@ class GraphContext:
             freshness=self.freshness,
             scope=self.scope,
             viewer=self.viewer,
+            history=self.history,
         )
 
     async def refresh_scope(self) -> None:
@@ -161,6 +170,18 @@ class GraphContext:
     async def gpus(self, node_name: str) -> list[Gpu]:
         """The node's GPUs as the caller sees them, built once per snapshot."""
         return self.node_gpus(node_name, await self.snapshot(node_name))
+
+    async def pod_gpus(self, node_name: str, pod_uid: str) -> list[Gpu]:
+        """The node's GPUs running a process of this pod, as the caller sees them."""
+        gpus = await self.gpus(node_name)
+        by_pod = self.state.views.gpus_by_pod(node_name, gpus)
+        if by_pod is None:
+            cached = self._by_pod.get(node_name)
+            if cached is None or cached[0] is not gpus:
+                cached = (gpus, gpus_by_pod(gpus))
+                self._by_pod[node_name] = cached
+            by_pod = cached[1]
+        return by_pod.get(pod_uid, [])
 
     async def gpus_of(self, node_names: Sequence[str]) -> list[list[Gpu] | Exception]:
         """Several nodes' GPUs in one batch; a failing node comes back as its exception."""

@@ -71,6 +71,10 @@ class Operation(Protocol[GpuT]):
         """The node's GPUs as the caller sees them (other tenants' processes withheld)."""
         ...
 
+    async def pod_gpus(self, node_name: str, pod_uid: str) -> list[GpuT]:
+        """The node's GPUs running a process of this pod, as the caller sees them."""
+        ...
+
     async def gpu(self, uuid: str) -> GpuT | None:
         """The GPU with this UUID on any node the caller may see, or None."""
         ...

@@ -457,8 +457,8 @@ class Pod:
         if not self.node_name:
             return []
         ctx = context_of(info)
-        gpus = await ctx.gpus(self.node_name)
         uid = self.uid
+        gpus = await ctx.pod_gpus(self.node_name, uid)
         processes = [p for g in gpus for p in g.processes if p.belongs_to(uid)]
         ctx.charge(len(processes))
         return processes
@@ -481,11 +481,9 @@ class Pod:
         if not self.node_name:
             return []
         ctx = context_of(info)
-        gpus = await ctx.gpus(self.node_name)
-        uid = self.uid
-        used = [g for g in gpus if any(p.belongs_to(uid) for p in g.processes)]
+        used = await ctx.pod_gpus(self.node_name, self.uid)
         ctx.charge(len(used))
-        return used
+        return list(used)
 
 
 @strawberry.type(description="One container of a pod.")

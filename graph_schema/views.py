@@ -135,12 +135,28 @@ def build_gpus(
     return [build_gpu(s, node_name, joiner, allocations) for s in snapshot.sample.gpus]
 
 
+def gpus_by_pod(gpus: list[Gpu]) -> dict[str, list[Gpu]]:
+    """Each pod's GPUs among ``gpus`` (those running a process joined to it), in their order."""
+    by_pod: dict[str, list[Gpu]] = {}
+    for gpu in gpus:
+        for process in gpu.processes:
+            pod = process.pod
+            if pod is None:
+                continue
+            listed = by_pod.setdefault(pod.uid, [])
+            if not listed or listed[-1] is not gpu:
+                listed.append(gpu)
+    return by_pod
+
+
 @dataclass(slots=True)
 class _NodeViews:
     snapshot: NodeSnapshot
     gpus: list[Gpu]
     pods: dict[str, Pod]
     allocations: LazyTable
+    # Built on first use: a pod's GPUs, for ``Pod.gpus`` over many pods of one node.
+    by_pod: dict[str, list[Gpu]] | None = None
 
 
 class ViewCache:
@@ -175,6 +191,16 @@ class ViewCache:
             self.max_processes_per_gpu = max(self.max_processes_per_gpu, len(gpu.processes))
         self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods, allocations)
         return gpus
+
+    def gpus_by_pod(self, node_name: str, gpus: list[Gpu]) -> dict[str, list[Gpu]] | None:
+        """``gpus_by_pod`` of the node's shared objects, built once per snapshot; None when
+        ``gpus`` are not those objects (a restricted caller's copies)."""
+        cached = self._by_node.get(node_name)
+        if cached is None or cached.gpus is not gpus:
+            return None
+        if cached.by_pod is None:
+            cached.by_pod = gpus_by_pod(gpus)
+        return cached.by_pod
 
     def allocations(
         self, node_name: str, snapshot: NodeSnapshot | None, cluster: Cluster

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Coroutine
+from types import CoroutineType
 from typing import Any
 
 from graphql import GraphQLError, located_error
@@ -25,6 +26,7 @@ from graphql.execution.values import VariableValues, get_argument_values
 from graphql.pyutils import Path
 
 from ..errors import ResultBudgetError, is_internal
+from .gather import gather_inline
 from .plan import (
     Completer,
     Fallback,
@@ -69,6 +71,15 @@ def _close(values: Any) -> None:
             inner = list(frame.f_locals.values()) if frame is not None else []
             value.close()
             _close(inner)
+
+
+def _gather(awaitables: list[Awaitable[Any]]) -> Awaitable[list[Any]]:
+    """The awaitables' results: stepped in this task when all are coroutines (all the
+    plan makes), else through ``asyncio.gather``."""
+    # CoroutineType, not the Coroutine ABC: a plain type check, per list item.
+    if all(isinstance(a, CoroutineType) for a in awaitables):
+        return gather_inline(awaitables)  # type: ignore[arg-type]
+    return asyncio.gather(*awaitables)
 
 
 class PlanInfo:
@@ -143,7 +154,7 @@ class PlanRun:
             key, awaitable = waiting[0]
             result[key] = await awaitable
             return result
-        values = await asyncio.gather(*(a for _, a in waiting))
+        values = await _gather([a for _, a in waiting])
         for (key, _), value in zip(waiting, values, strict=True):
             result[key] = value
         return result
@@ -276,7 +287,7 @@ class PlanRun:
 
     async def _gather_list(self, completed: list[Any]) -> list[Any]:
         indices = [i for i, c in enumerate(completed) if isinstance(c, Awaitable)]
-        values = await asyncio.gather(*(completed[i] for i in indices))
+        values = await _gather([completed[i] for i in indices])
         for i, value in zip(indices, values, strict=True):
             completed[i] = value
         return completed

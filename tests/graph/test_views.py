@@ -1,0 +1,68 @@
+"""Graph objects built once per snapshot: each pod's GPUs, looked up by index."""
+
+from __future__ import annotations
+
+from graph_schema.context import GraphContext
+from graph_schema.scope import Scope
+from graph_schema.views import gpus_by_pod
+from tests.support.graph import SmallWorld, gpu_uuid
+
+ML_ONLY = Scope(pod_namespaces=frozenset({"ml"}))
+
+
+async def test_a_pods_gpus_are_those_running_its_processes_in_node_order() -> None:
+    world = SmallWorld()
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state)
+    gpus = await ctx.gpus("node-a")
+    by_pod = gpus_by_pod(gpus)
+    # train-1 runs on GPUs 0 and 1 (two processes on 1 count once); train-2 only on 0.
+    assert [g.uuid for g in by_pod[world.train1.uid]] == [
+        gpu_uuid("node-a", 0),
+        gpu_uuid("node-a", 1),
+    ]
+    assert [g.uuid for g in by_pod[world.train2.uid]] == [gpu_uuid("node-a", 0)]
+    # The host process (no pod) and the lost GPU belong to nobody.
+    assert set(by_pod) == {world.train1.uid, world.train2.uid}
+    assert await ctx.pod_gpus("node-a", world.idle.uid) == []
+
+
+async def test_the_index_of_the_shared_objects_is_built_once_per_snapshot() -> None:
+    world = SmallWorld()
+    first = GraphContext(world.cluster, world.agents, world.schema.state)
+    second = GraphContext(world.cluster, world.agents, world.schema.state)
+    a = await first.pod_gpus("node-a", world.train1.uid)
+    b = await second.pod_gpus("node-a", world.train1.uid)
+    assert [g.uuid for g in a] == [g.uuid for g in b]
+    shared = await second.gpus("node-a")
+    assert world.schema.state.views.gpus_by_pod("node-a", shared) is (
+        world.schema.state.views.gpus_by_pod("node-a", shared)
+    )
+    # Another list (a restricted caller's copies) is not the shared objects' index.
+    assert world.schema.state.views.gpus_by_pod("node-a", list(shared)) is None
+
+
+async def test_a_restricted_caller_gets_its_own_copies_of_a_pods_gpus() -> None:
+    world = SmallWorld()
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=ML_ONLY)
+    visible = await ctx.gpus("node-a")
+    used = await ctx.pod_gpus("node-a", world.train2.uid)
+    assert [g.uuid for g in used] == [gpu_uuid("node-a", 0)]
+    # The caller's copies, as ``gpus`` hands them out, not the shared objects.
+    assert used[0] is visible[0]
+    shared = world.schema.state.views.gpus("node-a", await ctx.snapshot("node-a"), world.cluster)
+    assert used[0] is not shared[0]
+
+
+async def test_pod_gpus_and_gpu_processes_answer_through_the_index() -> None:
+    world = SmallWorld()
+    data = await world.query(
+        '{ pods(namespace: "ml") { name gpus { uuid } gpuProcesses { pid } } }'
+    )
+    by_name = {p["name"]: p for p in data["pods"]}
+    assert [g["uuid"] for g in by_name["train-1"]["gpus"]] == [
+        gpu_uuid("node-a", 0),
+        gpu_uuid("node-a", 1),
+    ]
+    assert [p["pid"] for p in by_name["train-1"]["gpuProcesses"]] == [101, 103]
+    assert [p["pid"] for p in by_name["train-2"]["gpuProcesses"]] == [202]
+    assert by_name["idle"]["gpus"] == [] and by_name["pending"]["gpus"] == []
