@@ -452,7 +452,8 @@ class Demo:
         """With auth on, the admin's ``--token`` for the top line: the kubeconfig has no token."""
         if not (self.config.auth and self.api is not None):
             return ""
-        return f" --token {self.api.reviews.token_of('admin')}"
+        # "=": a token may begin with "-", which argparse would take for a flag.
+        return f" --token={self.api.reviews.token_of('admin')}"
 
     async def _stop_agents(self) -> None:
         self.agents = []

@@ -12,6 +12,7 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api
 
 from api.demo.cluster import StubApiServer, make_node, make_pod
+from api.demo.cluster.apiserver.reviews import new_token
 from tests.support.kube import stub_api
 from tests.support.polling import eventually
 
@@ -224,3 +225,10 @@ def test_controls_reject_impossible_changes() -> None:
         with pytest.raises(KeyError):
             server.delete_pod("a", "q")
         assert server.pod("a", "p")["metadata"]["resourceVersion"] == str(server.resource_version)  # type: ignore[index]
+
+
+def test_stub_tokens_never_begin_with_a_dash() -> None:
+    # A token_urlsafe string begins with "-" one time in 64, and `top --token -x`
+    # would then read as a flag; real service account tokens (JWTs) never do.
+    made = iter(["-first", "-second", "third"])
+    assert new_token(lambda: next(made)) == "third"

@@ -12,16 +12,23 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .status import status
 
-__all__ = ["DEMO_USERS", "Rule", "StubUser", "TokenReviews"]
+__all__ = ["DEMO_USERS", "Rule", "StubUser", "TokenReviews", "new_token"]
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+def new_token(make: Callable[[], str] = lambda: secrets.token_urlsafe(24)) -> str:
+    """A random bearer token that, like a real service account's, does not begin with "-"."""
+    while (token := make()).startswith("-"):
+        pass
+    return token
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +106,7 @@ class TokenReviews:
     def __init__(self, users: Iterable[StubUser] = DEMO_USERS) -> None:
         self._lock = threading.Lock()
         self.users: dict[str, StubUser] = {u.username: u for u in users}
-        self._tokens: dict[str, str] = {secrets.token_urlsafe(24): u for u in self.users}
+        self._tokens: dict[str, str] = {new_token(): u for u in self.users}
         self.counts: Counter[str] = Counter()
         # While set, both endpoints answer 503 (an API server that cannot decide).
         self.unavailable = False
@@ -120,7 +127,7 @@ class TokenReviews:
             for token, name in self._tokens.items():
                 if name == username:
                     return token
-            token = secrets.token_urlsafe(24)
+            token = new_token()
             self._tokens[token] = username
             return token
 
