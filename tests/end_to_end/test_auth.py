@@ -18,6 +18,7 @@ import pytest
 import websockets
 
 from api.demo.cluster.apiserver.reviews import Rule, StubUser
+from tests.support.polling import eventually_async
 from tests.support.server import GIB, Gpu, GraphQLSocket, GraphTestCluster, Proc, serving
 
 EVERYTHING = """
@@ -408,6 +409,11 @@ async def test_a_stalled_api_server_and_unseen_tokens_starve_no_cached_caller(
                 if len(refused) == 40 - capacity:
                     break
             assert {r.status_code for r in refused} == {503}
+            # Each review thread's request reaches the stalled stub when its thread runs.
+            await eventually_async(
+                lambda: reviews.counts["tokenreviews"] - asked >= REVIEW_WORKERS,
+                what="every review thread's request at the stalled API server",
+            )
             assert reviews.counts["tokenreviews"] - asked == REVIEW_WORKERS
             # A caller whose reviews are cached is answered, /metrics rendered and
             # gzipped, while every review thread waits on the API server.
