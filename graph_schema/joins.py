@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from .interfaces import Cluster
 from .records import PodRecord
 
-__all__ = ["Joined", "join_pod", "join_process"]
+__all__ = ["Joined", "NodeJoin", "join_pod", "join_process"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,32 @@ def join_pod(
 ) -> PodRecord | None:
     """The cached pod, bound to ``node_name``, that a process there belongs to (or None)."""
     return join_process(cluster, node_name, pod_uid, container_id).pod
+
+
+class NodeJoin:
+    """``join_pod`` for many processes of one node, from one listing of the pods bound to it.
+
+    A process whose cgroup path names its pod UID (every process in a pod)
+    joins by a dict lookup among that node's pods, with no lock taken on the
+    cache per process. UIDs are unique in a cluster, so the pod bound to the
+    node with that UID is exactly the one ``join_pod`` finds. The rare process
+    with a container ID and no pod UID takes ``join_pod`` itself.
+    """
+
+    __slots__ = ("_by_uid", "cluster", "node_name")
+
+    def __init__(self, cluster: Cluster, node_name: str) -> None:
+        self.cluster = cluster
+        self.node_name = node_name
+        self._by_uid = {pod.uid: pod for pod in cluster.pods(node_name=node_name)}
+
+    def pod(self, pod_uid: str | None, container_id: str | None) -> PodRecord | None:
+        """The cached pod, bound to this node, that a process there belongs to (or None)."""
+        if pod_uid:
+            return self._by_uid.get(pod_uid)
+        if not container_id:
+            return None
+        return join_pod(self.cluster, self.node_name, None, container_id)
 
 
 def _named_pod(cluster: Cluster, pod_uid: str | None, container_id: str | None) -> PodRecord | None:

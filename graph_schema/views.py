@@ -16,7 +16,7 @@ from .allocations import (
     allocation_table,
 )
 from .interfaces import Cluster
-from .joins import join_pod
+from .joins import NodeJoin
 from .scalars import JSON
 from .types import Gpu, GpuProcess, MigDevice, Pod
 
@@ -31,14 +31,13 @@ class PodJoiner:
     def __init__(
         self, cluster: Cluster, node_name: str, previous: dict[str, Pod] | None = None
     ) -> None:
-        self.cluster = cluster
-        self.node_name = node_name
+        self.join = NodeJoin(cluster, node_name)
         self.previous = previous or {}
         self.pods: dict[str, Pod] = {}
 
     def pod(self, pod_uid: str | None, container_id: str | None) -> Pod | None:
         """The Pod a process belongs to, or None when its pod is not cached on this node."""
-        record = join_pod(self.cluster, self.node_name, pod_uid, container_id)
+        record = self.join.pod(pod_uid, container_id)
         if record is None:
             return None
         uid = record.uid

@@ -245,7 +245,8 @@ def _gpu_from_proto(pb: agent_pb2.Gpu) -> GpuSample:
         mig_devices=[_mig_from_proto(d) for d in pb.mig_devices],
         processes=[_process_from_proto(p) for p in pb.processes],
         error=pb.error or None,
-        field_errors=dict(pb.field_errors),
+        # Most GPUs have none, and copying an empty protobuf map costs six times the test.
+        field_errors=dict(pb.field_errors) if pb.field_errors else {},
         minor_number=pb.minor_number if has("minor_number") else None,
     )
 
@@ -265,17 +266,15 @@ def _mig_from_proto(pb: agent_pb2.MigDevice) -> MigDevice:
 def _process_from_proto(pb: agent_pb2.Process) -> GpuProcess:
     has = pb.HasField
     container_id = pb.container_id
+    # Positional, in the fields' order: a server decodes 32,000 of these per 1,000 nodes,
+    # and keywords cost a sixth more here.
     return GpuProcess(
-        pid=pb.pid,
-        type=_TYPE_FROM_PROTO.get(pb.type, ProcessType.COMPUTE),
-        used_memory_bytes=pb.used_memory_bytes if has("used_memory_bytes") else None,
-        sm_utilization=pb.sm_utilization if has("sm_utilization") else None,
-        mig_device_uuid=pb.mig_device_uuid or None,
-        name=pb.name if has("name") else None,
-        cmdline=pb.cmdline if has("cmdline") else None,
-        container=(
-            ContainerRef(container_id=container_id, runtime=pb.runtime, pod_uid=pb.pod_uid or None)
-            if container_id
-            else None
-        ),
+        pb.pid,
+        _TYPE_FROM_PROTO.get(pb.type, ProcessType.COMPUTE),
+        pb.used_memory_bytes if has("used_memory_bytes") else None,
+        pb.sm_utilization if has("sm_utilization") else None,
+        pb.mig_device_uuid or None,
+        pb.name if has("name") else None,
+        pb.cmdline if has("cmdline") else None,
+        ContainerRef(container_id, pb.runtime, pb.pod_uid or None) if container_id else None,
     )

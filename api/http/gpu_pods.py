@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from graph_schema.allocations import AllocationRules, allocation_table, judge_process
 from graph_schema.interfaces import AgentUnavailableError, SnapshotSource
-from graph_schema.joins import join_pod
+from graph_schema.joins import NodeJoin
 from graph_schema.visibility import VisibleCluster
 from node_resolver.models import NodeSnapshot
 
@@ -56,6 +56,9 @@ def gpu_pods_response(
     )
     gpu_pods: dict[str, dict[str, list[dict[str, object]]]] = {}
     gpu_infos: dict[str, dict[str, object]] = {}
+    # Joined on the whole cache, as the graph joins: a process in another
+    # tenant's pod must not pass for one of the caller's.
+    join = NodeJoin(view.raw, node_name)
     for gpu in snapshot.sample.gpus:
         info: dict[str, object] = {
             "uuid": gpu.uuid,
@@ -65,13 +68,7 @@ def gpu_pods_response(
         entries: list[dict[str, object]] = []
         for process in gpu.processes:
             ref = process.container
-            # Joined on the whole cache, as the graph joins: a process in another
-            # tenant's pod must not pass for one of the caller's.
-            pod = (
-                None
-                if ref is None
-                else join_pod(view.raw, node_name, ref.pod_uid, ref.container_id)
-            )
+            pod = None if ref is None else join.pod(ref.pod_uid, ref.container_id)
             if pod is None or not view.sees_namespace(pod.namespace):
                 continue
             used = process.used_memory_bytes
