@@ -44,7 +44,10 @@ class PodRecord:
 
     def container_with_id(self, container_id: str) -> ContainerRecord | None:
         """The container whose runtime ID (prefix stripped) is ``container_id``, if any."""
-        return next((c for c in self.containers if c.container_id == container_id), None)
+        for container in self.containers:
+            if container.container_id == container_id:
+                return container
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,23 @@
-"""Generated Python for the selections that only read attributes.
+"""Generated Python for the selections that read attributes and call synchronous resolvers.
 
-Below the resolvers that fetch (a node's GPUs) most of an answer is plain
-attributes of objects built once per snapshot: a GPU's metrics, its
-processes, their pods. For such a selection set (every field a plain
-attribute or ``__typename``, every nested selection the same) one Python
-function is generated that builds the response dict in a single expression,
-the way graphql-jit generates JavaScript. It reads and serializes each value
-as the interpreter in ``run`` would; any exception inside it (a null in a
-non-null field, a value its scalar refuses) makes the plan give up, and
-strawberry answers, which reports it its own way.
+Below the resolvers that fetch (a node's GPUs) most of an answer is
+attributes of objects built once per snapshot (a GPU's metrics, its
+processes, their pods) and small synchronous resolvers over them (a
+process's allocation verdict and container, a pod's GPU request). For such a
+selection set (every field a plain attribute, ``__typename`` or a
+synchronous resolver without arguments, every nested selection the same) one
+Python function is generated that builds the response dict in a single
+expression, the way graphql-jit generates JavaScript. It reads, calls and
+serializes each value as the interpreter in ``run`` would; any exception
+inside it (a resolver's error, a null in a non-null field, a value its scalar
+refuses) makes the plan give up, and strawberry answers, which reports it its
+own way.
+
+A generated function takes the object and the run's ``PlanInfo``, which a
+resolver that reads ``info.context`` gets (one reading ``info.path`` fails,
+and strawberry answers). A selection whose resolvers read only their object
+is remembered per object (``remembered``); one with a resolver reading the
+context (the caller's view, the result budget) is rendered for each run.
 """
 
 from __future__ import annotations
@@ -18,9 +27,19 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .plan import Completer, LeafCompleter, ListCompleter, ObjectCompleter, ObjectPlan
+from .plan import (
+    Completer,
+    FieldPlan,
+    LeafCompleter,
+    ListCompleter,
+    ObjectCompleter,
+    ObjectPlan,
+)
 
-__all__ = ["attach_pure_functions", "pure_function"]
+__all__ = ["Generated", "attach_generated_functions", "generated_function"]
+
+# A generated selection: (the object, the run's PlanInfo) -> its response dict.
+Generated = Callable[[Any, Any], dict[str, Any]]
 
 # When a value passes unchanged, by scalar: ``v`` is the value's first use (it may
 # bind it), ``w`` the later ones. The fallback is the scalar's own serializer.
@@ -33,24 +52,43 @@ _INLINE = {
 }
 
 
-def is_pure(plan: ObjectPlan) -> bool:
-    """Whether every field of ``plan`` (and below) is a plain attribute or ``__typename``."""
+def _callable(field: FieldPlan) -> bool:
+    """A resolver the generated code may call: synchronous, without arguments."""
+    return field.resolver is not None and not field.is_async and field.convert is None
+
+
+def is_generable(plan: ObjectPlan) -> bool:
+    """Whether every field of ``plan`` (and below) is an attribute, ``__typename`` or a
+    synchronous resolver without arguments."""
     for field in plan.fields:
         if field.typename is not None:
             continue
-        if field.attribute is None:
+        if field.attribute is None and not _callable(field):
             return False
-        if not _pure_completer(field.complete):
+        if not _generable_completer(field.complete):
             return False
     return True
 
 
-def _pure_completer(complete: Completer) -> bool:
+def _generable_completer(complete: Completer) -> bool:
     if isinstance(complete, LeafCompleter):
         return True
     if isinstance(complete, ObjectCompleter):
-        return is_pure(complete.plan)
-    return _pure_completer(complete.item)
+        return is_generable(complete.plan)
+    return _generable_completer(complete.item)
+
+
+def reads_info(plan: ObjectPlan) -> bool:
+    """Whether a resolver in ``plan`` (or below) takes ``info``: its answer is per run."""
+    for field in plan.fields:
+        if field.info_name is not None:
+            return True
+        complete = field.complete
+        while isinstance(complete, ListCompleter):
+            complete = complete.item
+        if isinstance(complete, ObjectCompleter) and reads_info(complete.plan):
+            return True
+    return False
 
 
 class _Writer:
@@ -77,14 +115,22 @@ class _Writer:
             if field.typename is not None:
                 items.append(f"{field.key!r}: {field.typename!r}")
                 continue
-            assert field.attribute is not None
-            value = f"source.{field.attribute}"
-            if not field.attribute.isidentifier():
-                value = f"getattr(source, {field.attribute!r})"
-            items.append(f"{field.key!r}: {self.value(field.complete, value)}")
+            items.append(f"{field.key!r}: {self.value(field.complete, self.read(field))}")
         body = ", ".join(items)
-        self.functions.append(f"def {function}(source):\n    return {{{body}}}\n")
+        self.functions.append(f"def {function}(source, info):\n    return {{{body}}}\n")
         return function
+
+    def read(self, field: FieldPlan) -> str:
+        """The expression reading ``field`` of ``source``: its attribute, or its resolver's call."""
+        attribute = field.attribute
+        if attribute is not None:
+            if not attribute.isidentifier():
+                return f"getattr(source, {attribute!r})"
+            return f"source.{attribute}"
+        arguments = ["source"] if field.takes_self else []
+        if field.info_name is not None:
+            arguments.append(f"{field.info_name}=info")
+        return f"{self.name(field.resolver, 'resolve')}({', '.join(arguments)})"
 
     def value(self, complete: Completer, expression: str) -> str:
         """An expression completing ``expression`` (evaluated once) as ``complete`` says."""
@@ -104,7 +150,7 @@ class _Writer:
         if isinstance(complete, LeafCompleter):
             inner = f"{self.name(complete.serialize, 'serialize')}({{}})"
         elif isinstance(complete, ObjectCompleter):
-            inner = f"{self.object_function(complete.plan)}({{}})"
+            inner = f"{self.object_function(complete.plan)}({{}}, info)"
         else:
             assert isinstance(complete, ListCompleter)
             item = self.fresh()
@@ -116,18 +162,18 @@ class _Writer:
         return f"(None if ({variable} := {expression}) is None else {inner.format(variable)})"
 
 
-def pure_function(plan: ObjectPlan) -> Callable[[Any], dict[str, Any]]:
+def generated_function(plan: ObjectPlan) -> Generated:
     """One generated function building ``plan``'s response dict from an object."""
     writer = _Writer()
     entry = writer.object_function(plan)
     namespace: dict[str, Any] = dict(writer.names)
     # The source is built above from the schema's names and repr()'d response keys.
     exec("\n".join(writer.functions), namespace)
-    function: Callable[[Any], dict[str, Any]] = namespace[entry]
+    function: Generated = namespace[entry]
     return function
 
 
-def remembered(function: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+def remembered(function: Generated) -> Generated:
     """``function``, answering again from memory for an object it has rendered.
 
     The objects under the fetching resolvers are built once per snapshot and
@@ -146,12 +192,12 @@ def remembered(function: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dic
 
         return gone
 
-    def render(source: Any) -> dict[str, Any]:
+    def render(source: Any, info: Any) -> dict[str, Any]:
         key = id(source)
         kept = memory.get(key)
         if kept is not None and kept[0]() is source:
             return kept[1]
-        value = function(source)
+        value = function(source, info)
         with contextlib.suppress(TypeError):  # no weak references to this type
             memory[key] = (weakref.ref(source, forget(key)), value)
         return value
@@ -159,19 +205,21 @@ def remembered(function: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dic
     return render
 
 
-def attach_pure_functions(plan: ObjectPlan, *, outermost: bool = True) -> None:
-    """Give each outermost pure selection under ``plan`` (or ``plan`` itself) its function.
+def attach_generated_functions(plan: ObjectPlan, *, outermost: bool = True) -> None:
+    """Give each outermost generable selection under ``plan`` (or ``plan`` itself) its function.
 
     Selections below a list (a node's GPUs, a GPU's processes) are remembered
-    per object; the root's is not (it has no object).
+    per object unless a resolver in them reads the run's context; the root's
+    is not (it has no object).
     """
-    if is_pure(plan):
-        function = pure_function(plan)
-        plan.pure = function if outermost else remembered(function)
+    if is_generable(plan):
+        function = generated_function(plan)
+        keep = not outermost and not reads_info(plan)
+        plan.generated = remembered(function) if keep else function
         return
     for field in plan.fields:
         complete = field.complete
         while isinstance(complete, ListCompleter):
             complete = complete.item
         if isinstance(complete, ObjectCompleter):
-            attach_pure_functions(complete.plan, outermost=False)
+            attach_generated_functions(complete.plan, outermost=False)

@@ -35,7 +35,7 @@ from strawberry.types import ExecutionResult
 from ..admission import admit
 from ..context import GraphContext
 from ..errors import GraphUserError, ResultBudgetError, in_response_order, is_internal
-from .codegen import attach_pure_functions
+from .codegen import attach_generated_functions
 from .plan import (
     Fallback,
     ObjectPlan,
@@ -133,7 +133,7 @@ class CompiledDocuments:
                     operation_name,
                     dict(zip(entry.directive_variables, values, strict=True)),
                 )
-                attach_pure_functions(plan)
+                attach_generated_functions(plan)
             except Unsupported as exc:
                 logger.debug("strawberry runs this document: %s", exc)
                 plan = str(exc)

@@ -27,6 +27,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from graphql import (
@@ -156,8 +157,9 @@ class ObjectPlan:
     type_name: str
     fields: list[FieldPlan] = field(default_factory=list)
     may_await: bool = False
-    # Generated for a selection of plain attributes only (see codegen).
-    pure: Callable[[Any], dict[str, Any]] | None = None
+    # Generated for a selection of attributes and synchronous resolvers (see codegen):
+    # (the object, the run's PlanInfo) -> the response dict.
+    generated: Callable[[Any, Any], dict[str, Any]] | None = None
 
 
 # ------------------------------------------------------------------ serializers
@@ -197,12 +199,21 @@ def _id(value: Any) -> Any:
 
 def _enum_serializer(enum: GraphQLEnumType) -> Callable[[Any], Any]:
     serialize = enum.serialize
+    # A Python enum member's name, once serialized: members live as long as their
+    # class, so one is known by its identity (strawberry's serialize costs 6 us a value).
+    members: dict[int, tuple[Any, Any]] = {}
 
     def by_name(value: Any) -> Any:
+        known = members.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
         try:
-            return serialize(value)
+            name = serialize(value)
         except GraphQLError as exc:
             raise Fallback(f"{enum.name}: {exc.message}") from None
+        if isinstance(value, Enum):
+            members[id(value)] = (value, name)
+        return name
 
     return by_name
 

@@ -95,7 +95,9 @@ class PlanInfo:
     def path(self) -> Path:
         """The field's path, as graphql-core would give it."""
         path = _as_path(self._link)
-        assert path is not None
+        if path is None:
+            # A generated selection's resolvers get no path (see codegen).
+            raise Fallback("a resolver in a generated selection reads info.path")
         return path
 
     def __getattr__(self, name: str) -> Any:
@@ -109,6 +111,8 @@ class PlanRun:
         self.context = context
         self.variables = variables
         self.errors: list[GraphQLError] = []
+        # What generated selections hand their resolvers: the context, and no path.
+        self._info = PlanInfo(context, None)
         # Per field: graphql-core's coerced arguments, and their conversion when reusable.
         self._arguments: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}
 
@@ -122,10 +126,10 @@ class PlanRun:
     # ---------------------------------------------------------------- objects
 
     def _object(self, plan: ObjectPlan, source: Any, link: PathLink) -> Any:
-        pure = plan.pure
-        if pure is not None:
+        generated = plan.generated
+        if generated is not None:
             try:
-                return pure(source)
+                return generated(source, self._info)
             except Exception as exc:
                 raise Fallback(f"in a generated selection: {exc!r}") from exc
         result: dict[str, Any] = {}
@@ -258,12 +262,13 @@ class PlanRun:
             if any(v is None for v in values):
                 raise Fallback("null in a non-null list item")
             return [serialize(v) for v in values]
-        if isinstance(item, ObjectCompleter) and item.plan.pure is not None:
-            pure = item.plan.pure
+        if isinstance(item, ObjectCompleter) and item.plan.generated is not None:
+            generated = item.plan.generated
+            info = self._info
             try:
                 if item.nullable:
-                    return [None if v is None else pure(v) for v in values]
-                return [pure(v) for v in values]
+                    return [None if v is None else generated(v, info) for v in values]
+                return [generated(v, info) for v in values]
             except Exception as exc:
                 raise Fallback(f"in a generated selection: {exc!r}") from exc
         if isinstance(item, ObjectCompleter) and not item.plan.may_await:

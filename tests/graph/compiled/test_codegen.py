@@ -1,0 +1,110 @@
+"""Generated selections: resolvers called in line, remembered per object only when they read
+nothing but their object, and strawberry's answer when a resolver wants the path."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import strawberry
+from graphql import parse
+from graphql.execution.values import get_variable_values
+
+from graph_schema.compiled.codegen import attach_generated_functions
+from graph_schema.compiled.plan import Fallback, ObjectCompleter, ObjectPlan, compile_operation
+from graph_schema.compiled.run import PlanRun
+
+calls: Counter[str] = Counter()
+
+
+@strawberry.type
+class Item:
+    n: int
+
+    @strawberry.field
+    def double(self) -> int:
+        calls["double"] += 1
+        return self.n * 2
+
+    @strawberry.field
+    def caller(self, info: strawberry.Info) -> str:
+        calls["caller"] += 1
+        return f"{info.context['caller']}:{self.n}"
+
+    @strawberry.field
+    def where(self, info: strawberry.Info) -> str:
+        return str(info.path.as_list())
+
+
+ITEMS = [Item(n=1), Item(n=2)]
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    async def items(self) -> list[Item]:
+        return ITEMS
+
+
+SCHEMA = strawberry.Schema(query=Query)
+
+
+def planned(document: str) -> ObjectPlan:
+    plan = compile_operation(SCHEMA._schema, parse(document), None, {})
+    attach_generated_functions(plan)
+    return plan
+
+
+def item_plan(root: ObjectPlan) -> ObjectPlan:
+    complete = root.fields[0].complete
+    while not isinstance(complete, ObjectCompleter):
+        complete = complete.item  # type: ignore[union-attr]
+    return complete.plan
+
+
+async def run(plan: ObjectPlan, caller: str = "alice") -> Any:
+    variables = get_variable_values(SCHEMA._schema, (), {})
+    assert not isinstance(variables, list)
+    return await PlanRun({"caller": caller}, variables).execute(plan)
+
+
+@pytest.fixture(autouse=True)
+def no_calls() -> None:
+    calls.clear()
+
+
+async def test_a_resolver_over_its_object_alone_is_generated_and_remembered_per_object() -> None:
+    plan = planned("{ items { n double } }")
+    assert item_plan(plan).generated is not None
+    for _ in range(3):
+        assert await run(plan) == {"items": [{"n": 1, "double": 2}, {"n": 2, "double": 4}]}
+    # Once per object: the objects live on, and their dicts are kept with them.
+    assert calls["double"] == 2
+
+
+async def test_a_resolver_reading_the_context_is_generated_but_answered_per_run() -> None:
+    plan = planned("{ items { n caller } }")
+    assert item_plan(plan).generated is not None
+    assert await run(plan, "alice") == {
+        "items": [{"n": 1, "caller": "alice:1"}, {"n": 2, "caller": "alice:2"}]
+    }
+    # Another caller's run is never answered from the first one's dicts.
+    assert await run(plan, "bob") == {
+        "items": [{"n": 1, "caller": "bob:1"}, {"n": 2, "caller": "bob:2"}]
+    }
+    assert calls["caller"] == 4
+
+
+async def test_a_resolver_reading_the_path_makes_the_plan_give_up_to_strawberry() -> None:
+    plan = planned("{ items { n where } }")
+    assert item_plan(plan).generated is not None
+    with pytest.raises(Fallback):
+        await run(plan)
+    answer = await SCHEMA.execute("{ items { n where } }")
+    assert answer.data == {
+        "items": [
+            {"n": 1, "where": "['items', 0, 'where']"},
+            {"n": 2, "where": "['items', 1, 'where']"},
+        ]
+    }
