@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from graph_schema.interfaces import Cluster
 from graph_schema.records import NodeRecord, PodRecord
 from node_resolver.auth import TokenFile
+from node_resolver.models import NodeSnapshot
 from node_resolver.version import version
 
 from .agents.discovery import Discovery, NodeIpDiscovery, PodIpDiscovery
@@ -142,6 +143,13 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
         cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
     )
     stop_pruning = cache.subscribe(departed.on_change)
+    views = app.state.graph_state.views
+
+    def build_views(node_name: str, snapshot: NodeSnapshot) -> None:
+        # Kept warm, a snapshot's graph objects are built as it lands, not by the next query.
+        views.gpus(node_name, snapshot, cache)
+
+    pool.on_refreshed(build_views)
     # Agents learn their pods' names from the watch, so their history names pods.
     pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop())
     stop_naming = cache.subscribe(pod_names.on_change)

@@ -42,13 +42,28 @@ from ..metrics import Metrics
 from ..shared_calls import Keep, SharedCalls
 from .discovery import AddressUnknownError, Discovery
 
-__all__ = ["CHANNEL_OPTIONS", "REFRESH_AT", "AgentClientLike", "AgentPool", "ClientFactory"]
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "REFRESH_AT",
+    "REFRESH_CONCURRENCY",
+    "AgentClientLike",
+    "AgentPool",
+    "ClientFactory",
+    "RefreshListener",
+]
 
 log = logging.getLogger(__name__)
 
 # With keep-warm on, a snapshot is fetched again when it is this share of the TTL
 # old: early enough that the new one lands before the old expires.
 REFRESH_AT = 0.6
+# Background refreshes in flight at once. Refreshes that land together run their
+# decoding back to back on the event loop; in small batches a query's own steps
+# take their turn between them instead of after a thousand of them.
+REFRESH_CONCURRENCY = 32
+
+# Told of each snapshot a background refresh brought: (node name, snapshot).
+RefreshListener = Callable[[str, NodeSnapshot], None]
 
 
 class AgentClientLike(Protocol):
@@ -153,8 +168,15 @@ class AgentPool:
         self.keep_warm = keep_warm
         self._last_read: dict[str, float] = {}
         self._refresh_timers: dict[str, asyncio.TimerHandle] = {}
+        self._refresh_slots = asyncio.Semaphore(REFRESH_CONCURRENCY)
+        self._refresh_listeners: list[RefreshListener] = []
         if metrics is not None:
             metrics.agents_backing_off.set_function(lambda: float(self._backoff.backing_off()))
+
+    def on_refreshed(self, listener: RefreshListener) -> None:
+        """Call ``listener`` with each snapshot a background refresh brings, before any
+        query reads it (the server builds its graph objects there, off the query path)."""
+        self._refresh_listeners.append(listener)
 
     def agent_address(self, node_name: str) -> str | None:
         """Where the node's agent is expected (host:port), or None if unknown."""
@@ -260,10 +282,21 @@ class AgentPool:
         self._count("refresh")
         self._calls.refresh(
             node_name,
-            lambda: self._call(node_name),
+            lambda: self._refreshed(node_name),
             self._keep,
             name=f"agent-refresh-{node_name}",
         )
+
+    async def _refreshed(self, node_name: str) -> _Stamped:
+        async with self._refresh_slots:
+            stamped = await self._call(node_name)
+        for listener in self._refresh_listeners:
+            try:
+                listener(node_name, stamped.snapshot)
+            except Exception:
+                # The snapshot is good; whatever the listener prepares is built on first read.
+                log.exception("a refresh listener failed on node %s", node_name)
+        return stamped
 
     async def call(
         self, node_name: str, method: Callable[[AgentClientLike], Awaitable[T]], *, what: str

@@ -12,6 +12,7 @@ from grpc import aio
 
 from api.demo.cluster.manifests import make_node
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
+from node_resolver.models import NodeSnapshot
 from tests.support.polling import eventually_async
 from tests.support.server import (
     Gpu,
@@ -130,6 +131,34 @@ async def test_a_slow_agent_costs_only_its_own_node(cluster: GraphTestCluster) -
     assert "'node-slow'" in error["message"]
     assert "no answer within the 3 s deadline" in error["message"]
     assert error["path"] == ["nodes", 3, "gpus"]
+
+
+async def test_snapshots_kept_warm_get_their_graph_objects_before_a_query_reads_them(
+    cluster: GraphTestCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import graph_schema.views
+
+    built: list[tuple[str, NodeSnapshot]] = []
+    real_build = graph_schema.views.build_gpus
+
+    def recording_build(node_name: str, snapshot: NodeSnapshot, *args: Any) -> Any:
+        built.append((node_name, snapshot))
+        return real_build(node_name, snapshot, *args)
+
+    monkeypatch.setattr(graph_schema.views, "build_gpus", recording_build)
+    settings = cluster.settings(snapshot_ttl=2.0, snapshot_keep_warm=60.0)
+    async with serving(settings) as server:
+        # Read once: from now on the server fetches node-0 again before it expires.
+        await server.query('{ node(name: "node-0") { gpus { uuid } } }')
+        read = len(built)
+        await eventually_async(lambda: len(built) > read, what="a refresh building node-0")
+        # The snapshot a reader gets now is one whose objects were built as it landed.
+        received = await server.services.pool.fetch("node-0")
+        assert any(s is received.snapshot for _, s in built[read:])
+        result = await server.query('{ node(name: "node-0") { gpus { uuid } } }')
+        assert result == {
+            "data": {"node": {"gpus": [{"uuid": "GPU-node-0-0"}, {"uuid": "GPU-node-0-1"}]}}
+        }
 
 
 def test_an_open_server_says_so_at_start(caplog: pytest.LogCaptureFixture) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from api.agents.discovery import NodeIpDiscovery, PodIpDiscovery
-from api.agents.pool import CHANNEL_OPTIONS, AgentPool
+from api.agents.pool import CHANNEL_OPTIONS, REFRESH_CONCURRENCY, AgentPool
 from api.backoff import Backoff
 from api.demo.cluster.manifests import make_pod, pod_uid_for
 from api.kube.cache import ClusterCache
@@ -594,6 +594,94 @@ async def test_keep_warm_stops_for_nodes_nobody_reads(agents: list[AgentNode]) -
         pool._schedule_refresh(agent.name)
         assert agent.name not in pool._refresh_timers
     finally:
+        await pool.close()
+
+
+async def test_a_refresh_tells_its_listeners_before_any_reader_sees_the_snapshot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = graph.MemoryCluster()
+    cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
+    client = FakeClient(graph.snapshot("node-a", [graph.gpu_sample("node-a", 0)]))
+    pool = AgentPool(
+        NodeIpDiscovery(cluster, 50051),
+        ttl=0.2,
+        keep_warm=60.0,
+        client_factory=lambda target, token: client,
+    )
+    told: list[tuple[str, NodeSnapshot]] = []
+
+    def broken(node_name: str, snapshot: NodeSnapshot) -> None:
+        raise RuntimeError("listener bug")
+
+    pool.on_refreshed(broken)
+    pool.on_refreshed(lambda node_name, snapshot: told.append((node_name, snapshot)))
+    try:
+        first = await pool.fetch("node-a")
+        # A reader's own fetch is no refresh: nobody is told of it.
+        assert told == []
+        client.snapshot = graph.snapshot("node-a", [graph.gpu_sample("node-a", 1)])
+        await eventually_async(lambda: len(told) >= 1)
+        later = await pool.fetch("node-a")
+        assert later.snapshot is not first.snapshot
+        # What the listener got is the very object readers get (graph objects key on it),
+        # and a broken listener stopped neither the refresh nor the next listener.
+        assert ("node-a", later.snapshot) in told
+        assert "a refresh listener failed on node node-a" in caplog.text
+    finally:
+        await pool.close()
+
+
+async def test_background_refreshes_run_a_bounded_number_at_a_time() -> None:
+    nodes = [f"node-{i}" for i in range(REFRESH_CONCURRENCY + 8)]
+    cluster = graph.MemoryCluster()
+    for i, name in enumerate(nodes):
+        cluster.add_node(graph.node_record(name, ip=f"10.0.{i // 250}.{i % 250 + 1}"))
+    release = asyncio.Event()
+    running = 0
+    most = 0
+
+    class HeldClient(FakeClient):
+        async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
+            nonlocal running, most
+            if self.calls == 0:
+                self.calls += 1
+                return self.snapshot
+            running += 1
+            most = max(most, running)
+            try:
+                await release.wait()
+                return self.snapshot
+            finally:
+                running -= 1
+
+    clients = {
+        f"{node.internal_ip}:50051": HeldClient(graph.snapshot(node.name, []))
+        for node in cluster.nodes()
+    }
+    metrics = Metrics()
+    pool = AgentPool(
+        NodeIpDiscovery(cluster, 50051),
+        ttl=0.05,
+        keep_warm=60.0,
+        metrics=metrics,
+        client_factory=lambda target, token: clients[target],
+    )
+    try:
+        await asyncio.gather(*(pool.fetch(name) for name in nodes))
+
+        def refreshes() -> float:
+            counter = metrics.snapshot_requests.labels(source="refresh")
+            return float(counter._value.get())
+
+        # Every node's refresh has started, and only the first few reach their agent.
+        await eventually_async(lambda: refreshes() >= len(nodes))
+        await eventually_async(lambda: running == REFRESH_CONCURRENCY)
+        assert most == REFRESH_CONCURRENCY
+        release.set()
+        await eventually_async(lambda: running == 0)
+    finally:
+        release.set()
         await pool.close()
 
 
