@@ -69,6 +69,7 @@ from graph_schema.compiled.documents import CompiledDocuments  # noqa: E402
 from graph_schema.context import GraphContext  # noqa: E402
 from graph_schema.interfaces import SnapshotSource  # noqa: E402
 from graph_schema.schema import build_schema  # noqa: E402
+from node_resolver.models import NodeSnapshot  # noqa: E402
 from tests.support.demo_process import free_port  # noqa: E402
 
 Run = Callable[[], Awaitable[Any]]
@@ -101,6 +102,14 @@ def paths(
     """A query (the full-cluster one) through strawberry and through the plan, over ``source``."""
     schema = build_schema()
     compiled = CompiledDocuments(schema)
+    if isinstance(source, AgentPool):
+        # As ``gpugraph serve`` wires it: a refreshed snapshot's objects built as it lands.
+        views = schema.state.views
+
+        def build_views(node_name: str, snapshot: NodeSnapshot) -> None:
+            views.gpus(node_name, snapshot, cache)
+
+        source.on_refreshed(build_views)
 
     async def strawberry_run() -> Any:
         return await schema.execute(
@@ -176,6 +185,8 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
         await warm.close()
         await fanout.close()
 
+        out["served"] = await served(cluster, repeat)
+
         worker = random.Random(7).choice([p for p in cluster.cache.pods() if p.node_name])
         variables = {"ns": worker.namespace, "name": worker.name}
         schema = build_schema()
@@ -207,6 +218,59 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
         await fanout.close()
         await warm.close()
         cluster.stop()
+    return out
+
+
+# The real server's snapshot settings measured over HTTP in part 1: (label, flags).
+SERVED = (
+    ("TTL 0: every query fans out", ("--snapshot-ttl", "0")),
+    ("TTL 1 s (the default)", ("--snapshot-ttl", "1")),
+    ("TTL 5 s, kept warm", ("--snapshot-ttl", "5", "--snapshot-keep-warm", "60")),
+)
+# Between two queries over HTTP: a dashboard polls, it does not hammer.
+POLL_GAP = 0.25
+
+
+async def served(cluster: Any, repeat: int) -> dict[str, list[float]]:
+    """The full-cluster query through a real ``gpugraph serve`` over HTTP, per SERVED row."""
+    tmp = tempfile.mkdtemp(prefix="gpugraph-scale-")
+    kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
+    out: dict[str, list[float]] = {}
+    for label, flags in SERVED:
+        server, base = serve_process(
+            kubeconfig,
+            cluster.port,
+            "--no-graphiql",
+            "--agent-timeout",
+            str(AGENT_TIMEOUT),
+            "--request-timeout",
+            "60",
+            *flags,
+        )
+        try:
+            async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+                ready = asyncio.ensure_future(wait_ready(base))
+                while not ready.done():
+                    if server.poll() is not None:
+                        ready.cancel()
+                        raise SystemExit(f"{label}: the server exited")
+                    await asyncio.sleep(0.05)
+                # Connects every channel; with keep-warm on, every node is read from now on.
+                await http.post("/graphql", json={"query": FULL_QUERY})
+                await asyncio.sleep(max(POLL_GAP, 1.0))
+                times = []
+                for _ in range(repeat):
+                    start = time.perf_counter()
+                    r = await http.post("/graphql", json={"query": FULL_QUERY})
+                    times.append(time.perf_counter() - start)
+                    r.raise_for_status()
+                    if b',"errors":[' in r.content:
+                        raise SystemExit(f"{label}: the answer has errors")
+                    await asyncio.sleep(POLL_GAP)
+                out[label] = times
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.wait()
     return out
 
 
@@ -548,6 +612,11 @@ def report_compare(c: dict[str, Any]) -> None:
         # The floor is the full-cluster answer's: other documents' rows have none.
         floor = f"{k / c['floor']:.1f}x" if key in ("mem", "fan", "warm") else "-"
         print(f"| {label} | {ms(s)} ms | {ms(k)} ms | {s / k:.1f}x | {floor} |")
+    print(f"\nThe real server over HTTP (compiled path), a query every {POLL_GAP} s:\n")
+    print("| snapshots | p50 | p90 |")
+    print("|---|---|---|")
+    for label, times in c["served"].items():
+        print(f"| {label} | {ms(pct(times, 50))} ms | {ms(pct(times, 90))} ms |")
 
 
 def report_fleet(f: dict[str, Any]) -> None:
