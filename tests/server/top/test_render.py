@@ -7,10 +7,11 @@ import re
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from api.top import model
 from api.top.model import DownNode, GpuRow, PodRef, ProcessRow, Snapshot
-from api.top.render import BLOCK, clean, view
+from api.top.render import BLOCK, Cell, clean, view
 from api.top.render import draw as draw_view
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J"
@@ -120,12 +121,21 @@ def tricky() -> Snapshot:
     )
 
 
+def as_text(cell: Cell) -> Text:
+    """The cell as the rich ``Text`` it was before ``Styled``."""
+    if isinstance(cell, str):
+        return Text(cell)
+    text = Text()
+    for run, style in cell.runs:
+        text.append(run, style=style)
+    return text
+
+
 def reference(name: str, snapshot: Snapshot, *, wide: bool = False) -> list[str]:
     """The view through rich's own ``Table`` (fixed widths, no padding), blanks stripped."""
     from rich.table import Table
-    from rich.text import Text
 
-    from api.top.render import Styled, gpu_table_rows, node_table_rows, pod_table_rows, widths
+    from api.top.render import gpu_table_rows, node_table_rows, pod_table_rows, widths
 
     build = {"pods": pod_table_rows, "nodes": node_table_rows}.get(name, gpu_table_rows)
     columns, rows = build(model.apply(snapshot, model.Filters()), "name", wide=wide)
@@ -135,7 +145,7 @@ def reference(name: str, snapshot: Snapshot, *, wide: bool = False) -> list[str]
         table.add_column(header, no_wrap=True, width=size)
     for row in rows:
         # Text, not str: a str cell is rich markup, and "[trainer]" would be a tag.
-        table.add_row(*[Text.assemble(*c.runs) if isinstance(c, Styled) else Text(c) for c in row])
+        table.add_row(*[as_text(c) for c in row])
     console = Console(file=io.StringIO(), width=1000, color_system=None)
     console.print(table)
     return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
