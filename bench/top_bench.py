@@ -221,11 +221,17 @@ def split(url: str, repeat: int, baseline: Path | None = None) -> Iterator[str]:
     with httpx.Client(timeout=120) as client:
         for turn in range(repeat):
             order = list(sides) if turn % 2 == 0 else list(reversed(sides))
+            # The queries back to back, each first every other turn: the server keeps its
+            # agents' snapshots for a second, so the one that follows may find them fresh
+            # (and none waits for the other's drawing to let them go stale).
+            raws = {}
             for side in order:
                 start = time.perf_counter()
-                raw = post(client, url + "/graphql", sides[side], variables)
+                raws[side] = post(client, url + "/graphql", sides[side], variables)
                 times[side]["fetch"].append(time.perf_counter() - start)
-                size[side] = len(raw)
+                size[side] = len(raws[side])
+            for side in order:
+                raw = raws[side]
                 if side == "this":
                     parse, rows, drawing, texts[side] = this_top(raw)
                 else:

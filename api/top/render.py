@@ -74,13 +74,15 @@ class Styled:
     __slots__ = ("plain", "runs", "width")
 
     def __init__(self, *runs: tuple[str, str | None]) -> None:
-        self.runs = tuple(
-            run if run[0].isprintable() else (strip_control_codes(run[0]), run[1]) for run in runs
-        )
-        self.plain = plain = "".join([text for text, _ in self.runs])
+        plain = "".join([text for text, _ in runs])
+        if not plain.isprintable():
+            runs = tuple((strip_control_codes(text), style) for text, style in runs)
+            plain = "".join([text for text, _ in runs])
+        self.runs = runs
+        self.plain = plain
         # Run by run: a flag like " ✗ NOT ALLOCATED" is measured once (rich caches it),
         # not as part of each process's text.
-        self.width = len(plain) if plain.isascii() else sum(_width(text) for text, _ in self.runs)
+        self.width = len(plain) if plain.isascii() else sum([_width(text) for text, _ in runs])
 
     def __bool__(self) -> bool:
         return bool(self.plain)
@@ -341,17 +343,24 @@ def _sm(value: int | None) -> str:
 
 def _who(p: ProcessRow) -> Cell:
     """A process's PODS cell: its PID, pod and container, and what is wrong with it."""
-    if p.pod is None:
+    pod = p.pod
+    if pod is None:
         return Styled((f"PID {p.pid} {p.name or ''} {NO_POD}".rstrip(), "yellow"))
-    who = f"PID {p.pid} {p.pod.namespace}/{p.pod.name} [{p.container or '-'}]"
-    flags: list[tuple[str, str | None]] = []
-    if p.unrequested:
-        flags.append((f" {UNREQUESTED}", "bold red"))
-    if p.allocation == "NOT_ALLOCATED":
-        flags.append((f" {NOT_ALLOCATED}", "bold magenta"))
-    elif p.allocation == "UNKNOWN":
-        flags.append((f" {ALLOCATION_UNKNOWN}", "dim"))
-    return Styled((who, None), *flags) if flags else _stripped(who)
+    who = f"PID {p.pid} {pod.namespace}/{pod.name} [{p.container or '-'}]"
+    allocation = _ALLOCATION_FLAGS.get(p.allocation)
+    if not p.unrequested and allocation is None:
+        return who if who.isprintable() else strip_control_codes(who)
+    flags: list[tuple[str, str | None]] = [(f" {UNREQUESTED}", "bold red")] if p.unrequested else []
+    if allocation is not None:
+        flags.append(allocation)
+    return Styled((who, None), *flags)
+
+
+# The allocation verdicts a process's cell flags, and how.
+_ALLOCATION_FLAGS: dict[str | None, tuple[str, str | None]] = {
+    "NOT_ALLOCATED": (f" {NOT_ALLOCATED}", "bold magenta"),
+    "UNKNOWN": (f" {ALLOCATION_UNKNOWN}", "dim"),
+}
 
 
 def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
