@@ -113,11 +113,11 @@ def clean(cell: Cell) -> Cell:
     return Styled(*((printable(text), style) for text, style in cell.runs))
 
 
-def _clean_rows(rows: Iterable[Sequence[Cell]]) -> list[list[Cell]]:
-    # ``clean`` inlined for the common case (a printable str): 280,000 cells at 1,000 nodes.
-    return [
-        [c if c.__class__ is str and c.isprintable() else clean(c) for c in row] for row in rows
-    ]
+def _cleaned(column: Sequence[Cell]) -> Sequence[Cell]:
+    """The column's cells made ``printable``: as it is when all are."""
+    if "".join(_plains(column)).isprintable():
+        return column
+    return [clean(cell) for cell in column]
 
 
 def _width(text: str) -> int:
@@ -135,9 +135,14 @@ def _cell_width(cell: Cell) -> int:
 
 def _column_width(cells: Sequence[Cell]) -> int:
     """The widest of ``cells``: each distinct text measured once (most columns repeat a few)."""
-    texts = {cell for cell in cells if cell.__class__ is str}
-    styled = [cell.width for cell in cells if isinstance(cell, Styled)]
-    return max(max(styled, default=0), max(map(_width, texts), default=0))
+    plains = _plains(cells)
+    if "".join(plains).isascii():
+        return max(map(len, plains), default=0)
+    # Styled cells by their own width, measured run by run; the rest by their text.
+    styled = [cell for cell in cells if isinstance(cell, Styled)]
+    texts = set(plains)
+    texts.difference_update([cell.plain for cell in styled])
+    return max(max([cell.width for cell in styled], default=0), max(map(_width, texts), default=0))
 
 
 class Grid:
@@ -266,10 +271,20 @@ def _cut(line: str, width: int) -> str:
     return "".join(segment.text for segment in kept) + "…"
 
 
-def widths(columns: Sequence[str], rows: Sequence[Sequence[Cell]]) -> list[int]:
-    """Each column's width: its widest cell (or header), and the gap but for the last."""
+def widths(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Cell]],
+    cells: Sequence[Sequence[Cell]] | None = None,
+) -> list[int]:
+    """Each column's width: its widest cell (or header), and the gap but for the last.
+
+    The cells come as ``rows``, or column by column as ``cells``.
+    """
     result = []
-    cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
+    if cells is None:
+        cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
+    elif not cells:
+        cells = [() for _ in columns]
     for index, header in enumerate(columns):
         widest = max(_width(header), _column_width(cells[index]))
         result.append(widest if index == len(columns) - 1 else widest + GAP)
@@ -421,9 +436,10 @@ def view(
         hidden = len(rows) - max(height, 1)
         rows = rows[: max(height, 1)]
         more.append(Text(f"... {hidden} more rows: narrow with --node or -n", style="dim"))
-    rows = _clean_rows(rows)
-    sizes = widths(columns, rows)
-    lines: list[Sequence[Cell]] = [columns, *rows]
+    # Column by column: most columns are printable as a whole, checked at once.
+    cells = [_cleaned(column) for column in zip(*rows, strict=True)]
+    sizes = widths(columns, [], cells)
+    lines: list[Sequence[Cell]] = [columns, *zip(*cells, strict=True)]
     blocks: list[RenderableType] = [
         Grid(sizes, lines[start : start + BLOCK], header=start == 0)
         for start in range(0, len(lines), BLOCK)
