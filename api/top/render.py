@@ -27,11 +27,10 @@ UNKNOWN = "<unknown>"
 @functools.lru_cache(maxsize=1 << 16)
 def size(value: int | None) -> str:
     """Bytes in binary units, e.g. ``30.0Gi``."""
-    # Cached: a call per process of a large table, and most values repeat.
+    # A call per process of a large table (cached: most values repeat). Dividing by a
+    # power of two is exact, so these are the figures of dividing by 1024 unit by unit.
     if value is None:
         return "-"
-    # Dividing by a power of two is exact, so these are the figures of dividing by 1024
-    # unit by unit; a call per process of a large table, so no loop.
     amount = float(value)
     if amount < _KI:
         return f"{amount:.0f}"
