@@ -6,12 +6,14 @@ import io
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
 from api.top import model
 from api.top.model import DownNode, GpuRow, PodRef, ProcessRow, Snapshot
-from api.top.render import BLOCK, Cell, clean, view
+from api.top.render import BLOCK, Cell, clean, size, view
 from api.top.render import draw as draw_view
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J"
@@ -141,8 +143,8 @@ def reference(name: str, snapshot: Snapshot, *, wide: bool = False) -> list[str]
     columns, rows = build(model.apply(snapshot, model.Filters()), "name", wide=wide)
     rows = [[clean(cell) for cell in row] for row in rows]
     table = Table(box=None, pad_edge=False, show_edge=False, padding=0, show_header=True)
-    for header, size in zip(columns, widths(columns, rows), strict=True):
-        table.add_column(header, no_wrap=True, width=size)
+    for header, column_width in zip(columns, widths(columns, rows), strict=True):
+        table.add_column(header, no_wrap=True, width=column_width)
     for row in rows:
         # Text, not str: a str cell is rich markup, and "[trainer]" would be a tag.
         table.add_row(*[as_text(c) for c in row])
@@ -189,3 +191,25 @@ def test_on_a_colour_terminal_the_same_text_is_styled(name: str) -> None:
         assert "\x1b" not in lines[2]
         assert "\x1b[31mGPU error: XID 79\x1b[0m" in coloured
     assert lines[-1] == "\x1b[31mnode-c: agent down: refused\x1b[0m"
+
+
+def loop_size(value: int) -> str:
+    """Bytes in binary units as ``size`` wrote them before it lost its loop."""
+    amount = float(value)
+    for unit in ("", "Ki", "Mi", "Gi", "Ti"):
+        if amount < 1024 or unit == "Ti":
+            return f"{amount:.0f}" if not unit else f"{amount:.1f}{unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+@given(st.integers(min_value=0, max_value=1 << 62))
+def test_sizes_are_the_unit_by_unit_figures(value: int) -> None:
+    assert size(value) == loop_size(value)
+
+
+@pytest.mark.parametrize("power", [10, 20, 30, 40])
+def test_sizes_at_each_units_edge(power: int) -> None:
+    for value in ((1 << power) - 1, 1 << power, (1 << power) + 1, 1023 << power):
+        assert size(value) == loop_size(value)
+    assert size(None) == "-"
