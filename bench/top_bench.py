@@ -13,8 +13,9 @@ Measured side by side in one run:
 3. the same against a real ``gpugraph serve`` over N simulated nodes
    (``bench/fleet.py``: 8 GPUs x 4 processes each, one real agent per node in
    ``bench/agent_host.py``), and the split of one in-process run: the GraphQL
-   round trip, building the rows, and drawing them: as ``gpugraph top`` does
-   (``render.Grid``) and, side by side, through rich's ``Table``.
+   round trip, parsing the answer, building the rows, and drawing them as
+   ``gpugraph top`` does; with ``--baseline DIR`` the baseline's query, parser,
+   rows and drawing too, alternating run by run in the same process.
 
 Target (issue 14): ``gpugraph top`` <= 1 s at the demo's size, start-up well
 under a second. Run ``python bench/top_bench.py`` (full size: N = 1,000) or
@@ -24,7 +25,10 @@ under a second. Run ``python bench/top_bench.py`` (full size: N = 1,000) or
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import io
+import json
 import os
 import platform
 import re
@@ -38,9 +42,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+import httpx
+import orjson
 from rich.console import Console
-from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,10 +58,9 @@ from map_bench import serve  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.top import model  # noqa: E402
-from api.top.connection import Endpoint  # noqa: E402
+from api.top.command import PIPE_WIDTH, no_cycle_collection  # noqa: E402
 from api.top.queries import SNAPSHOT  # noqa: E402
-from api.top.render import Cell, gpu_table_rows, view, widths  # noqa: E402
-from api.top.transport import HttpTransport  # noqa: E402
+from api.top.render import draw, view  # noqa: E402
 from tests.support.demo_process import free_port  # noqa: E402
 
 
@@ -141,49 +147,129 @@ def commands(
             yield f"| {label}: {name}, baseline / this (medians) | {ratio:.1f}x | | |"
 
 
-def table_renderer(columns: list[str], rows: list[list[Cell]]) -> Table:
-    """The GPU view as rich's ``Table`` draws it (fixed widths, no padding): the renderer
-    ``render.Grid`` replaced, kept here to measure the two side by side."""
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=0, header_style="bold")
-    sizes = widths(columns, rows)
-    for header, width in zip(columns, sizes, strict=True):
-        table.add_column(header, no_wrap=True, width=width)
-    for cells in rows:
-        table.add_row(*cells)
-    return table
+def load_baseline(root: Path) -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The ``api.top`` model, render and queries of another checkout, imported in this
+    process under another package name (``api.top`` imports only within itself)."""
+    spec = importlib.util.spec_from_file_location(
+        "baseline_api", root / "api" / "__init__.py", submodule_search_locations=[str(root / "api")]
+    )
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["baseline_api"] = package
+    spec.loader.exec_module(package)
+    return (
+        importlib.import_module("baseline_api.top.model"),
+        importlib.import_module("baseline_api.top.render"),
+        importlib.import_module("baseline_api.top.queries"),
+    )
 
 
-def split(url: str, repeat: int) -> Iterator[str]:
-    """Where one in-process ``gpugraph top`` spends its time, at this size."""
-    transport = HttpTransport(Endpoint(url + "/graphql"))
-    variables = {"node": None, "namespace": None, "selector": None, "withPods": False}
-    fetch, build, render, table = [], [], [], []
-    for _ in range(repeat):
+def quiet_console() -> Console:
+    """A console as ``gpugraph top`` opens one for a pipe, writing to memory."""
+    return Console(file=io.StringIO(), width=PIPE_WIDTH, highlight=False, markup=False,
+                   emoji=False, soft_wrap=False, color_system=None)  # fmt: skip
+
+
+def post(client: httpx.Client, url: str, query: str, variables: dict[str, Any]) -> bytes:
+    """The raw answer of one query (what the transport parses)."""
+    response = client.post(url, json={"query": query, "variables": variables})
+    response.raise_for_status()
+    return response.content
+
+
+def this_top(raw: bytes) -> tuple[float, float, float, str]:
+    """Parse, rows, drawing (seconds) and the text, as this checkout's command does them."""
+    with no_cycle_collection():
         start = time.perf_counter()
-        body = transport.execute(SNAPSHOT, variables)
-        fetched = time.perf_counter()
+        body = orjson.loads(raw)
+        parsed = time.perf_counter()
         snapshot = model.apply(model.snapshot_from_query(body), model.Filters())
         built = time.perf_counter()
-        console = Console(file=io.StringIO(), width=1000, color_system=None)
-        for part in view("gpus", snapshot, "name"):
-            console.print(part)
-        rendered = time.perf_counter()
-        console = Console(file=io.StringIO(), width=1000, color_system=None)
-        console.print(table_renderer(*gpu_table_rows(snapshot, "name")))
-        fetch.append(fetched - start)
-        build.append(built - fetched)
-        render.append(rendered - built)
-        table.append(time.perf_counter() - rendered)
-    gpus = len(snapshot.gpus)
-    processes = sum(len(g.processes) for g in snapshot.gpus)
-    yield f"\n{gpus:,} GPUs, {processes:,} processes:\n"
+        console = quiet_console()
+        draw(console, view("gpus", snapshot, "name"))
+        done = time.perf_counter()
+    return parsed - start, built - parsed, done - built, console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def baseline_top(raw: bytes, modules: tuple[ModuleType, ...]) -> tuple[float, float, float, str]:
+    """The same as the baseline's command did them (httpx's ``response.json()``: json)."""
+    old_model, old_render = modules[0], modules[1]
+    start = time.perf_counter()
+    body = json.loads(raw)
+    parsed = time.perf_counter()
+    snapshot = old_model.apply(old_model.snapshot_from_query(body), old_model.Filters())
+    built = time.perf_counter()
+    console = quiet_console()
+    for part in old_render.view("gpus", snapshot, "name"):
+        console.print(part)
+    done = time.perf_counter()
+    return parsed - start, built - parsed, done - built, console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def split(url: str, repeat: int, baseline: Path | None = None) -> Iterator[str]:
+    """Where one in-process ``gpugraph top`` spends its time, at this size; with a
+    baseline, its figures beside this checkout's, alternating run by run."""
+    modules = load_baseline(baseline) if baseline is not None else None
+    variables: dict[str, Any] = {"node": None, "namespace": None, "selector": None,
+                                 "withPods": False}  # fmt: skip
+    sides = {"this": SNAPSHOT} | ({"baseline": modules[2].SNAPSHOT} if modules else {})
+    times: dict[str, dict[str, list[float]]] = {
+        side: {"fetch": [], "parse": [], "rows": [], "draw": []} for side in sides
+    }
+    size: dict[str, int] = {}
+    texts: dict[str, str] = {}
+    with httpx.Client(timeout=120) as client:
+        for turn in range(repeat):
+            order = list(sides) if turn % 2 == 0 else list(reversed(sides))
+            # The queries back to back, each first every other turn: the server keeps its
+            # agents' snapshots for a second, so the one that follows may find them fresh
+            # (and none waits for the other's drawing to let them go stale).
+            raws = {}
+            for side in order:
+                start = time.perf_counter()
+                raws[side] = post(client, url + "/graphql", sides[side], variables)
+                times[side]["fetch"].append(time.perf_counter() - start)
+                size[side] = len(raws[side])
+            for side in order:
+                raw = raws[side]
+                if side == "this":
+                    parse, rows, drawing, texts[side] = this_top(raw)
+                else:
+                    assert modules is not None
+                    parse, rows, drawing, texts[side] = baseline_top(raw, modules)
+                times[side]["parse"].append(parse)
+                times[side]["rows"].append(rows)
+                times[side]["draw"].append(drawing)
+    lines = texts["this"].count("\n")
+    yield f"\n{lines:,} table lines (GPUs and their processes):\n"
     yield HEADER
-    yield row("GraphQL round trip (POST, server, JSON)", fetch)
-    yield row("rows from the answer", build)
-    yield row("the table as `gpugraph top` draws it (render.Grid)", render)
-    yield row("the same rows through rich's `Table`, for comparison", table)
-    ratio = statistics.median(table) / statistics.median(render)
-    yield f"\nrich `Table` / `Grid`, medians: {ratio:.1f}x"
+    labels = {
+        "fetch": "GraphQL round trip (POST, server, bytes)",
+        "parse": "parsing the answer",
+        "rows": "rows from the answer",
+        "draw": "the table drawn (`render.view`, printed)",
+    }
+    for key, label in labels.items():
+        for side in sides:
+            suffix = "" if side == "this" else ", baseline"
+            yield row(f"{label}{suffix}", times[side][key])
+    for side in sides:
+        after = [
+            sum(t) for t in zip(*(times[side][k] for k in ("parse", "rows", "draw")), strict=True)
+        ]
+        suffix = "" if side == "this" else ", baseline"
+        yield row(f"parse + rows + drawing{suffix}", after)
+    yield ""
+    for side in sides:
+        yield f"answer of {side}'s query: {size[side]:,} bytes"
+    if modules is not None:
+        for key in ("parse", "rows", "draw"):
+            ratio = statistics.median(times["baseline"][key]) / statistics.median(
+                times["this"][key]
+            )
+            yield f"baseline / this, {key}, medians: {ratio:.1f}x"
+        # The same table, but for the bytes of the smaller query (the same text).
+        yield f"same text as the baseline's: {texts['this'] == texts['baseline']}"
 
 
 @contextmanager
@@ -252,7 +338,8 @@ def main() -> None:
         "--baseline",
         type=Path,
         metavar="DIR",
-        help="benchmark 3 also runs the command of this checkout (e.g. git archive of a tag)",
+        help="benchmark 3 also runs the command of this checkout (e.g. git archive of a tag), "
+        "and its query, rows and drawing in the split",
     )
     args = parser.parse_args()
     if args.small:
@@ -271,7 +358,7 @@ def main() -> None:
         with fleet(args.nodes, args.pods, tmp) as url:
             emit([f"\n3. {args.nodes:,} nodes x 8 GPUs, {args.pods:,} pods\n", HEADER])
             emit(commands(["--server", url], args.repeat, "--server", args.baseline))
-            emit(split(url, args.repeat))
+            emit(split(url, args.repeat, args.baseline))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,10 @@ _DOWN_MESSAGES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+# PodRef, ProcessRow and GpuRow are built once per process of the answer (64,000 objects
+# at 1,000 nodes) and never changed: not frozen, because a frozen dataclass's __init__
+# (object.__setattr__ per field) took several times as long as a plain one's.
+@dataclass(slots=True)
 class PodRef:
     """A pod as the GPU views need it."""
 
@@ -39,7 +43,7 @@ class PodRef:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProcessRow:
     """One process on one GPU."""
 
@@ -54,7 +58,7 @@ class ProcessRow:
     allocation: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GpuRow:
     """One GPU and its processes."""
 
@@ -160,46 +164,55 @@ class Snapshot:
     pods: list[PodRef] | None = None
 
 
-def _pod(data: Mapping[str, Any] | None) -> PodRef | None:
+def _pod(data: Mapping[str, Any] | None, node: str | None = None) -> PodRef | None:
+    """The pod of ``data``; on ``node`` where it does not say (a process's pod runs on its GPU's
+    node, which the query does not ask again for each process)."""
     if data is None:
         return None
     return PodRef(
         uid=str(data["uid"]),
         namespace=data["namespace"],
         name=data["name"],
-        node=data.get("nodeName"),
+        node=data.get("nodeName", node),
         gpu_request=data.get("gpuRequest"),
     )
 
 
 def gpu_rows(gpus: Iterable[Mapping[str, Any]]) -> list[GpuRow]:
     """GpuRows from ``TopGpu`` fragments."""
+    # A loop with positional arguments: 32,000 processes at 1,000 nodes.
     rows = []
     for gpu in gpus:
-        processes = tuple(
-            ProcessRow(
-                pid=p["pid"],
-                name=p.get("name"),
-                pod=_pod(p.get("pod")),
-                container=(p.get("container") or {}).get("name"),
-                memory_bytes=p.get("usedMemoryBytes"),
-                sm_percent=p.get("smUtilization"),
-                allocation=p.get("allocation"),
+        node = gpu["node"]["name"]
+        processes = []
+        for p in gpu.get("processes") or ():
+            get = p.get
+            container = get("container")
+            processes.append(
+                ProcessRow(
+                    p["pid"],
+                    get("name"),
+                    _pod(get("pod"), node),
+                    container.get("name") if container else None,
+                    get("usedMemoryBytes"),
+                    get("smUtilization"),
+                    False,
+                    get("allocation"),
+                )
             )
-            for p in gpu.get("processes") or ()
-        )
+        get = gpu.get
         rows.append(
             GpuRow(
-                node=gpu["node"]["name"],
-                index=gpu["index"],
-                uuid=gpu["uuid"],
-                model=gpu.get("name"),
-                utilization=gpu.get("utilizationGpu"),
-                memory_used=gpu.get("memoryUsedBytes"),
-                memory_total=gpu.get("memoryTotalBytes"),
-                temperature=gpu.get("temperatureC"),
-                error=gpu.get("error"),
-                processes=processes,
+                node,
+                gpu["index"],
+                gpu["uuid"],
+                get("name"),
+                get("utilizationGpu"),
+                get("memoryUsedBytes"),
+                get("memoryTotalBytes"),
+                get("temperatureC"),
+                get("error"),
+                tuple(processes),
             )
         )
     return rows
@@ -283,13 +296,31 @@ def _from_tick(body: Mapping[str, Any]) -> Snapshot:
     return Snapshot(gpus=gpu_rows(data.get("gpuUpdates") or ()), down=down)
 
 
-def _gpus_per_pod(gpus: Iterable[GpuRow]) -> dict[str, set[str]]:
+def _gpus_per_pod(gpus: Iterable[GpuRow]) -> dict[str, int]:
+    """How many GPUs each pod (by uid) has processes on."""
     used: dict[str, set[str]] = {}
     for gpu in gpus:
         for process in gpu.processes:
             if process.pod is not None:
                 used.setdefault(process.pod.uid, set()).add(gpu.uuid)
-    return used
+    return {uid: len(uuids) for uid, uuids in used.items()}
+
+
+def _flagged(processes: tuple[ProcessRow, ...], used: Mapping[str, int]) -> tuple[ProcessRow, ...]:
+    """``processes`` each flagged unrequested or not; the same objects where nothing changes.
+
+    Most processes are as the answer built them: rebuilding all 32,000 of a
+    1,000-node cluster only to copy them cost a fifth of the rows' time.
+    """
+    flags = [
+        p.pod is not None and used.get(p.pod.uid, 0) > (p.pod.gpu_request or 0) for p in processes
+    ]
+    if all(flag == p.unrequested for flag, p in zip(flags, processes, strict=True)):
+        return processes
+    return tuple(
+        p if flag == p.unrequested else dataclasses.replace(p, unrequested=flag)
+        for flag, p in zip(flags, processes, strict=True)
+    )
 
 
 def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
@@ -298,8 +329,6 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
     selected = None if snapshot.pods is None else {p.uid for p in snapshot.pods}
 
     def wanted(process: ProcessRow) -> bool:
-        if not filters.by_pod:
-            return True
         pod = process.pod
         if pod is None:
             return False
@@ -311,36 +340,14 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
     for gpu in snapshot.gpus:
         if filters.node is not None and gpu.node != filters.node:
             continue
-        processes = tuple(
-            ProcessRow(
-                pid=p.pid,
-                name=p.name,
-                pod=p.pod,
-                container=p.container,
-                memory_bytes=p.memory_bytes,
-                sm_percent=p.sm_percent,
-                unrequested=p.pod is not None
-                and len(used.get(p.pod.uid, ())) > (p.pod.gpu_request or 0),
-                allocation=p.allocation,
-            )
-            for p in gpu.processes
-            if wanted(p)
-        )
-        if filters.by_pod and not processes:
-            continue
+        kept = gpu.processes
+        if filters.by_pod:
+            kept = tuple(p for p in kept if wanted(p))
+            if not kept:
+                continue
+        processes = _flagged(kept, used)
         gpus.append(
-            GpuRow(
-                node=gpu.node,
-                index=gpu.index,
-                uuid=gpu.uuid,
-                model=gpu.model,
-                utilization=gpu.utilization,
-                memory_used=gpu.memory_used,
-                memory_total=gpu.memory_total,
-                temperature=gpu.temperature,
-                error=gpu.error,
-                processes=processes,
-            )
+            gpu if processes is gpu.processes else dataclasses.replace(gpu, processes=processes)
         )
     down = [d for d in snapshot.down if filters.node is None or d.node == filters.node]
     if filters.by_pod and snapshot.pods is not None:

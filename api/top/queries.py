@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 # Every view is built from these fields, in one query or in each subscription tick.
+# A process's pod runs on the GPU's node: asking its nodeName again for each of
+# 32,000 processes (1,000 nodes) made the answer 8% larger for nothing.
 GPU_FIELDS = """
 fragment TopGpu on Gpu {
   uuid index name utilizationGpu memoryUsedBytes memoryTotalBytes temperatureC error
   node { name }
   processes {
     pid name usedMemoryBytes smUtilization allocation
-    pod { uid namespace name nodeName gpuRequest }
+    pod { uid namespace name gpuRequest }
     container { name }
   }
 }

@@ -287,3 +287,20 @@ def test_the_shortest_interval_is_the_servers() -> None:
 
     assert MIN_INTERVAL == MIN_INTERVAL_SECONDS
     assert interval(str(MIN_INTERVAL)) == MIN_INTERVAL
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cycle_collector_is_as_it_was_after_a_snapshot(enabled: bool) -> None:
+    import gc
+
+    from api.top.command import no_cycle_collection
+
+    before = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with pytest.raises(RuntimeError), no_cycle_collection():
+            assert not gc.isenabled()
+            raise RuntimeError("an error while drawing")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if before else gc.disable)()

@@ -5,11 +5,16 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
+from rich.text import Text
 
 from api.top import model
 from api.top.model import DownNode, GpuRow, PodRef, ProcessRow, Snapshot
-from api.top.render import BLOCK, view
+from api.top.render import BLOCK, Cell, clean, size, view
+from api.top.render import draw as draw_view
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J"
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -35,8 +40,7 @@ def draw(snapshot: Snapshot, name: str = "gpus", *, width: int = 1000, color: bo
         emoji=False,
         soft_wrap=False,
     )
-    for part in view(name, model.apply(snapshot, model.Filters()), "name"):
-        console.print(part)
+    draw_view(console, view(name, model.apply(snapshot, model.Filters()), "name"))
     out: str = console.file.getvalue()  # type: ignore[attr-defined]
     return out
 
@@ -88,3 +92,124 @@ def test_a_large_table_comes_in_blocks_under_one_header() -> None:
     # Every block lines up with the first: the widths are the whole table's.
     pods = {line.index("ml/train") for line in lines[1:] if not line.lstrip().startswith("└")}
     assert len(pods) == 1
+
+
+def tricky() -> Snapshot:
+    """Wide characters, a name with control codes, a flagged and an unknown allocation,
+    a GPU error, a pod with no GPU use (its FLAG cell empty) and a down node."""
+    flagged = ProcessRow(8, "python3", PodRef("uid-x", "ml", "x", "node-a", 0), "c", 1 << 29, None,
+                         allocation="NOT_ALLOCATED")  # fmt: skip
+    unknown = ProcessRow(9, "python3", PodRef("uid-y", "ml", "y", "node-a", 1), "c", None, 5,
+                         allocation="UNKNOWN")  # fmt: skip
+    return Snapshot(
+        [
+            gpu("node-a", 0, process(7), flagged, unknown),
+            GpuRow(
+                "node-名前",
+                1,
+                "GPU-w",
+                "\uff28\uff12\uff10\uff10",  # fullwidth: two cells a character
+                None,
+                None,
+                None,
+                None,
+                None,
+                (process(11, name="bad\x07\r name", pod=None),),
+            ),
+            gpu("node-b", 0, error="XID 79"),
+        ],
+        [DownNode("node-c", "refused")],
+        pods=[PodRef("uid-idle", "ml", "idle", "node-a", 1)],
+    )
+
+
+def as_text(cell: Cell) -> Text:
+    """The cell as the rich ``Text`` it was before ``Styled``."""
+    if isinstance(cell, str):
+        return Text(cell)
+    text = Text()
+    for run, style in cell.runs:
+        text.append(run, style=style)
+    return text
+
+
+def reference(name: str, snapshot: Snapshot, *, wide: bool = False) -> list[str]:
+    """The view through rich's own ``Table`` (fixed widths, no padding), blanks stripped."""
+    from rich.table import Table
+
+    from api.top.render import gpu_table_rows, node_table_rows, pod_table_rows, widths
+
+    build = {"pods": pod_table_rows, "nodes": node_table_rows}.get(name, gpu_table_rows)
+    columns, rows = build(model.apply(snapshot, model.Filters()), "name", wide=wide)
+    rows = [[clean(cell) for cell in row] for row in rows]
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=0, show_header=True)
+    for header, column_width in zip(columns, widths(columns, rows), strict=True):
+        table.add_column(header, no_wrap=True, width=column_width)
+    for row in rows:
+        # Text, not str: a str cell is rich markup, and "[trainer]" would be a tag.
+        table.add_row(*[as_text(c) for c in row])
+    console = Console(file=io.StringIO(), width=1000, color_system=None)
+    console.print(table)
+    return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["gpus", "pods", "nodes"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_lines_are_rich_tables_without_trailing_blanks(name: str, wide: bool) -> None:
+    console = Console(file=io.StringIO(), width=1000, color_system=None)
+    draw_view(console, view(name, model.apply(tricky(), model.Filters()), "name", wide=wide))
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert lines[: len(lines) - 1] == reference(name, tricky(), wide=wide)
+    assert lines[-1] == "node-c: agent down: refused"
+    assert all(line == line.rstrip() for line in lines)
+
+
+@pytest.mark.parametrize("width", [1000, 30])
+def test_without_colour_the_lines_are_what_rich_prints(width: int) -> None:
+    # draw() writes the lines straight where styles draw nothing; rich printing the
+    # same renderables writes the same bytes.
+    parts = view("gpus", model.apply(tricky(), model.Filters()), "name")
+    straight = Console(file=io.StringIO(), width=width, color_system=None)
+    draw_view(straight, parts)
+    printed = Console(file=io.StringIO(), width=width, color_system=None)
+    for part in parts:
+        printed.print(part)
+    assert straight.file.getvalue() == printed.file.getvalue()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["gpus", "pods", "nodes"])
+def test_on_a_colour_terminal_the_same_text_is_styled(name: str) -> None:
+    plain, coloured = draw(tricky(), name), draw(tricky(), name, color=True)
+    assert SGR.sub("", coloured) == plain
+    lines = coloured.splitlines()
+    assert lines[0].startswith("\x1b[1mNODE" if name != "pods" else "\x1b[1mNAMESPACE")
+    if name == "gpus":
+        assert "\x1b[1mnode-a\x1b[0m" in lines[1]
+        assert lines[3].endswith("\x1b[1;31m UNREQUESTED\x1b[0m\x1b[1;35m ✗ NOT ALLOCATED\x1b[0m")
+        assert lines[4].endswith("PID 9 ml/y [c]\x1b[2m ?\x1b[0m")
+        # A row of plain cells is one run of text, no escapes.
+        assert "\x1b" not in lines[2]
+        assert "\x1b[31mGPU error: XID 79\x1b[0m" in coloured
+    assert lines[-1] == "\x1b[31mnode-c: agent down: refused\x1b[0m"
+
+
+def loop_size(value: int) -> str:
+    """Bytes in binary units as ``size`` wrote them before it lost its loop."""
+    amount = float(value)
+    for unit in ("", "Ki", "Mi", "Gi", "Ti"):
+        if amount < 1024 or unit == "Ti":
+            return f"{amount:.0f}" if not unit else f"{amount:.1f}{unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+@given(st.integers(min_value=0, max_value=1 << 62))
+def test_sizes_are_the_unit_by_unit_figures(value: int) -> None:
+    assert size(value) == loop_size(value)
+
+
+@pytest.mark.parametrize("power", [10, 20, 30, 40])
+def test_sizes_at_each_units_edge(power: int) -> None:
+    for value in ((1 << power) - 1, 1 << power, (1 << power) + 1, 1023 << power):
+        assert size(value) == loop_size(value)
+    assert size(None) == "-"

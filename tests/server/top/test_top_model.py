@@ -92,3 +92,42 @@ def test_a_tick_names_the_down_node_with_the_bare_reason() -> None:
         DownNode("node-b", "deadline exceeded"),
         DownNode("node-c", "GPU sampling failed: NVML_ERROR_UNKNOWN"),
     ]
+
+
+def test_a_process_pod_is_on_its_gpus_node_which_the_query_does_not_ask_again() -> None:
+    from api.top.queries import GPU_FIELDS
+
+    # The fragment asks each process's pod for no nodeName: the GPU's node says it.
+    assert "nodeName" not in GPU_FIELDS
+    pod = {"uid": "uid-idle", "namespace": "ml", "name": "idle", "gpuRequest": 0}
+    process = {"pid": 7, "name": "python", "usedMemoryBytes": 1 << 20, "pod": pod}
+    gpu = {"uuid": "GPU-a-0", "index": 0, "node": {"name": "node-a"}, "processes": [process]}
+    body = {"data": {"gpus": [gpu], "nodes": [], "pods": []}}
+    applied = model.apply(model.snapshot_from_query(body), model.Filters())
+    # A pod using a GPU it did not request is in top pods, on the node of that GPU.
+    assert [(r.name, r.node, r.unrequested) for r in model.pod_rows(applied, "name")] == [
+        ("idle", "node-a", True)
+    ]
+
+
+def test_apply_flags_unrequested_use_and_keeps_the_rows_it_does_not_change() -> None:
+    # node-b's GPU holds a second GPU of the training pod, which requested one; the
+    # notebook requested none; the pod on node-d requested two and uses one.
+    second = gpu("node-b", 0, ProcessRow(8, "python", TRAIN, "trainer", 1 << 29, 40))
+    modest = PodRef("uid-modest", "ml", "modest", "node-d", 2)
+    fits = gpu("node-d", 0, ProcessRow(10, "python", modest, "main", 1 << 29, 40))
+    original = Snapshot(gpus=[*snapshot().gpus, second, fits], down=[], pods=None)
+    applied = model.apply(original, model.Filters())
+    flagged = {(g.node, p.pid): p.unrequested for g in applied.gpus for p in g.processes}
+    assert flagged == {
+        ("node-a", 7): True,
+        ("node-b", 8): True,
+        ("node-c", 9): True,
+        ("node-d", 10): False,
+    }
+    # The rows the filters and flags leave as they were are the same objects, not copies.
+    assert applied.gpus[3] is fits
+    assert all(p.unrequested is False for g in original.gpus for p in g.processes)
+    # Applying again (a watch's tick on the first query's pods) changes nothing.
+    again = model.apply(applied, model.Filters())
+    assert [g.processes for g in again.gpus] == [g.processes for g in applied.gpus]
