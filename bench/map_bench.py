@@ -14,6 +14,12 @@ driving ``/map`` through Playwright. Measured in one run:
 3. a pod highlight and a filter over every tile; the DOM's size and JS heap.
 
 Run ``python bench/map_bench.py`` (1,000 nodes) or ``--small`` (CI, 10 nodes).
+
+``--baseline DIR`` measures the first render side by side, alternating, with
+another build of the page against the same server: DIR holds that build's
+``map.js`` and ``map.css`` (``node web/map/build.mjs DIR`` in its checkout)
+and, where its documents differ, a ``queries.json`` of the ``queries`` its
+server hands the page (``map_config()["queries"]`` there).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -36,12 +43,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
+import orjson  # noqa: E402
 from cluster_bench import serve_process, start_cluster  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.http.cluster_map import MAP_PATH, assets_present  # noqa: E402
 from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
-from api.http.offline_assets import BUILD_COMMAND  # noqa: E402
+from api.http.offline_assets import BUILD_COMMAND, script_json  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 TIMEOUT_MS = 300_000
@@ -74,6 +82,44 @@ TIMED = """([selector, action]) => {
 }"""
 
 
+# Before any script of the page: when the frame with every tile was painted
+# (a task after the frame in which the page says it rendered), and when the
+# side panel's pods list was in the document. Any build of the page.
+PAINT_PROBE = """(() => {
+    window.__probe = {};
+    // The document has no <html> element yet when this runs.
+    new MutationObserver((_, observer) => {
+        if (!document.documentElement?.dataset.rendered) return;
+        observer.disconnect();
+        setTimeout(() => { window.__probe.painted = performance.now(); }, 0);
+    }).observe(document, { attributes: true, attributeFilter: ["data-rendered"], subtree: true });
+    const pods = () => {
+        if (document.querySelector("#pods li")) window.__probe.pods = performance.now();
+        else requestAnimationFrame(pods);
+    };
+    requestAnimationFrame(pods);
+})()"""
+
+FIRST_RENDER = """() => new Promise((resolve) => {
+    const done = () => {
+        const probe = window.__probe;
+        if (probe.painted === undefined || probe.pods === undefined) return setTimeout(done, 20);
+        const answer = performance.getEntriesByType("resource")
+            .filter((e) => e.name.endsWith("/graphql"))[0];
+        resolve({ first_render: window.gpugraphMap.stats.firstRenderMs,
+                  build: window.gpugraphMap.stats.renderMs,
+                  query: answer.responseEnd - answer.startTime,
+                  answer_bytes: answer.decodedBodySize,
+                  painted: probe.painted, pods: probe.pods });
+    };
+    done();
+})"""
+
+CONFIG = re.compile(
+    r'(<script type="application/json" id="gpugraph-map-config">)(.*?)(</script>)', re.S
+)
+
+
 def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
     """``gpugraph serve`` in its own process, once it is ready."""
     server, base = serve_process(kubeconfig, agent_port)
@@ -87,6 +133,92 @@ def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], st
         time.sleep(0.2)
     server.kill()
     raise SystemExit("the server did not become ready")
+
+
+def first_render(browser: Any, base: str, baseline: Path | None) -> dict[str, Any]:
+    """One navigation to the map in a fresh context: the first render's figures."""
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    try:
+        if baseline is not None:
+            _route_baseline(context, base, baseline)
+        page = context.new_page()
+        page.add_init_script(PAINT_PROBE)
+        page.goto(f"{base}{MAP_PATH}", timeout=TIMEOUT_MS)
+        page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
+        return dict(page.evaluate(FIRST_RENDER))
+    finally:
+        context.close()
+
+
+def _route_baseline(context: Any, base: str, baseline: Path) -> None:
+    """Serve ``baseline``'s build of the page's assets, and its documents, in ``context``."""
+    queries = baseline / "queries.json"
+
+    def asset(route: Any) -> None:
+        name = route.request.url.rsplit("/", 1)[1]
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        route.fulfill(body=(baseline / name).read_bytes(), content_type=kind)
+
+    def page(route: Any) -> None:
+        response = route.fetch()
+        body = response.text()
+        if queries.is_file():
+            found = CONFIG.search(body)
+            assert found, "the map page holds no configuration"
+            config = orjson.loads(found.group(2))
+            config["queries"] = orjson.loads(queries.read_bytes())
+            body = CONFIG.sub(lambda m: m.group(1) + script_json(config) + m.group(3), body)
+        route.fulfill(response=response, body=body)
+
+    context.route(f"{base}/static/map/map.*", asset)
+    context.route(f"{base}{MAP_PATH}", page)
+
+
+def side_by_side(base: str, baseline: Path, rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """The first render of ``baseline``'s build and of this one, alternating."""
+    from playwright.sync_api import sync_playwright
+
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this build": []}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu"],
+            headless=True,
+        )
+        try:
+            for _ in range(rounds):
+                runs["baseline"].append(first_render(browser, base, baseline))
+                runs["this build"].append(first_render(browser, base, None))
+        finally:
+            browser.close()
+    return runs
+
+
+def report_side_by_side(nodes: int, runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Medians of the alternating first renders, and this build's ratio to the baseline."""
+    print(f"\n## First render side by side, {nodes:,} nodes, medians of {len(runs['baseline'])}\n")
+    print(
+        "| build | first render (the frame with every tile) | of which the ClusterMap query | "
+        "of which building the DOM | that frame painted | pods list in | query answer |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    med: dict[str, dict[str, float]] = {}
+    for name, rows in runs.items():
+        m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        med[name] = m
+        print(
+            f"| {name} | {m['first_render']:.0f} ms | {m['query']:.0f} ms | {m['build']:.0f} ms "
+            f"| {m['painted']:.0f} ms | {m['pods']:.0f} ms | {m['answer_bytes'] / 1e6:.2f} MB |"
+        )
+    old, new = med["baseline"], med["this build"]
+    print(
+        "| ratio | "
+        + " | ".join(
+            f"{new[k] / old[k]:.2f}x"
+            for k in ("first_render", "query", "build", "painted", "pods", "answer_bytes")
+        )
+        + " |"
+    )
 
 
 def measure(base: str, updates: int) -> dict[str, Any]:
@@ -185,6 +317,14 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=8000)
     parser.add_argument("--updates", type=int, default=5, help="synthetic full ticks to apply")
     parser.add_argument("--small", action="store_true", help="CI size: 10 nodes")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another build of the page to measure the first render against (see above)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="first renders of each, with --baseline"
+    )
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.updates = 10, 80, 3
@@ -199,6 +339,7 @@ def main() -> int:
     try:
         kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
         server, base = serve(kubeconfig, cluster.port)
+        runs = side_by_side(base, args.baseline, args.rounds) if args.baseline else None
         result = measure(base, args.updates)
     finally:
         if server is not None:
@@ -207,6 +348,8 @@ def main() -> int:
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     report(args.nodes, result)
+    if runs is not None:
+        report_side_by_side(args.nodes, runs)
     if result["tiles"] != args.nodes * 8:
         print(f"expected {args.nodes * 8} tiles, the page drew {result['tiles']}", file=sys.stderr)
         return 1
