@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import shutil
 import signal
 import statistics
@@ -43,13 +42,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
-import orjson  # noqa: E402
 from cluster_bench import serve_process, start_cluster  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.http.cluster_map import MAP_PATH, assets_present  # noqa: E402
 from api.http.map_queries import SNAPSHOT_QUERY  # noqa: E402
-from api.http.offline_assets import BUILD_COMMAND, script_json  # noqa: E402
+from api.http.offline_assets import BUILD_COMMAND  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 TIMEOUT_MS = 300_000
@@ -115,10 +113,6 @@ FIRST_RENDER = """() => new Promise((resolve) => {
     done();
 })"""
 
-CONFIG = re.compile(
-    r'(<script type="application/json" id="gpugraph-map-config">)(.*?)(</script>)', re.S
-)
-
 
 def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
     """``gpugraph serve`` in its own process, once it is ready."""
@@ -153,25 +147,27 @@ def first_render(browser: Any, base: str, baseline: Path | None) -> dict[str, An
 def _route_baseline(context: Any, base: str, baseline: Path) -> None:
     """Serve ``baseline``'s build of the page's assets, and its documents, in ``context``."""
     queries = baseline / "queries.json"
+    # The page itself comes from the server: a page fulfilled here would be no
+    # longer on loopback to Chromium, which then refuses its socket to the server.
+    # Its documents are swapped in by the script, before the bundle reads them.
+    swap = ""
+    if queries.is_file():
+        swap = (
+            '(() => { const el = document.getElementById("gpugraph-map-config");'
+            " const config = JSON.parse(el.textContent);"
+            f" config.queries = {queries.read_text().strip()};"
+            " el.textContent = JSON.stringify(config); })();\n"
+        )
 
     def asset(route: Any) -> None:
         name = route.request.url.rsplit("/", 1)[1]
+        body = (baseline / name).read_bytes()
+        if name.endswith(".js"):
+            body = swap.encode() + body
         kind = "text/css" if name.endswith(".css") else "text/javascript"
-        route.fulfill(body=(baseline / name).read_bytes(), content_type=kind)
-
-    def page(route: Any) -> None:
-        response = route.fetch()
-        body = response.text()
-        if queries.is_file():
-            found = CONFIG.search(body)
-            assert found, "the map page holds no configuration"
-            config = orjson.loads(found.group(2))
-            config["queries"] = orjson.loads(queries.read_bytes())
-            body = CONFIG.sub(lambda m: m.group(1) + script_json(config) + m.group(3), body)
-        route.fulfill(response=response, body=body)
+        route.fulfill(body=body, content_type=kind)
 
     context.route(f"{base}/static/map/map.*", asset)
-    context.route(f"{base}{MAP_PATH}", page)
 
 
 def side_by_side(base: str, baseline: Path, rounds: int) -> dict[str, list[dict[str, Any]]]:
@@ -221,15 +217,15 @@ def report_side_by_side(nodes: int, runs: dict[str, list[dict[str, Any]]]) -> No
     )
 
 
-def measure(base: str, updates: int) -> dict[str, Any]:
-    """Drive the page in Chromium; the figures."""
+def measure(base: str, updates: int, baseline: Path | None = None) -> dict[str, Any]:
+    """Drive the page (``baseline``'s build of it, if given) in Chromium; the figures."""
     from playwright.sync_api import sync_playwright
 
     body = httpx.post(f"{base}/graphql", json={"query": SNAPSHOT_QUERY}, timeout=120)
     assert body.status_code == 200 and not body.json().get("errors"), str(
         body.json().get("errors")
     )[:800]
-    result: dict[str, Any] = {"snapshot_bytes": len(body.content)}
+    result: dict[str, Any] = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
@@ -237,7 +233,10 @@ def measure(base: str, updates: int) -> dict[str, Any]:
             headless=True,
         )
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            context = browser.new_context(viewport={"width": 1600, "height": 1000})
+            if baseline is not None:
+                _route_baseline(context, base, baseline)
+            page = context.new_page()
             page.goto(f"{base}{MAP_PATH}", timeout=TIMEOUT_MS)
             page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
             stats = page.evaluate("() => ({ ...window.gpugraphMap.stats })")
@@ -247,6 +246,11 @@ def measure(base: str, updates: int) -> dict[str, Any]:
                 """() => performance.getEntriesByType("resource")
                     .filter((e) => e.name.endsWith("/graphql"))
                     .map((e) => e.responseEnd - e.startTime)[0]"""
+            )
+            # The answer the page got, to the byte, whichever documents it sent.
+            result["snapshot_bytes"] = page.evaluate(
+                """() => performance.getEntriesByType("resource")
+                    .filter((e) => e.name.endsWith("/graphql"))[0].decodedBodySize"""
             )
             result["tiles"] = page.locator(".tile[data-uuid]").count()
             # A real tick from the server: parsed, compared, nothing redrawn.
@@ -274,7 +278,7 @@ def measure(base: str, updates: int) -> dict[str, Any]:
     return result
 
 
-def report(nodes: int, r: dict[str, Any]) -> None:
+def report(nodes: int, r: dict[str, Any], build: str = "") -> None:
     print(
         f"\n# gpugraph cluster map benchmark — {time.strftime('%Y-%m-%d')}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, Debian Chromium headless\n"
@@ -286,7 +290,7 @@ def report(nodes: int, r: dict[str, Any]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(
-        f"| {nodes:,} | {r['tiles']:,} | {r['first_render']:.0f} ms | {r['query']:.0f} ms | "
+        f"| {nodes:,}{build} | {r['tiles']:,} | {r['first_render']:.0f} ms | {r['query']:.0f} ms | "
         f"{r['build']:.0f} ms | {r['snapshot_bytes'] / 1e6:.2f} MB | {r['real_tick']:.1f} ms "
         f"({r['real_changed']} redrawn) | {r['update_script']:.0f} ms ({r['changed']:,} redrawn) | "
         f"{r['update_frame']:.0f} ms | {r['highlight']['frame']:.0f} ms | "
@@ -341,6 +345,7 @@ def main() -> int:
         server, base = serve(kubeconfig, cluster.port)
         runs = side_by_side(base, args.baseline, args.rounds) if args.baseline else None
         result = measure(base, args.updates)
+        before = measure(base, args.updates, args.baseline) if args.baseline else None
     finally:
         if server is not None:
             server.send_signal(signal.SIGTERM)
@@ -348,6 +353,8 @@ def main() -> int:
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     report(args.nodes, result)
+    if before is not None:
+        report(args.nodes, before, " (baseline)")
     if runs is not None:
         report_side_by_side(args.nodes, runs)
     if result["tiles"] != args.nodes * 8:

@@ -404,7 +404,7 @@ export class MapApp {
     const node = this.model.nodes.get(entry.node);
     details.innerHTML = detailsHtml(entry, node, this.config, this.selectedPod, uuid === this.pinned);
     this._renderHistory(details, uuid);
-    if (!entry.detailed) this._fetchDetails(uuid);
+    if (entry.detailSig === null) this._fetchDetails(uuid);
   }
 
   // The first picture holds what the tiles draw; a GPU's processes (PIDs, SM,

@@ -69,15 +69,10 @@ function tileSignature(gpu) {
   ].join("|");
 }
 
-// Every value the details draw too, so they follow a tick that changed only those.
-function signature(gpu) {
-  const processes = (gpu.processes ?? [])
-    .map(
-      (p) =>
-        `${p.pid}:${p.usedMemoryBytes}:${p.smUtilization}:${p.pod ? podKey(p.pod) : ""}:${p.allocation ?? ""}`,
-    )
-    .join(",");
-  return [gpu.name, tileSignature(gpu), processes].join("|");
+// What the details draw besides: so they follow a tick that changed only those.
+function detailSignature(gpu) {
+  const processes = (gpu.processes ?? []).map((p) => `${p.pid}:${p.smUtilization}:${p.container?.name ?? ""}`);
+  return `${gpu.name}|${processes.join(",")}`;
 }
 
 // "agent on node 'gpu-node-3' unavailable: ..." names its node in quotes.
@@ -100,7 +95,7 @@ export class ClusterModel {
   constructor() {
     /** name -> { name, capacity, down, reason, gpus: [uuid] } */
     this.nodes = new Map();
-    /** uuid -> { uuid, node, gpu, info, sig } */
+    /** uuid -> { uuid, node, gpu, info, tileSig, detailSig } */
     this.gpus = new Map();
     /** pod key -> CSS colour, distinct within each node (colors.js) */
     this.colors = new Map();
@@ -174,8 +169,8 @@ export class ClusterModel {
   _put(gpu, node) {
     // The signatures are worked out at the first tick, not on the first render's path.
     // A ClusterMap answer holds what the tiles draw; the details come with
-    // the ticks (or GPU_DETAILS_QUERY): ``detailed`` says which one this is.
-    const entry = { uuid: gpu.uuid, node, gpu, info: describeGpu(gpu), sig: null, tileSig: null, detailed: false };
+    // the ticks (or GPU_DETAILS_QUERY): ``detailSig`` stays null until then.
+    const entry = { uuid: gpu.uuid, node, gpu, info: describeGpu(gpu), tileSig: null, detailSig: null };
     this.gpus.set(gpu.uuid, entry);
     return entry;
   }
@@ -187,14 +182,12 @@ export class ClusterModel {
   update(gpu) {
     const known = this.gpus.get(gpu.uuid);
     if (!known) return null;
-    const sig = signature(gpu);
-    known.sig ??= signature(known.gpu);
-    if (sig === known.sig && known.detailed) return null;
     const tileSig = tileSignature(gpu);
+    const detailSig = detailSignature(gpu);
     known.tileSig ??= tileSignature(known.gpu);
+    if (tileSig === known.tileSig && detailSig === known.detailSig) return null;
     known.gpu = gpu;
-    known.sig = sig;
-    known.detailed = true;
+    known.detailSig = detailSig;
     if (tileSig === known.tileSig) return "details";
     known.info = describeGpu(gpu);
     known.tileSig = tileSig;

@@ -32,7 +32,10 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
     )
     .join("");
   // Before its first tick a GPU holds what its tile draws; its processes are on their way.
-  const body = entry.detailed ? rows || '<tr><td colspan="4">no processes</td></tr>' : '<tr><td colspan="4">loading processes\u2026</td></tr>';
+  const body =
+    entry.detailSig === null
+      ? '<tr><td colspan="4">loading processes\u2026</td></tr>'
+      : rows || '<tr><td colspan="4">no processes</td></tr>';
   const hidden = gpu.hiddenProcessCount
     ? `<p class="hidden-note">${gpu.hiddenProcessCount} process(es) of other tenants, ${gib(gpu.hiddenMemoryBytes)}, are not shown to you.</p>`
     : "";
