@@ -182,9 +182,12 @@ def side_by_side(base: str, baseline: Path, rounds: int) -> dict[str, list[dict[
             headless=True,
         )
         try:
-            for _ in range(rounds):
-                runs["baseline"].append(first_render(browser, base, baseline))
-                runs["this build"].append(first_render(browser, base, None))
+            # Each goes first in every other round: the second of a pair may find
+            # the agents' snapshots the first one's fan-out just fetched.
+            for n in range(rounds):
+                order = [("baseline", baseline), ("this build", None)]
+                for name, build in order if n % 2 == 0 else order[::-1]:
+                    runs[name].append(first_render(browser, base, build))
         finally:
             browser.close()
     return runs
@@ -327,7 +330,7 @@ def main() -> int:
         help="another build of the page to measure the first render against (see above)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="first renders of each, with --baseline"
+        "--rounds", type=int, default=4, help="first renders of each, with --baseline"
     )
     args = parser.parse_args()
     if args.small:
