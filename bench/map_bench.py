@@ -14,6 +14,12 @@ driving ``/map`` through Playwright. Measured in one run:
 3. a pod highlight and a filter over every tile; the DOM's size and JS heap.
 
 Run ``python bench/map_bench.py`` (1,000 nodes) or ``--small`` (CI, 10 nodes).
+
+``--baseline DIR`` measures the first render side by side, alternating, with
+another build of the page against the same server: DIR holds that build's
+``map.js`` and ``map.css`` (``node web/map/build.mjs DIR`` in its checkout)
+and, where its documents differ, a ``queries.json`` of the ``queries`` its
+server hands the page (``map_config()["queries"]`` there).
 """
 
 from __future__ import annotations
@@ -74,6 +80,40 @@ TIMED = """([selector, action]) => {
 }"""
 
 
+# Before any script of the page: when the frame with every tile was painted
+# (a task after the frame in which the page says it rendered), and when the
+# side panel's pods list was in the document. Any build of the page.
+PAINT_PROBE = """(() => {
+    window.__probe = {};
+    // The document has no <html> element yet when this runs.
+    new MutationObserver((_, observer) => {
+        if (!document.documentElement?.dataset.rendered) return;
+        observer.disconnect();
+        setTimeout(() => { window.__probe.painted = performance.now(); }, 0);
+    }).observe(document, { attributes: true, attributeFilter: ["data-rendered"], subtree: true });
+    const pods = () => {
+        if (document.querySelector("#pods li")) window.__probe.pods = performance.now();
+        else requestAnimationFrame(pods);
+    };
+    requestAnimationFrame(pods);
+})()"""
+
+FIRST_RENDER = """() => new Promise((resolve) => {
+    const done = () => {
+        const probe = window.__probe;
+        if (probe.painted === undefined || probe.pods === undefined) return setTimeout(done, 20);
+        const answer = performance.getEntriesByType("resource")
+            .filter((e) => e.name.endsWith("/graphql"))[0];
+        resolve({ first_render: window.gpugraphMap.stats.firstRenderMs,
+                  build: window.gpugraphMap.stats.renderMs,
+                  query: answer.responseEnd - answer.startTime,
+                  answer_bytes: answer.decodedBodySize,
+                  painted: probe.painted, pods: probe.pods });
+    };
+    done();
+})"""
+
+
 def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
     """``gpugraph serve`` in its own process, once it is ready."""
     server, base = serve_process(kubeconfig, agent_port)
@@ -89,15 +129,106 @@ def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], st
     raise SystemExit("the server did not become ready")
 
 
-def measure(base: str, updates: int) -> dict[str, Any]:
-    """Drive the page in Chromium; the figures."""
+def first_render(browser: Any, base: str, baseline: Path | None) -> dict[str, Any]:
+    """One navigation to the map in a fresh context: the first render's figures."""
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    try:
+        if baseline is not None:
+            _route_baseline(context, base, baseline)
+        page = context.new_page()
+        page.add_init_script(PAINT_PROBE)
+        page.goto(f"{base}{MAP_PATH}", timeout=TIMEOUT_MS)
+        page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
+        return dict(page.evaluate(FIRST_RENDER))
+    finally:
+        context.close()
+
+
+def _route_baseline(context: Any, base: str, baseline: Path) -> None:
+    """Serve ``baseline``'s build of the page's assets, and its documents, in ``context``."""
+    queries = baseline / "queries.json"
+    # The page itself comes from the server: a page fulfilled here would be no
+    # longer on loopback to Chromium, which then refuses its socket to the server.
+    # Its documents are swapped in by the script, before the bundle reads them.
+    swap = ""
+    if queries.is_file():
+        swap = (
+            '(() => { const el = document.getElementById("gpugraph-map-config");'
+            " const config = JSON.parse(el.textContent);"
+            f" config.queries = {queries.read_text().strip()};"
+            " el.textContent = JSON.stringify(config); })();\n"
+        )
+
+    def asset(route: Any) -> None:
+        name = route.request.url.rsplit("/", 1)[1]
+        body = (baseline / name).read_bytes()
+        if name.endswith(".js"):
+            body = swap.encode() + body
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        route.fulfill(body=body, content_type=kind)
+
+    context.route(f"{base}/static/map/map.*", asset)
+
+
+def side_by_side(base: str, baseline: Path, rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """The first render of ``baseline``'s build and of this one, alternating."""
+    from playwright.sync_api import sync_playwright
+
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this build": []}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu"],
+            headless=True,
+        )
+        try:
+            # Each goes first in every other round: the second of a pair may find
+            # the agents' snapshots the first one's fan-out just fetched.
+            for n in range(rounds):
+                order = [("baseline", baseline), ("this build", None)]
+                for name, build in order if n % 2 == 0 else order[::-1]:
+                    runs[name].append(first_render(browser, base, build))
+        finally:
+            browser.close()
+    return runs
+
+
+def report_side_by_side(nodes: int, runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Medians of the alternating first renders, and this build's ratio to the baseline."""
+    print(f"\n## First render side by side, {nodes:,} nodes, medians of {len(runs['baseline'])}\n")
+    print(
+        "| build | first render (the frame with every tile) | of which the ClusterMap query | "
+        "of which building the DOM | that frame painted | pods list in | query answer |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    med: dict[str, dict[str, float]] = {}
+    for name, rows in runs.items():
+        m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        med[name] = m
+        print(
+            f"| {name} | {m['first_render']:.0f} ms | {m['query']:.0f} ms | {m['build']:.0f} ms "
+            f"| {m['painted']:.0f} ms | {m['pods']:.0f} ms | {m['answer_bytes'] / 1e6:.2f} MB |"
+        )
+    old, new = med["baseline"], med["this build"]
+    print(
+        "| ratio | "
+        + " | ".join(
+            f"{new[k] / old[k]:.2f}x"
+            for k in ("first_render", "query", "build", "painted", "pods", "answer_bytes")
+        )
+        + " |"
+    )
+
+
+def measure(base: str, updates: int, baseline: Path | None = None) -> dict[str, Any]:
+    """Drive the page (``baseline``'s build of it, if given) in Chromium; the figures."""
     from playwright.sync_api import sync_playwright
 
     body = httpx.post(f"{base}/graphql", json={"query": SNAPSHOT_QUERY}, timeout=120)
     assert body.status_code == 200 and not body.json().get("errors"), str(
         body.json().get("errors")
     )[:800]
-    result: dict[str, Any] = {"snapshot_bytes": len(body.content)}
+    result: dict[str, Any] = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
@@ -105,7 +236,10 @@ def measure(base: str, updates: int) -> dict[str, Any]:
             headless=True,
         )
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            context = browser.new_context(viewport={"width": 1600, "height": 1000})
+            if baseline is not None:
+                _route_baseline(context, base, baseline)
+            page = context.new_page()
             page.goto(f"{base}{MAP_PATH}", timeout=TIMEOUT_MS)
             page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
             stats = page.evaluate("() => ({ ...window.gpugraphMap.stats })")
@@ -115,6 +249,11 @@ def measure(base: str, updates: int) -> dict[str, Any]:
                 """() => performance.getEntriesByType("resource")
                     .filter((e) => e.name.endsWith("/graphql"))
                     .map((e) => e.responseEnd - e.startTime)[0]"""
+            )
+            # The answer the page got, to the byte, whichever documents it sent.
+            result["snapshot_bytes"] = page.evaluate(
+                """() => performance.getEntriesByType("resource")
+                    .filter((e) => e.name.endsWith("/graphql"))[0].decodedBodySize"""
             )
             result["tiles"] = page.locator(".tile[data-uuid]").count()
             # A real tick from the server: parsed, compared, nothing redrawn.
@@ -142,7 +281,7 @@ def measure(base: str, updates: int) -> dict[str, Any]:
     return result
 
 
-def report(nodes: int, r: dict[str, Any]) -> None:
+def report(nodes: int, r: dict[str, Any], build: str = "") -> None:
     print(
         f"\n# gpugraph cluster map benchmark — {time.strftime('%Y-%m-%d')}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, Debian Chromium headless\n"
@@ -154,7 +293,7 @@ def report(nodes: int, r: dict[str, Any]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(
-        f"| {nodes:,} | {r['tiles']:,} | {r['first_render']:.0f} ms | {r['query']:.0f} ms | "
+        f"| {nodes:,}{build} | {r['tiles']:,} | {r['first_render']:.0f} ms | {r['query']:.0f} ms | "
         f"{r['build']:.0f} ms | {r['snapshot_bytes'] / 1e6:.2f} MB | {r['real_tick']:.1f} ms "
         f"({r['real_changed']} redrawn) | {r['update_script']:.0f} ms ({r['changed']:,} redrawn) | "
         f"{r['update_frame']:.0f} ms | {r['highlight']['frame']:.0f} ms | "
@@ -185,6 +324,14 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=8000)
     parser.add_argument("--updates", type=int, default=5, help="synthetic full ticks to apply")
     parser.add_argument("--small", action="store_true", help="CI size: 10 nodes")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another build of the page to measure the first render against (see above)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="first renders of each, with --baseline"
+    )
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.updates = 10, 80, 3
@@ -199,7 +346,9 @@ def main() -> int:
     try:
         kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
         server, base = serve(kubeconfig, cluster.port)
+        runs = side_by_side(base, args.baseline, args.rounds) if args.baseline else None
         result = measure(base, args.updates)
+        before = measure(base, args.updates, args.baseline) if args.baseline else None
     finally:
         if server is not None:
             server.send_signal(signal.SIGTERM)
@@ -207,6 +356,10 @@ def main() -> int:
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     report(args.nodes, result)
+    if before is not None:
+        report(args.nodes, before, " (baseline)")
+    if runs is not None:
+        report_side_by_side(args.nodes, runs)
     if result["tiles"] != args.nodes * 8:
         print(f"expected {args.nodes * 8} tiles, the page drew {result['tiles']}", file=sys.stderr)
         return 1

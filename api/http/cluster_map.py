@@ -17,7 +17,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .map_queries import GPU_QUERY, HISTORY_QUERY, LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
+from .map_queries import (
+    GPU_DETAILS_QUERY,
+    GPU_QUERY,
+    HISTORY_QUERY,
+    LIVE_SUBSCRIPTION,
+    SNAPSHOT_QUERY,
+)
 from .offline_assets import (
     STATIC_ROOT,
     all_present,
@@ -82,6 +88,7 @@ def map_config(*, graphql_path: str = "/graphql", graphiql: bool = True) -> dict
             "snapshot": SNAPSHOT_QUERY,
             "live": LIVE_SUBSCRIPTION,
             "gpu": GPU_QUERY,
+            "details": GPU_DETAILS_QUERY,
             "history": HISTORY_QUERY,
         },
     }

@@ -418,6 +418,12 @@ def client_documents() -> list[tuple[str, str, dict[str, Any] | None]]:
         ("map snapshot", map_queries.SNAPSHOT_QUERY, None),
         ("map gpu", map_queries.GPU_QUERY, {"uuid": gpu_uuid("node-a", 0)}),
         ("map gpu on a down node", map_queries.GPU_QUERY, {"uuid": gpu_uuid("node-c", 0)}),
+        ("map gpu details", map_queries.GPU_DETAILS_QUERY, {"uuid": gpu_uuid("node-a", 0)}),
+        (
+            "map gpu details on a down node",
+            map_queries.GPU_DETAILS_QUERY,
+            {"uuid": gpu_uuid("node-c", 0)},
+        ),
         *history,
         *top,
         *top_since,

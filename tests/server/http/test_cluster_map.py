@@ -159,6 +159,35 @@ def test_shared_gpu_shows_two_pods_and_the_orphan_is_unattributed(
     assert browser.blocked == [] and browser.problems == []
 
 
+def test_details_opened_before_the_first_tick_fetch_the_gpus_processes(
+    demo: LiveDemo, tmp_path: Path
+) -> None:
+    orphan_node, orphan_pid = demo.demo.cluster.orphan
+    body = demo.query(f'{{ gpuProcesses(nodeName: "{orphan_node}") {{ pid gpu {{ uuid }} }} }}')
+    orphan_uuid = next(
+        p["gpu"]["uuid"] for p in body["data"]["gpuProcesses"] if p["pid"] == orphan_pid
+    )
+    with chromium(tmp_path / "profile") as browser:
+        page = browser.page
+        # A socket that never answers: no tick brings the details.
+        page.route_web_socket(re.compile(r".*/graphql$"), lambda ws: None)
+        sent: list[str] = []
+        page.on("request", lambda r: sent.append(r.post_data or "") if r.method == "POST" else None)
+        page = _open_map(browser, demo.url)
+        # The first picture holds what the tiles draw, and no PID.
+        assert page.evaluate(
+            """() => [...window.gpugraphMap.model.gpus.values()].every((e) =>
+                e.gpu.name === undefined && e.gpu.processes.every((p) => p.pid === undefined))"""
+        )
+        _tile(page, orphan_uuid).click()
+        details = page.locator("#details")
+        details.locator("td", has_text=str(orphan_pid)).wait_for(timeout=TIMEOUT_MS)
+        assert "no pod" in details.inner_text()
+        assert sum("MapGpuDetails" in s for s in sent) == 1
+        assert page.evaluate("() => document.documentElement.dataset.ticks") is None
+    assert browser.blocked == [] and browser.problems == []
+
+
 def test_clicking_a_pod_highlights_its_gpus_on_every_node(demo: LiveDemo, tmp_path: Path) -> None:
     namespace, name = demo.demo.cluster.worker
     body = demo.query(

@@ -12,7 +12,13 @@ import pytest
 
 import api.http.cluster_map as cluster_map
 from api.http.cluster_map import ASSET_FILES, MAP_PATH, STATIC_URL
-from api.http.map_queries import GPU_QUERY, HISTORY_QUERY, LIVE_SUBSCRIPTION, SNAPSHOT_QUERY
+from api.http.map_queries import (
+    GPU_DETAILS_QUERY,
+    GPU_QUERY,
+    HISTORY_QUERY,
+    LIVE_SUBSCRIPTION,
+    SNAPSHOT_QUERY,
+)
 from api.http.offline_assets import BUILD_COMMAND
 from api.settings import Settings
 from tests.support.bare_server import bare_server
@@ -53,6 +59,7 @@ async def test_root_redirects_to_the_map_and_every_asset_comes_from_this_host() 
             "snapshot": SNAPSHOT_QUERY,
             "live": LIVE_SUBSCRIPTION,
             "gpu": GPU_QUERY,
+            "details": GPU_DETAILS_QUERY,
             "history": HISTORY_QUERY,
         }
         assert config["graphiqlPath"] == "/graphql"

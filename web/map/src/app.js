@@ -212,7 +212,7 @@ export class MapApp {
     this._banner(null);
     const started = performance.now();
     const gpus = result.data.gpuUpdates;
-    const { changed, nodesChanged, unknown } = this.model.applyTick(gpus, result.errors ?? []);
+    const { changed, detailed, nodesChanged, unknown } = this.model.applyTick(gpus, result.errors ?? []);
     this.lastTick = Date.now();
     for (const name of nodesChanged) this._redrawNode(name);
     for (const uuid of changed) this._redrawTile(uuid);
@@ -220,6 +220,8 @@ export class MapApp {
       this._renderPods();
       // Without a filter every tile shows already.
       if (this._filtering() || nodesChanged.length) this._applyFilters();
+      this._renderDetails();
+    } else if (detailed.includes(this.pinned ?? this.hovered)) {
       this._renderDetails();
     }
     if (unknown) this._resync();
@@ -288,17 +290,27 @@ export class MapApp {
     this.tiles = new Map();
     this.shapes = new Map();
     for (const el of this.nodesEl.getElementsByClassName("tile")) {
-      const uuid = el.dataset.uuid;
+      const uuid = el.getAttribute("data-uuid");
       if (uuid) {
         this.tiles.set(uuid, el);
         this.shapes.set(uuid, tileShape(gpus.get(uuid)));
       }
     }
-    // Drawn anew, even when the new list is empty.
+    // The tiles come first; the pods list (one button per pod, thousands on a
+    // large cluster) is drawn anew, even when empty, after they are painted.
     this.podKeys = null;
-    this._renderPods();
-    this._applyHighlight();
-    this._applyFilters();
+    this._afterPaint(() => this._renderPods());
+    // Tiles just drawn are neither highlighted nor hidden: only a selection or
+    // a filter needs a pass over all of them.
+    if (this.selectedPod && !this.model.pods().has(this.selectedPod)) this.selectedPod = null;
+    if (this.selectedPod) this._applyHighlight();
+    else this.nodesEl.classList.remove("highlighting");
+    if (this._filtering()) {
+      this._applyFilters();
+    } else {
+      this.shownTiles = null;
+      this.$("empty").hidden = true;
+    }
     // A new picture keeps the pinned tile and the keyboard's place.
     this.tiles.get(this.pinned)?.classList.add("pinned");
     const keep = this.tiles.get(focused);
@@ -307,6 +319,11 @@ export class MapApp {
     if (first && !this.nodesEl.querySelector('.tile[tabindex="0"]')) first.tabIndex = 0;
     this._renderDetails();
     this._renderStatus();
+  }
+
+  // Run ``fn`` once the frame being prepared has been painted.
+  _afterPaint(fn) {
+    requestAnimationFrame(() => setTimeout(fn, 0));
   }
 
   _redrawTile(uuid) {
@@ -365,12 +382,12 @@ export class MapApp {
     this._renderNamespaces(pods);
     if (this.selectedPod && !pods.has(this.selectedPod)) this.selectedPod = null;
     this.$("pods").innerHTML = podsHtml(pods, this.selectedPod);
-    this._filterPods();
+    this._filterPods(pods);
     this._renderSelection(pods);
   }
 
-  _renderSelection(pods = this.model.pods()) {
-    const pod = this.selectedPod ? pods.get(this.selectedPod) : null;
+  _renderSelection(pods = null) {
+    const pod = this.selectedPod ? (pods ?? this.model.pods()).get(this.selectedPod) : null;
     this.$("pod-selected").textContent = pod
       ? `\u2013 ${pod.key}: ${count(pod.gpus.length, "GPU")} on ${[...pod.nodes].sort().join(", ")}`
       : "";
@@ -387,6 +404,33 @@ export class MapApp {
     const node = this.model.nodes.get(entry.node);
     details.innerHTML = detailsHtml(entry, node, this.config, this.selectedPod, uuid === this.pinned);
     this._renderHistory(details, uuid);
+    if (entry.detailSig === null) this._fetchDetails(uuid);
+  }
+
+  // The first picture holds what the tiles draw; a GPU's processes (PIDs, SM,
+  // containers) come with the ticks, or are asked for here when its details
+  // are opened before the first tick.
+  _fetchDetails(uuid) {
+    this.fetchingDetails ??= new Set();
+    if (!this.config.queries.details || this.fetchingDetails.has(uuid)) return;
+    this.fetchingDetails.add(uuid);
+    const shown = () => (this.pinned ?? this.hovered) === uuid;
+    query(this.config.graphqlPath, this.config.queries.details, "MapGpuDetails", { uuid })
+      .then((body) => {
+        const gpu = body.data?.gpu;
+        const what = gpu ? this.model.update(gpu) : null;
+        if (what === "tile") {
+          this._redrawTile(uuid);
+          this._renderPods();
+          if (this._filtering()) this._applyFilters();
+        }
+        if (shown()) this._renderDetails();
+      })
+      .catch((error) => {
+        const rows = shown() ? this.$("details").querySelector(".procs tbody") : null;
+        if (rows) rows.innerHTML = `<tr><td colspan="4">processes: ${esc(describe(error))}</td></tr>`;
+      })
+      .finally(() => this.fetchingDetails.delete(uuid));
   }
 
   // The GPU's last 24 hours under its details, fetched at most once a minute per GPU.
@@ -489,8 +533,13 @@ export class MapApp {
     this.$("f-node").value = wanted.node;
     const only = this.$("f-only");
     if ([...only.options].some((o) => o.value === wanted.only)) only.value = wanted.only;
-    // Offered once the pods are known.
+    // Offered with the others once the pods are known; chosen (and filtering) from the start.
     this.wantedNamespace = wanted.ns || null;
+    if (wanted.ns) {
+      const ns = this.$("f-ns");
+      ns.insertAdjacentHTML("beforeend", `<option>${esc(wanted.ns)}</option>`);
+      ns.value = wanted.ns;
+    }
     this.pinned = params.get("gpu") || null;
     this.selectedPod = params.get("pod") || null;
   }
@@ -551,10 +600,9 @@ export class MapApp {
   }
 
   // The pods of the GPUs on show, of the namespace asked for.
-  _filterPods() {
+  _filterPods(pods = this.model.pods()) {
     const { ns } = this._filters();
     const shown = this.shownTiles;
-    const pods = this.model.pods();
     let visible = 0;
     for (const li of this.$("pods").children) {
       const pod = pods.get(li.dataset.pod);

@@ -28,9 +28,12 @@ export function count(n, noun) {
   return `${n} ${noun}${n === 1 ? "" : "s"}`;
 }
 
+const SPECIAL = /[&<>"']/;
 const ENTITIES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 
 /** Text made safe for HTML content and attribute values. */
 export function esc(text) {
-  return String(text).replace(/[&<>"']/g, (c) => ENTITIES[c]);
+  const value = String(text);
+  // Most names hold none of them: no new string for those.
+  return SPECIAL.test(value) ? value.replace(/[&<>"']/g, (c) => ENTITIES[c]) : value;
 }

@@ -50,13 +50,11 @@ export function describeGpu(gpu) {
   };
 }
 
-// Every value a tile draws, so an unchanged GPU is not redrawn.
-function signature(gpu) {
+// Every value a tile, the pods list and the filters draw (describeGpu's
+// inputs), so a GPU whose picture is unchanged is not redrawn.
+function tileSignature(gpu) {
   const processes = (gpu.processes ?? [])
-    .map(
-      (p) =>
-        `${p.pid}:${p.usedMemoryBytes}:${p.smUtilization}:${p.pod ? podKey(p.pod) : ""}:${p.allocation ?? ""}`,
-    )
+    .map((p) => `${p.usedMemoryBytes}:${p.pod ? `${podKey(p.pod)}:${p.pod.gpuRequest}` : ""}:${p.allocation ?? ""}`)
     .join(",");
   return [
     gpu.memoryUsedBytes,
@@ -69,6 +67,12 @@ function signature(gpu) {
     gpu.hiddenProcessCount,
     processes,
   ].join("|");
+}
+
+// What the details draw besides: so they follow a tick that changed only those.
+function detailSignature(gpu) {
+  const processes = (gpu.processes ?? []).map((p) => `${p.pid}:${p.smUtilization}:${p.container?.name ?? ""}`);
+  return `${gpu.name}|${processes.join(",")}`;
 }
 
 // "agent on node 'gpu-node-3' unavailable: ..." names its node in quotes.
@@ -91,7 +95,7 @@ export class ClusterModel {
   constructor() {
     /** name -> { name, capacity, down, reason, gpus: [uuid] } */
     this.nodes = new Map();
-    /** uuid -> { uuid, node, gpu, info, sig } */
+    /** uuid -> { uuid, node, gpu, info, tileSig, detailSig } */
     this.gpus = new Map();
     /** pod key -> CSS colour, distinct within each node (colors.js) */
     this.colors = new Map();
@@ -163,35 +167,54 @@ export class ClusterModel {
   }
 
   _put(gpu, node) {
-    const entry = { uuid: gpu.uuid, node, gpu, info: describeGpu(gpu), sig: signature(gpu) };
+    // The signatures are worked out at the first tick, not on the first render's path.
+    // A ClusterMap answer holds what the tiles draw; the details come with
+    // the ticks (or GPU_DETAILS_QUERY): ``detailSig`` stays null until then.
+    const entry = { uuid: gpu.uuid, node, gpu, info: describeGpu(gpu), tileSig: null, detailSig: null };
     this.gpus.set(gpu.uuid, entry);
     return entry;
   }
 
   /**
-   * Apply one gpuUpdates tick. Returns the GPUs whose drawing changed, the
-   * nodes that went down or came back, and whether GPUs appeared that the
-   * map does not know (a new node, or one whose agent is back).
+   * Take a GPU's full fields (a tick's, or its details'). Returns "tile" when
+   * its tile changed, "details" when only its details did, or null.
+   */
+  update(gpu) {
+    const known = this.gpus.get(gpu.uuid);
+    if (!known) return null;
+    const tileSig = tileSignature(gpu);
+    const detailSig = detailSignature(gpu);
+    known.tileSig ??= tileSignature(known.gpu);
+    if (tileSig === known.tileSig && detailSig === known.detailSig) return null;
+    known.gpu = gpu;
+    known.detailSig = detailSig;
+    if (tileSig === known.tileSig) return "details";
+    known.info = describeGpu(gpu);
+    known.tileSig = tileSig;
+    return "tile";
+  }
+
+  /**
+   * Apply one gpuUpdates tick. Returns the GPUs whose tile changed, those
+   * whose details alone changed, the nodes that went down or came back, and
+   * whether GPUs appeared that the map does not know (a new node, or one
+   * whose agent is back).
    */
   applyTick(gpus, errors) {
     const changed = [];
+    const detailed = [];
     const nodesChanged = [];
     let unknown = false;
     const seen = new Set();
     for (const gpu of gpus) {
       seen.add(gpu.uuid);
-      const known = this.gpus.get(gpu.uuid);
-      if (!known) {
+      if (!this.gpus.has(gpu.uuid)) {
         unknown = true;
         continue;
       }
-      const sig = signature(gpu);
-      if (sig !== known.sig) {
-        known.gpu = gpu;
-        known.info = describeGpu(gpu);
-        known.sig = sig;
-        changed.push(gpu.uuid);
-      }
+      const what = this.update(gpu);
+      if (what === "tile") changed.push(gpu.uuid);
+      else if (what === "details") detailed.push(gpu.uuid);
     }
     // A GPU drawn anew may change its node's colours, and so its neighbours' tiles.
     const touched = new Set(changed.map((uuid) => this.gpus.get(uuid).node));
@@ -212,7 +235,7 @@ export class ClusterModel {
         nodesChanged.push(node.name);
       }
     }
-    return { changed, nodesChanged, unknown };
+    return { changed, detailed, nodesChanged, unknown };
   }
 
   /** Every pod on a GPU: key -> { key, namespace, name, gpuRequest, color, gpus: [uuid], nodes: Set }. */

@@ -31,6 +31,11 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
         `<span class="ctr">${esc(p.container?.name ?? "\u2013")}</span></td><td>${gib(p.usedMemoryBytes)}</td><td>${percent(p.smUtilization)}</td></tr>`,
     )
     .join("");
+  // Before its first tick a GPU holds what its tile draws; its processes are on their way.
+  const body =
+    entry.detailSig === null
+      ? '<tr><td colspan="4">loading processes\u2026</td></tr>'
+      : rows || '<tr><td colspan="4">no processes</td></tr>';
   const hidden = gpu.hiddenProcessCount
     ? `<p class="hidden-note">${gpu.hiddenProcessCount} process(es) of other tenants, ${gib(gpu.hiddenMemoryBytes)}, are not shown to you.</p>`
     : "";
@@ -45,7 +50,7 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
     (gpu.error ? `<p class="down-note">GPU error: ${esc(gpu.error)}</p>` : "") +
     (marks ? `<ul class="marks">${marks}</ul>` : "") +
     `<table class="procs"><thead><tr><th>PID</th><th>Pod, container</th><th>Memory</th><th>SM</th></tr></thead>` +
-    `<tbody>${rows || '<tr><td colspan="4">no processes</td></tr>'}</tbody></table>${hidden}` +
+    `<tbody>${body}</tbody></table>${hidden}` +
     graphiqlLink(config, gpu.uuid)
   );
 }
