@@ -87,7 +87,14 @@ test("a snapshot orders each node's GPUs by index and keeps down nodes with thei
 test("a tick redraws only what changed", () => {
   const model = cluster();
   const same = [gpu("GPU-1a", 0, []), gpu("GPU-1b", 1, []), gpu("GPU-2a", 0, [])];
-  assert.deepEqual(model.applyTick(same, []), { changed: [], nodesChanged: [], unknown: false });
+  // The first tick brings the details the first picture left out: no tile is redrawn for them.
+  assert.deepEqual(model.applyTick(same, []), {
+    changed: [],
+    detailed: ["GPU-1a", "GPU-1b", "GPU-2a"],
+    nodesChanged: [],
+    unknown: false,
+  });
+  assert.deepEqual(model.applyTick(same, []), { changed: [], detailed: [], nodesChanged: [], unknown: false });
   const hotter = [gpu("GPU-1a", 0, [], { temperatureC: 90 }), gpu("GPU-1b", 1, []), gpu("GPU-2a", 0, [])];
   assert.deepEqual(model.applyTick(hotter, []).changed, ["GPU-1a"]);
   assert.equal(model.gpus.get("GPU-1a").gpu.temperatureC, 90);
