@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import shutil
 import signal
 import statistics
@@ -114,9 +115,9 @@ FIRST_RENDER = """() => new Promise((resolve) => {
 })"""
 
 
-def serve(kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
-    """``gpugraph serve`` in its own process, once it is ready."""
-    server, base = serve_process(kubeconfig, agent_port)
+def serve(kubeconfig: str, agent_port: int, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``gpugraph serve`` in its own process (with ``flags``), once it is ready."""
+    server, base = serve_process(kubeconfig, agent_port, *flags)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
@@ -332,6 +333,11 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=4, help="first renders of each, with --baseline"
     )
+    parser.add_argument(
+        "--serve-flags",
+        default="",
+        help="flags for the server, e.g. '--snapshot-ttl 5 --snapshot-keep-warm 60'",
+    )
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.updates = 10, 80, 3
@@ -345,7 +351,7 @@ def main() -> int:
     server = None
     try:
         kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
-        server, base = serve(kubeconfig, cluster.port)
+        server, base = serve(kubeconfig, cluster.port, *shlex.split(args.serve_flags))
         runs = side_by_side(base, args.baseline, args.rounds) if args.baseline else None
         result = measure(base, args.updates)
         before = measure(base, args.updates, args.baseline) if args.baseline else None

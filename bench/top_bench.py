@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -307,11 +308,11 @@ def demo() -> Iterator[tuple[str, str]]:
 
 
 @contextmanager
-def fleet(nodes: int, pods: int, tmp: str) -> Iterator[str]:
-    """A real ``gpugraph serve`` (auth none) over ``nodes`` simulated nodes: its URL."""
+def fleet(nodes: int, pods: int, tmp: str, flags: Sequence[str] = ()) -> Iterator[str]:
+    """A real ``gpugraph serve`` (auth none, ``flags``) over ``nodes`` simulated nodes: its URL."""
     cluster = start_cluster(nodes, pods)
     kubeconfig = write_kubeconfig(os.path.join(tmp, "fleet"), cluster.stub.url)
-    server, url = serve(kubeconfig, cluster.port)
+    server, url = serve(kubeconfig, cluster.port, *flags)
     try:
         yield url
     finally:
@@ -341,6 +342,11 @@ def main() -> None:
         help="benchmark 3 also runs the command of this checkout (e.g. git archive of a tag), "
         "and its query, rows and drawing in the split",
     )
+    parser.add_argument(
+        "--serve-flags",
+        default="",
+        help="flags for benchmark 3's server, e.g. '--snapshot-ttl 5 --snapshot-keep-warm 60'",
+    )
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.repeat = 10, 300, 3
@@ -355,7 +361,7 @@ def main() -> None:
             emit(commands(["--server", url], args.repeat, "--server"))
             emit(commands(["--kubeconfig", kubeconfig], args.repeat, "kubeconfig"))
             emit(split(url, args.repeat))
-        with fleet(args.nodes, args.pods, tmp) as url:
+        with fleet(args.nodes, args.pods, tmp, shlex.split(args.serve_flags)) as url:
             emit([f"\n3. {args.nodes:,} nodes x 8 GPUs, {args.pods:,} pods\n", HEADER])
             emit(commands(["--server", url], args.repeat, "--server", args.baseline))
             emit(split(url, args.repeat, args.baseline))
