@@ -25,6 +25,13 @@ HIDE_CURSOR = "\x1b[?25l"
 SHOW_CURSOR = "\x1b[?25h"
 
 
+def sigint_as_a_shell_gives_it() -> None:
+    """Restore SIGINT's default in the child, as an interactive shell does for a command."""
+    # A test run started in the background (nohup, some CI runners) ignores SIGINT, and an
+    # ignore is inherited across exec: Ctrl-C would then never reach gpugraph top.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn_watch(*args: str, view: str = "nodes", rows: int = 40) -> pexpect.spawn:
     command, *first = gpugraph_command()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRAPH_")}
@@ -37,6 +44,7 @@ def spawn_watch(*args: str, view: str = "nodes", rows: int = 40) -> pexpect.spaw
         dimensions=(rows, 160),
         encoding="utf-8",
         timeout=30,
+        preexec_fn=sigint_as_a_shell_gives_it,
     )
 
 
@@ -167,6 +175,7 @@ def test_watch_into_a_pipe_prints_one_whole_frame_per_update(demo: RunningDemo) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_as_a_shell_gives_it,
     )
     assert child.stdout is not None
     lines: list[str] = []
