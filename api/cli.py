@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import importlib
@@ -257,6 +256,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from .kube.config import KubeConfigError
+    from .lifecycle.event_loop import run
     from .serve import serve
     from .settings import SettingsError
 
@@ -271,7 +271,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     # uvicorn turns SIGINT/SIGTERM into a graceful shutdown; a second ^C lands here.
     with contextlib.suppress(KeyboardInterrupt):
         try:
-            asyncio.run(serve(settings))
+            run(serve(settings))
         except SettingsError as exc:  # e.g. an unreadable token file, found at start
             args.parser.error(str(exc))
         except KubeConfigError as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from node_resolver.cli import positive_seconds
 
 from ..agents.pool import AgentPool
 from ..flags import LOG_LEVELS, add_defaulted
+from ..lifecycle.event_loop import run
 from .runner import DemoConfig, DemoError, run_demo_async
 from .scenario import MIN_GPUS, MIN_NODES, build_cluster
 
@@ -125,7 +125,7 @@ def run_demo(args: argparse.Namespace) -> int:
         down = build_cluster(config.nodes, config.gpus_per_node).down_node
         logging.getLogger(AgentPool.__module__).addFilter(_QuietDownNode(down))
     try:
-        return asyncio.run(run_demo_async(config))
+        return run(run_demo_async(config))
     except DemoError as exc:
         print(f"gpugraph demo: {exc}", file=sys.stderr)
         return 1
