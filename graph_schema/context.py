@@ -11,6 +11,7 @@ costs nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -32,6 +33,13 @@ __all__ = ["GraphContext"]
 
 # ``history`` not given: worked out from the snapshot source.
 _UNSET = object()
+
+
+@functools.cache
+def _reads_history(source_class: type) -> bool:
+    """Whether a snapshot source's class reads history too (a runtime Protocol check
+    costs tens of microseconds: once per class, not per request)."""
+    return issubclass(source_class, HistorySource)
 
 
 class GraphContext:
@@ -61,9 +69,8 @@ class GraphContext:
         self.viewer = viewer
         self.snapshots = snapshots
         # The pool reads the agents' occupancy logs too; other sources have no history.
-        # (A runtime Protocol check is slow: forks of one request's context reuse it.)
         if history is _UNSET:
-            history = snapshots if isinstance(snapshots, HistorySource) else None
+            history = snapshots if _reads_history(type(snapshots)) else None
         self.history = cast("HistorySource | None", history)
         self.state = state
         self.request = request
@@ -145,7 +152,9 @@ class GraphContext:
 
     async def received(self, node_name: str) -> Received:
         """The node's snapshot as received, fetched at most once per operation per node."""
-        await self.pace()
+        pacer = self.state.pacer
+        if pacer.due():
+            await pacer.pace()
         return await self._snapshots().load(node_name)
 
     async def snapshot(self, node_name: str) -> NodeSnapshot:
@@ -173,7 +182,8 @@ class GraphContext:
 
     async def pod_gpus(self, node_name: str, pod_uid: str) -> list[Gpu]:
         """The node's GPUs running a process of this pod, as the caller sees them."""
-        gpus = await self.gpus(node_name)
+        # One coroutine fewer than ``gpus``: a pod list awaits this once per pod.
+        gpus = self.node_gpus(node_name, (await self.received(node_name)).snapshot)
         by_pod = self.state.views.gpus_by_pod(node_name, gpus)
         if by_pod is None:
             cached = self._by_pod.get(node_name)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from aiodataloader import DataLoader
 
 from .errors import GpuNotFoundError
+from .gather import gather_inline
 from .interfaces import AgentUnavailableError, ClusterView, Received, SnapshotSource
 from .types import Gpu
 
@@ -88,7 +89,7 @@ class SnapshotLoader(DataLoader[str, Received]):
         self, node_names: Sequence[str]
     ) -> list[Received | Exception]:
         """Fetch every requested node at once; one node's failure fails only that node."""
-        return list(await asyncio.gather(*(self._fetch(n) for n in node_names)))
+        return await gather_inline([self._fetch(n) for n in node_names])
 
     async def _fetch(self, node_name: str) -> Received | Exception:
         try:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import grpc
+from prometheus_client import Counter
 
 from graph_schema.interfaces import AgentUnavailableError, Received
 from node_resolver.auth import TokenFile
@@ -157,6 +158,7 @@ class AgentPool:
         self._clock = clock
         self._backoff = backoff if backoff is not None else Backoff(clock=clock)
         self._metrics = metrics
+        self._source_counters: dict[str, Counter] = {}
         self._client_factory = client_factory or _default_client_factory
         self._clients: dict[str, _Channel] = {}
         self._calls: SharedCalls[str, _Stamped] = SharedCalls(clock=clock)
@@ -403,7 +405,12 @@ class AgentPool:
 
     def _count(self, source: str) -> None:
         if self._metrics is not None:
-            self._metrics.snapshot_requests.labels(source=source).inc()
+            # The labelled child, looked up once: a whole-cluster read counts every node.
+            counter = self._source_counters.get(source)
+            if counter is None:
+                counter = self._metrics.snapshot_requests.labels(source=source)
+                self._source_counters[source] = counter
+            counter.inc()
 
 
 class _WrongNodeError(Exception):

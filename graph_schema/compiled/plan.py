@@ -51,7 +51,10 @@ from graphql import (
     SelectionSetNode,
     VariableNode,
 )
+from strawberry.relay import GlobalID
+from strawberry.scalars import is_scalar
 from strawberry.types.arguments import convert_arguments
+from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 
 __all__ = [
     "Completer",
@@ -450,17 +453,26 @@ class _Compiler:
 
         The very function strawberry's resolver wrapper calls (``get_arguments``), with
         the schema's scalar registry and config: DateTime, enums, lists, input objects
-        come out as strawberry hands them to the resolver.
+        come out as strawberry hands them to the resolver. Where every argument is a
+        scalar, that function would return the values as they are: only renamed here.
         """
         strawberry_schema = self.strawberry_schema
         if strawberry_schema is None:
             raise Unsupported(f"{name} has arguments and the schema is not strawberry's")
         converter = strawberry_schema.schema_converter
+        registry = converter.scalar_registry
+        config = strawberry_schema.config
+        if all(_passes_through(argument.type, registry) for argument in arguments):
+            # What strawberry would return, without its per-call name conversion and
+            # type dispatch (a tenth of a small query's time).
+            names = [(config.name_converter.from_argument(a), a.python_name) for a in arguments]
+
+            def passed(values: dict[str, Any], info: Any) -> dict[str, Any]:
+                return {python: values[name] for name, python in names if name in values}
+
+            return passed
         convert = functools.partial(
-            convert_arguments,
-            arguments=arguments,
-            scalar_registry=converter.scalar_registry,
-            config=strawberry_schema.config,
+            convert_arguments, arguments=arguments, scalar_registry=registry, config=config
         )
 
         def converted(values: dict[str, Any], info: Any) -> dict[str, Any]:
@@ -485,6 +497,16 @@ class _Compiler:
         if isinstance(output, GraphQLObjectType):
             return ObjectCompleter(self.object_plan(output, selection_sets), nullable)
         raise Unsupported(f"a field of type {output} (an interface or union)")
+
+
+def _passes_through(argument_type: Any, registry: Mapping[object, Any]) -> bool:
+    """Whether strawberry hands the resolver this argument's coerced value as it is:
+    a scalar other than GlobalID, nullable or not (``convert_argument``'s leaf case)."""
+    if isinstance(argument_type, StrawberryMaybe):
+        return False  # wrapped in Some
+    if isinstance(argument_type, StrawberryOptional):
+        argument_type = argument_type.of_type
+    return argument_type is not GlobalID and is_scalar(argument_type, registry)
 
 
 def _is_leaf(input_type: Any) -> bool:

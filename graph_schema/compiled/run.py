@@ -26,7 +26,7 @@ from graphql.execution.values import VariableValues, get_argument_values
 from graphql.pyutils import Path
 
 from ..errors import ResultBudgetError, is_internal
-from .gather import gather_inline
+from ..gather import gather_inline
 from .plan import (
     Completer,
     Fallback,

@@ -1,4 +1,4 @@
-"""Gathering a plan's coroutines inside the task that runs the plan, without a task each.
+"""Gathering coroutines inside the task that awaits them, without a task each.
 
 ``asyncio.gather`` wraps every coroutine in a Task: a list of 32 pods whose
 ``gpus`` wait on their nodes' snapshots costs 32 tasks, their scheduling and
@@ -8,6 +8,8 @@ on a future, and is stepped again once that future is done. Every resolver
 still awaits exactly what it awaited before, loaders still batch (their
 futures are created on the first step, as under tasks), and the pacer's
 batches release coroutines one loop iteration at a time as they did tasks.
+The snapshot loader fetches a batch of nodes the same way: with snapshots kept
+warm, every fetch is answered at once, and a task each was most of its cost.
 
 What differs from tasks: the coroutines run in the gathering task, so
 ``asyncio.current_task()`` is that task and a time limit applies to all of

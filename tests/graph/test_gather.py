@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from graph_schema.compiled.gather import gather_inline
+from graph_schema.gather import gather_inline
 
 
 async def test_results_come_back_in_order_whatever_order_the_futures_complete_in() -> None:
