@@ -66,7 +66,10 @@ class LabelSelector:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether ``labels`` satisfy every requirement (an empty selector matches all)."""
-        return all(r.matches(labels) for r in self.requirements)
+        requirements = self.requirements
+        if len(requirements) == 1:  # the usual selector, once per pod: no generator
+            return requirements[0].matches(labels)
+        return all(r.matches(labels) for r in requirements)
 
 
 _SET_RE = re.compile(r"^(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")

@@ -160,6 +160,9 @@ class ObjectPlan:
     type_name: str
     fields: list[FieldPlan] = field(default_factory=list)
     may_await: bool = False
+    # The one field that may await, when it is an async resolver's (a pod's ``gpus``):
+    # its coroutine fills the object's dict itself, one coroutine per object fewer.
+    lone_async: FieldPlan | None = None
     # Generated for a selection of attributes and synchronous resolvers (see codegen):
     # (the object, the run's PlanInfo) -> the response dict.
     generated: Callable[[Any, Any], dict[str, Any]] | None = None
@@ -374,6 +377,9 @@ class _Compiler:
             plan.fields.append(field_plan)
             if field_plan.is_async or field_plan.complete.may_await:
                 plan.may_await = True
+        awaiting = [f for f in plan.fields if f.is_async or f.complete.may_await]
+        if len(awaiting) == 1 and awaiting[0].is_async:
+            plan.lone_async = awaiting[0]
         return plan
 
     def field_plan(self, parent: GraphQLObjectType, key: str, nodes: list[FieldNode]) -> FieldPlan:

@@ -73,6 +73,21 @@ def _close(values: Any) -> None:
             _close(inner)
 
 
+# What most fields complete to: never awaitable, so no ABC check is needed.
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+def _awaitable(value: Any) -> bool:
+    """``isinstance(value, Awaitable)``, by type first: the ABC's check is slow, and the
+    plan asks it of every async field and every object it completes."""
+    kind = type(value)
+    if kind is CoroutineType:
+        return True
+    if kind in _PLAIN:
+        return False
+    return isinstance(value, Awaitable)
+
+
 def _gather(awaitables: list[Awaitable[Any]]) -> Awaitable[list[Any]]:
     """The awaitables' results: stepped in this task when all are coroutines (all the
     plan makes), else through ``asyncio.gather``."""
@@ -119,7 +134,7 @@ class PlanRun:
     async def execute(self, root: ObjectPlan) -> dict[str, Any]:
         """The operation's data; ``errors`` holds the field errors, as they happened."""
         data = self._object(root, None, None)
-        if isinstance(data, Awaitable):
+        if _awaitable(data):
             data = await data
         return data
 
@@ -134,10 +149,14 @@ class PlanRun:
                 raise Fallback(f"in a generated selection: {exc!r}") from exc
         result: dict[str, Any] = {}
         waiting: list[tuple[str, Awaitable[Any]]] | None = None
+        lone = plan.lone_async
         try:
             for field in plan.fields:
+                if field is lone:
+                    result[field.key] = None  # its place in the answer's order
+                    continue
                 value = self._field(field, plan.type_name, source, link)
-                if (field.is_async or field.complete.may_await) and isinstance(value, Awaitable):
+                if (field.is_async or field.complete.may_await) and _awaitable(value):
                     if waiting is None:
                         waiting = []
                     waiting.append((field.key, value))
@@ -147,6 +166,8 @@ class PlanRun:
         except BaseException:
             _close(a for _, a in waiting or ())
             raise
+        if lone is not None:
+            return self._awaited(lone, source, (link, lone.key, plan.type_name), result)
         if waiting is None:
             return result
         return self._gather_object(result, waiting)
@@ -218,15 +239,22 @@ class PlanRun:
         self._arguments[id(field)] = (values, kwargs if field.convert_once else None)
         return dict(kwargs)
 
-    async def _awaited(self, field: FieldPlan, source: Any, link: PathLink) -> Any:
+    async def _awaited(
+        self, field: FieldPlan, source: Any, link: PathLink, into: dict[str, Any] | None = None
+    ) -> Any:
+        """The field's completed value; or, given its object's dict, that dict with it."""
         try:
             value = await self._resolve(field, source, link)
             completed = self._complete(field.complete, value, field, link)
-            if isinstance(completed, Awaitable):
+            if _awaitable(completed):
                 completed = await completed
-            return completed
         except Exception as exc:
-            return self._failed(field, exc, link)
+            self._failed(field, exc, link)
+            completed = None
+        if into is None:
+            return completed
+        into[field.key] = completed
+        return into
 
     def _failed(self, field: FieldPlan, exc: Exception, link: PathLink) -> None:
         if isinstance(exc, Fallback | ResultBudgetError):
@@ -286,12 +314,12 @@ class PlanRun:
         except BaseException:
             _close(completed)
             raise
-        if not any(isinstance(c, Awaitable) for c in completed):
+        if not any(_awaitable(c) for c in completed):
             return completed
         return self._gather_list(completed)
 
     async def _gather_list(self, completed: list[Any]) -> list[Any]:
-        indices = [i for i, c in enumerate(completed) if isinstance(c, Awaitable)]
+        indices = [i for i, c in enumerate(completed) if _awaitable(c)]
         values = await _gather([completed[i] for i in indices])
         for i, value in zip(indices, values, strict=True):
             completed[i] = value
