@@ -51,7 +51,8 @@ class Pacer:
         self.deferred = 0
 
     def due(self) -> bool:
-        """Whether ``pace()`` would wait: a caller may skip awaiting it when not."""
+        """Whether ``pace()`` would wait (a caller may skip awaiting it when not); within
+        the slice, it also watches for the loop to go round."""
         if self._waiting or self._clock() - self._slice_start >= self.slice_seconds:
             return True
         if not self._marker_scheduled:
