@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
 
 import pexpect
 import pytest
@@ -25,11 +26,19 @@ HIDE_CURSOR = "\x1b[?25l"
 SHOW_CURSOR = "\x1b[?25h"
 
 
-def sigint_as_a_shell_gives_it() -> None:
-    """Restore SIGINT's default in the child, as an interactive shell does for a command."""
-    # A test run started in the background (nohup, some CI runners) ignores SIGINT, and an
-    # ignore is inherited across exec: Ctrl-C would then never reach gpugraph top.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+@pytest.fixture(autouse=True)
+def interruptible_children() -> Iterator[None]:
+    """Children get SIGINT's default, as an interactive shell gives a command."""
+    # A test run started in the background (nohup, some CI runners) ignores SIGINT, and
+    # an ignore is inherited across exec: Ctrl-C would never reach gpugraph top. A
+    # handled signal is reset to its default by exec, so the test process handles it
+    # while these tests run. (Not a preexec_fn: code run between fork and exec in a
+    # process with gRPC's threads can abort the child.)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def spawn_watch(*args: str, view: str = "nodes", rows: int = 40) -> pexpect.spawn:
@@ -44,7 +53,6 @@ def spawn_watch(*args: str, view: str = "nodes", rows: int = 40) -> pexpect.spaw
         dimensions=(rows, 160),
         encoding="utf-8",
         timeout=30,
-        preexec_fn=sigint_as_a_shell_gives_it,
     )
 
 
@@ -175,7 +183,6 @@ def test_watch_into_a_pipe_prints_one_whole_frame_per_update(demo: RunningDemo) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=sigint_as_a_shell_gives_it,
     )
     assert child.stdout is not None
     lines: list[str] = []
