@@ -375,9 +375,8 @@ class _Compiler:
         for key, nodes in self.collector.collect(parent.name, selection_sets).items():
             field_plan = self.field_plan(parent, key, nodes)
             plan.fields.append(field_plan)
-            if field_plan.is_async or field_plan.complete.may_await:
-                plan.may_await = True
         awaiting = [f for f in plan.fields if f.is_async or f.complete.may_await]
+        plan.may_await = bool(awaiting)
         if len(awaiting) == 1 and awaiting[0].is_async:
             plan.lone_async = awaiting[0]
         return plan
