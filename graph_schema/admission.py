@@ -37,10 +37,11 @@ SIZES_TTL_SECONDS = 1.0
 
 
 class SizeGauge:
-    """The list sizes a caller's view holds, measured from it and the agents' snapshots seen.
+    """The list sizes a caller's view holds, measured from it and the agents' current snapshots.
 
-    A restricted caller's estimate is over what it may see, so the refusal
-    reveals nothing of the rest of the cluster's size; each view is measured at
+    A restricted caller's estimate is over what it may see (its processes
+    counted by namespace), so the refusal reveals nothing of the rest of the
+    cluster's size or of other tenants' processes; each view is measured at
     most once per ``ttl`` seconds per scope.
     """
 
@@ -80,12 +81,18 @@ class SizeGauge:
         pods = cluster.pods()
         per_node = Counter(p.node_name for p in pods if p.node_name)
         capacity = max((n.gpu_capacity or 0 for n in nodes), default=0)
+        # What the agents' current snapshots report, not the most ever seen: a
+        # node's spike leaves once its snapshot is replaced or goes unread.
+        peaks = self.views.peaks()
+        processes = peaks.processes_per_gpu
+        if isinstance(cluster, VisibleCluster):
+            processes = cluster.processes_per_gpu(processes, peaks.processes_per_gpu_of)
         return ClusterSizes(
             nodes=max(1, len(nodes)),
             pods=max(1, len(pods)),
             pods_per_node=max(1, max(per_node.values(), default=0)),
-            gpus_per_node=max(1, capacity, self.views.max_gpus_per_node),
-            processes_per_gpu=max(MIN_PROCESSES_PER_GPU, self.views.max_processes_per_gpu),
+            gpus_per_node=max(1, capacity, peaks.gpus_per_node),
+            processes_per_gpu=max(MIN_PROCESSES_PER_GPU, processes),
             containers_per_pod=max(1, max((len(p.containers) for p in pods), default=0)),
         )
 

@@ -1,7 +1,16 @@
-"""Gpu and GpuProcess graph objects built from a node snapshot, once per snapshot."""
+"""Gpu and GpuProcess graph objects built from a node snapshot, once per snapshot.
+
+The cache also keeps the sizes its current snapshots report (GPUs per node,
+processes per GPU), for the cost estimate: a node's figures leave when its
+snapshot is replaced, released or goes unread, so one busy moment does not
+raise every later estimate.
+"""
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from strawberry.utils.str_converters import to_camel_case
@@ -148,12 +157,119 @@ def gpus_by_pod(gpus: list[Gpu]) -> dict[str, list[Gpu]]:
     return by_pod
 
 
+# How long a node's figures count towards the sizes after its snapshot's objects
+# were built. Refused queries read no node, so without this a spike that nobody
+# reads again would hold every estimate up until the node leaves the cluster.
+SIZES_HORIZON_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSizes:
+    """What one node's snapshot reports: its GPUs, and the most processes on one of them."""
+
+    gpus: int
+    processes_per_gpu: int
+    # Namespace -> the most of its pods' processes on one of the node's GPUs.
+    processes_per_gpu_of: Mapping[str, int]
+
+    @classmethod
+    def of(cls, gpus: list[Gpu]) -> NodeSizes:
+        """The sizes of a node's built objects (processes as joined to their pods)."""
+        most = 0
+        of_namespace: dict[str, int] = {}
+        # Plain loops: this runs for every snapshot built, a Counter per GPU costs 4x.
+        for gpu in gpus:
+            processes = gpu.processes
+            most = max(most, len(processes))
+            counts: dict[str, int] = {}
+            for p in processes:
+                pod = p.pod
+                if pod is not None:
+                    counts[pod.namespace] = counts.get(pod.namespace, 0) + 1
+            for namespace, count in counts.items():
+                if count > of_namespace.get(namespace, 0):
+                    of_namespace[namespace] = count
+        return cls(len(gpus), most, of_namespace)
+
+
+class _Largest:
+    """The largest of a multiset of counts, kept as counts come and go."""
+
+    __slots__ = ("_counts", "value")
+
+    def __init__(self) -> None:
+        self._counts: Counter[int] = Counter()
+        self.value = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._counts)
+
+    def add(self, count: int) -> None:
+        self._counts[count] += 1
+        self.value = max(self.value, count)
+
+    def remove(self, count: int) -> None:
+        left = self._counts[count] - 1
+        if left > 0:
+            self._counts[count] = left
+            return
+        del self._counts[count]
+        if count == self.value:
+            # Over the distinct counts held, not the nodes: a handful in practice.
+            self.value = max(self._counts, default=0)
+
+
+class SizePeaks:
+    """The largest per-node sizes among the nodes' current snapshots."""
+
+    def __init__(self) -> None:
+        self._gpus = _Largest()
+        self._processes = _Largest()
+        self._of_namespace: dict[str, _Largest] = {}
+
+    @property
+    def gpus_per_node(self) -> int:
+        """The most GPUs one node's current snapshot lists."""
+        return self._gpus.value
+
+    @property
+    def processes_per_gpu(self) -> int:
+        """The most processes one GPU of a current snapshot lists, whoever runs them."""
+        return self._processes.value
+
+    def processes_per_gpu_of(self, namespace: str) -> int:
+        """The most processes of ``namespace``'s pods one GPU of a current snapshot lists."""
+        largest = self._of_namespace.get(namespace)
+        return 0 if largest is None else largest.value
+
+    def add(self, sizes: NodeSizes) -> None:
+        """Count one node's sizes in."""
+        self._gpus.add(sizes.gpus)
+        self._processes.add(sizes.processes_per_gpu)
+        for namespace, count in sizes.processes_per_gpu_of.items():
+            largest = self._of_namespace.get(namespace)
+            if largest is None:
+                largest = self._of_namespace[namespace] = _Largest()
+            largest.add(count)
+
+    def remove(self, sizes: NodeSizes) -> None:
+        """Count one node's sizes (as added) out."""
+        self._gpus.remove(sizes.gpus)
+        self._processes.remove(sizes.processes_per_gpu)
+        for namespace, count in sizes.processes_per_gpu_of.items():
+            largest = self._of_namespace[namespace]
+            largest.remove(count)
+            if not largest:
+                del self._of_namespace[namespace]
+
+
 @dataclass(slots=True)
 class _NodeViews:
     snapshot: NodeSnapshot
     gpus: list[Gpu]
     pods: dict[str, Pod]
     allocations: LazyTable
+    sizes: NodeSizes
     # Built on first use: a pod's GPUs, for ``Pod.gpus`` over many pods of one node.
     by_pod: dict[str, list[Gpu]] | None = None
 
@@ -168,28 +284,60 @@ class ViewCache:
     first read, so the join is as fresh as the snapshot itself.
     """
 
-    def __init__(self, rules: AllocationRules | None = None) -> None:
+    def __init__(
+        self,
+        rules: AllocationRules | None = None,
+        *,
+        horizon: float = SIZES_HORIZON_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         # The claims and GPU names the allocation join reads.
         self.rules = rules if rules is not None else AllocationRules()
         self._by_node: dict[str, _NodeViews] = {}
-        # The most GPUs on one node and processes on one GPU seen since start:
-        # the cost estimate's bounds for what agents report (see cost.py).
-        self.max_gpus_per_node = 0
-        self.max_processes_per_gpu = 0
+        self.horizon = horizon
+        self._clock = clock
+        # The cost estimate's bounds for what agents report (see cost.py): the
+        # sizes of the nodes in ``_counted``, each counted from when its objects
+        # were built (oldest first), so expiring is O(nodes expired).
+        self._peaks = SizePeaks()
+        self._counted: dict[str, float] = {}
 
     def gpus(self, node_name: str, snapshot: NodeSnapshot, cluster: Cluster) -> list[Gpu]:
         """The Gpu objects of ``snapshot``, fetched from ``node_name``."""
         cached = self._by_node.get(node_name)
         if cached is not None and cached.snapshot is snapshot:
+            if node_name not in self._counted:
+                # Expired, yet handed out again: in hand now, so counted again.
+                self._count(node_name, cached.sizes)
             return cached.gpus
         joiner = PodJoiner(cluster, node_name, cached.pods if cached is not None else None)
         allocations = LazyTable(node_name, snapshot, cluster, self.rules)
         gpus = build_gpus(node_name, snapshot, joiner, allocations)
-        self.max_gpus_per_node = max(self.max_gpus_per_node, len(gpus))
-        for gpu in gpus:
-            self.max_processes_per_gpu = max(self.max_processes_per_gpu, len(gpu.processes))
-        self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods, allocations)
+        if cached is not None:
+            self._uncount(node_name, cached.sizes)
+        sizes = NodeSizes.of(gpus)
+        self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods, allocations, sizes)
+        self._count(node_name, sizes)
         return gpus
+
+    def peaks(self) -> SizePeaks:
+        """The largest sizes among the snapshots built within the last ``horizon`` seconds."""
+        now = self._clock()
+        counted = self._counted
+        while counted:
+            oldest = next(iter(counted))
+            if now - counted[oldest] < self.horizon:
+                break
+            self._uncount(oldest, self._by_node[oldest].sizes)
+        return self._peaks
+
+    def _count(self, node_name: str, sizes: NodeSizes) -> None:
+        self._peaks.add(sizes)
+        self._counted[node_name] = self._clock()
+
+    def _uncount(self, node_name: str, sizes: NodeSizes) -> None:
+        if self._counted.pop(node_name, None) is not None:
+            self._peaks.remove(sizes)
 
     def gpus_by_pod(self, node_name: str, gpus: list[Gpu]) -> dict[str, list[Gpu]] | None:
         """``gpus_by_pod`` of the node's shared objects, built once per snapshot; None when
@@ -212,7 +360,9 @@ class ViewCache:
 
     def forget(self, node_name: str) -> None:
         """Drop a node's objects (e.g. when the node leaves the cluster)."""
-        self._by_node.pop(node_name, None)
+        cached = self._by_node.pop(node_name, None)
+        if cached is not None:
+            self._uncount(node_name, cached.sizes)
 
     def node_names(self) -> set[str]:
         """The nodes whose objects are held."""

@@ -106,6 +106,18 @@ class VisibleCluster:
         """Whether the caller may be told the whole cluster's sizes (it sees everything)."""
         return self._scope.unrestricted
 
+    def processes_per_gpu(self, every: int, of_namespace: Callable[[str], int]) -> int:
+        """The most processes the caller may see on one GPU, counting only what it may see.
+
+        ``every`` counts every process on a GPU, ``of_namespace`` one namespace's.
+        A caller limited to some namespaces gets the sum of theirs (at least as
+        many as any one GPU shows it), so its estimate never moves with other
+        tenants' processes.
+        """
+        if self._scope.all_pods:
+            return every
+        return sum(of_namespace(namespace) for namespace in self._scope.pod_namespaces)
+
     def sees_node(self, name: str) -> bool:
         """Whether the caller may see the node called ``name``."""
         visible = self._visible_node_names()

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from graph_schema.context import GraphContext
 from graph_schema.scope import Scope
-from graph_schema.views import gpus_by_pod
-from tests.support.graph import SmallWorld, gpu_uuid
+from graph_schema.views import ViewCache, gpus_by_pod
+from tests.support.clock import ManualClock
+from tests.support.graph import (
+    MemoryCluster,
+    SmallWorld,
+    gpu_sample,
+    gpu_uuid,
+    node_record,
+    process,
+    snapshot,
+)
 
 ML_ONLY = Scope(pod_namespaces=frozenset({"ml"}))
 
@@ -66,3 +75,40 @@ async def test_pod_gpus_and_gpu_processes_answer_through_the_index() -> None:
     assert [p["pid"] for p in by_name["train-1"]["gpuProcesses"]] == [101, 103]
     assert [p["pid"] for p in by_name["train-2"]["gpuProcesses"]] == [202]
     assert by_name["idle"]["gpus"] == [] and by_name["pending"]["gpus"] == []
+
+
+def test_the_sizes_are_those_of_the_current_snapshots_read_within_the_horizon() -> None:
+    cluster = MemoryCluster()
+    clock = ManualClock()
+    views = ViewCache(horizon=10.0, clock=clock)
+
+    def node(name: str, processes: int, gpus: int = 2) -> None:
+        cluster.add_node(node_record(name))
+        listed = [process(100 + i, 1 << 20) for i in range(processes)]
+        samples = [gpu_sample(name, 0, listed)] + [gpu_sample(name, i) for i in range(1, gpus)]
+        views.gpus(name, snapshot(name, samples), cluster)
+
+    def sizes() -> tuple[int, int]:
+        peaks = views.peaks()
+        return peaks.gpus_per_node, peaks.processes_per_gpu
+
+    node("a", 1)
+    node("b", 9, gpus=4)
+    assert sizes() == (4, 9)
+    # Replaced: b's old figures leave with its old snapshot.
+    node("b", 2)
+    assert sizes() == (2, 2)
+    # Unread past the horizon, b's snapshot no longer counts; a read counts it again.
+    clock.advance(6.0)
+    node("c", 5)
+    clock.advance(6.0)
+    assert sizes() == (2, 5)
+    held = snapshot("b", [gpu_sample("b", 0, [process(7, 1 << 20)] * 3)])
+    views.gpus("b", held, cluster)
+    clock.advance(10.0)
+    assert sizes() == (0, 0)
+    views.gpus("b", held, cluster)  # the same snapshot object handed out again
+    assert sizes() == (1, 3)
+    # Released with its node.
+    views.forget("b")
+    assert sizes() == (0, 0)
