@@ -13,17 +13,19 @@ from strawberry.types import Info
 from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
 
 from .cache_status import CacheStatus
-from .errors import GraphUserError
+from .errors import GraphUserError, NodeNotFoundError
 from .history import (
     DEFAULT_FIRST,
     MAX_FIRST,
+    Position,
+    agent_namespaces,
     connection_page,
     owner_of,
     partial,
     usage_rows,
     window,
 )
-from .identity import Identity
+from .identity import Identity, identity_of
 from .interfaces import HistorySource
 from .operation import Operation
 from .selectors import parse_label_selector
@@ -50,6 +52,13 @@ def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
     if ctx.cluster.node(node_name) is None:
         return []
     return [node_name]
+
+
+def named_nodes(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
+    """``node_names``, where a name the caller cannot see (or that no node has) is NOT_FOUND."""
+    if node_name is not None and ctx.cluster.node(node_name) is None:
+        raise NodeNotFoundError(node_name)
+    return node_names(ctx, node_name)
 
 
 def history_nodes(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
@@ -102,8 +111,7 @@ class Query:
         "the cache has loaded). Reveals only the caller's own name, so every caller may read it."
     )
     def viewer(self, info: Info) -> Identity:
-        viewer = context_of(info).viewer
-        return Identity(username=None if viewer is None else viewer.username)
+        return Identity(username=identity_of(context_of(info).viewer))
 
     @strawberry.field(description="A node by name; null when not in the cluster.")
     def node(self, info: Info, name: str) -> Node | None:
@@ -151,7 +159,7 @@ class Query:
     )
     async def gpus(self, info: Info, node_name: str | None = None) -> list[Gpu]:
         ctx = ready_context(info)
-        gpus = await gpus_of_nodes(ctx, info, node_names(ctx, node_name))
+        gpus = await gpus_of_nodes(ctx, info, named_nodes(ctx, node_name))
         ctx.charge(len(gpus))
         return gpus
 
@@ -164,14 +172,13 @@ class Query:
     ) -> list[GpuProcess]:
         ctx = ready_context(info)
         cluster = ctx.cluster
+        names = named_nodes(ctx, node_name)
         if namespace is not None:
             # Only nodes running pods of that namespace can have its processes.
             names = sorted(
                 {p.node_name for p in cluster.pods(namespace=namespace) if p.node_name}
-                & set(node_names(ctx, node_name))
+                & set(names)
             )
-        else:
-            names = node_names(ctx, node_name)
         gpus = await gpus_of_nodes(ctx, info, names)
         processes = [p for g in gpus for p in g.processes]
         if namespace is not None:
@@ -202,8 +209,12 @@ class Query:
         if not 1 <= count <= MAX_FIRST:
             raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
         span = window(since, until)
-        if namespace is not None and not ctx.cluster.sees_namespace(namespace):
-            # As for a namespace that does not exist, before any agent is asked.
+        start = Position.decode(after)
+        # The agents read only what the caller may see: a pod name of another tenant's
+        # answers as one that does not exist, with no record counted or positioned.
+        namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
+        if namespaces is None:
+            # Nothing the caller may see (as for a namespace that does not exist).
             nothing = PageInfo(
                 has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
             )
@@ -212,12 +223,12 @@ class Query:
         query = HistoryQuery(
             since=span.since,
             until=span.until,
-            namespaces=(namespace,) if namespace is not None else (),
+            namespaces=namespaces,
             pod_names=(pod_name,) if pod_name is not None else (),
         )
         await ctx.pace()
         page = await connection_page(
-            source, history_nodes(ctx, node_name), query, first=count, after=after,
+            source, history_nodes(ctx, node_name), query, first=count, after=start,
             named=ctx.cluster.sees_node,
         )  # fmt: skip
         ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
@@ -256,14 +267,19 @@ class Query:
         end = span.until if span.until is not None else time.time()
         if end <= span.since:
             return []
+        view = ctx.cluster
+        # Summed by the agents over the caller's records only, as gpuHistory reads them.
+        namespaces = agent_namespaces(view.owner_namespaces())
+        if namespaces is None:
+            return []
         source = history_source(ctx)
         query = UsageQuery(
             since=span.since,
             until=end,
             group_by=frozenset(UsageGroup(g.value) for g in group_by or ()),
+            namespaces=namespaces,
         )
         await ctx.pace()
-        view = ctx.cluster
 
         def visible(found: list[UsageRow]) -> list[UsageRow]:
             # Each agent's sums by namespace, as the caller's view admits them.

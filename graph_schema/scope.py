@@ -2,7 +2,8 @@
 
 A ``Scope`` is plain data, decided elsewhere (the server asks the Kubernetes
 API server); the graph only reads it. Two callers with equal scopes see the
-same answers, so shared results are keyed by scope.
+same answers but for the fields that name the caller (``identity``), so shared
+results are keyed by scope, and by caller where a document asks who it is.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from strawberry.types.graphql import OperationType
 from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.context import GraphContext
 from graph_schema.errors import GraphUserError
+from graph_schema.identity import asks_who, identity_of
 from graph_schema.interfaces import Cluster, SnapshotSource
 from graph_schema.schema import GraphSchema
 from graph_schema.state import SharedState
@@ -285,13 +286,16 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
 
         if variables is None or request_data.extensions:
             return await execute()
-        # Keyed by scope too: callers with different rights never share an answer.
+        # Keyed by scope too: callers with different rights never share an answer;
+        # and by caller where the document asks who is asking.
+        query = request_data.query
         key = (
             context.scope,
             request_adapter.method,
-            request_data.query,
+            query,
             request_data.operation_name,
             variables,
+            identity_of(context.viewer) if query and asks_who(query) else None,
         )
         started = time.perf_counter()
         result = await self.shared.run(key, execute, lambda: context.freshness.oldest)

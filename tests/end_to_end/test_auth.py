@@ -18,6 +18,7 @@ import pytest
 import websockets
 
 from api.demo.cluster.apiserver.reviews import Rule, StubUser
+from api.execution import GraphQLApp
 from tests.support.polling import eventually_async
 from tests.support.server import GIB, Gpu, GraphQLSocket, GraphTestCluster, Proc, serving
 
@@ -246,6 +247,49 @@ async def test_shared_results_never_cross_callers(tenants: GraphTestCluster) -> 
     for token, response in zip(tokens, responses, strict=True):
         pids = pids_in(response.json())
         assert pids == ({11, 12, 13, 21} if token == tokens[0] else {11})
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "strawberry"])
+async def test_callers_of_equal_rights_are_each_told_their_own_name(
+    tenants: GraphTestCluster, compiled: bool
+) -> None:
+    reviews = tenants.stub.reviews
+    research = reviews.users["research-user"]
+    # Bound to the same roles (the usual case with groups): the same scope, another name.
+    bob = reviews.add_user(StubUser("bob@research", "uid-bob", research.groups, research.rules))
+    names = {reviews.token_of("research-user"): "research-user", bob: "bob@research"}
+    # The map's first query asks for viewer beside the data.
+    whoami = {"query": "{ me: viewer { username } pods { name } }"}
+    pods = {"query": "{ pods { name } }"}
+    tokens = list(names) * 10
+    settings = auth_settings(tenants, snapshot_ttl=30.0, compiled_execution=compiled)
+    async with serving(settings) as server:
+        shared = graphql_app(server).shared
+        answers = await asyncio.gather(
+            *(server.client.post("/graphql", json=whoami, headers=bearer(t)) for t in tokens)
+        )
+        before = shared.shared
+        dashboards = await asyncio.gather(
+            *(server.client.post("/graphql", json=pods, headers=bearer(t)) for t in tokens)
+        )
+        dashboards_shared = shared.shared - before
+    for token, answer in zip(tokens, answers, strict=True):
+        assert answer.json()["data"] == {
+            "me": {"username": names[token]},
+            "pods": [{"name": "job-a"}],
+        }
+    # Each caller's repeats still share its own answer...
+    assert before == len(tokens) - len(names)
+    # ...and a document that does not ask who is asking is shared by both callers.
+    assert {d.json()["data"]["pods"][0]["name"] for d in dashboards} == {"job-a"}
+    assert dashboards_shared == len(tokens) - 1
+
+
+def graphql_app(server: Any) -> GraphQLApp:
+    """The server's GraphQL view (it holds the shared executions)."""
+    views = {getattr(r, "app", None) for r in server.services.app.routes}
+    (view,) = (v for v in views if isinstance(v, GraphQLApp))
+    return view
 
 
 SUBSCRIPTION = "subscription { gpuUpdates(intervalSeconds: 0.5) { uuid processes { pid } } }"
