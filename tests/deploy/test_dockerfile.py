@@ -22,6 +22,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tests.support import require_on_path
+
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
@@ -305,8 +307,8 @@ def test_ci_script_installs_what_the_tests_need_and_runs_the_readme_command() ->
     assert steps == ["test", "bench-small"]
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_test_runs_every_check() -> None:
+    require_on_path("make", "apt-get install make")
     dry = subprocess.run(
         ["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
@@ -323,8 +325,8 @@ def test_make_test_runs_every_check() -> None:
         assert step in plan, f"make test does not run {step!r}"
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_demo_creates_the_venv_installs_and_runs_the_demo(tmp_path: Path) -> None:
+    require_on_path("make", "apt-get install make")
     venv = tmp_path / "venv"
     dry = subprocess.run(
         ["make", "-n", "-B", "demo", f"VENV={venv}"],
@@ -341,8 +343,8 @@ def test_make_demo_creates_the_venv_installs_and_runs_the_demo(tmp_path: Path) -
     assert creates < installs < runs
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_bench_small_runs_benchmarks_that_exist() -> None:
+    require_on_path("make", "apt-get install make")
     dry = subprocess.run(
         ["make", "-n", "bench-small"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
@@ -474,8 +476,8 @@ def test_gateway_reports_a_node_too_old_for_it(
     assert missing is not None and problem in missing
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_a_venv_without_pip_is_removed_with_a_clear_error(tmp_path: Path) -> None:
+    require_on_path("make", "apt-get install make")
     # python3 without python3-venv (Debian): `-m venv` fails after making an interpreter.
     python = tmp_path / "python3"
     python.write_text(

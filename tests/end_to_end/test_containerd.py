@@ -29,9 +29,8 @@ from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.models import ContainerRef
 from node_resolver.pids import CgroupResolver, ContainerdResolver, build_resolver
 from node_resolver.procfs import ProcFS
-from tests.support import require
 from tests.support.agents import gpu_json, nvml_json, start_agent_process
-from tests.support.containerd import Container, LocalContainerd, missing_prerequisite
+from tests.support.containerd import Container, LocalContainerd, require_containerd
 
 pytestmark = pytest.mark.containerd
 
@@ -52,8 +51,7 @@ class Scene:
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
-    reason = missing_prerequisite()
-    require(reason is None, reason or "")
+    require_containerd()
     containerd = LocalContainerd(tmp_path_factory.mktemp("containerd"))
     host = subprocess.Popen(["sleep", "100000"])
     try:
@@ -172,8 +170,7 @@ def test_containerd_map_refreshes_only_for_processes_it_cannot_vouch_for(scene: 
 def test_containerd_going_away_keeps_what_is_known_and_never_raises(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    reason = missing_prerequisite()
-    require(reason is None, reason or "")
+    require_containerd()
     with LocalContainerd(tmp_path / "cd") as containerd:
         container = containerd.run()
         resolver = ContainerdResolver(socket=str(containerd.socket))
@@ -305,8 +302,7 @@ def test_agent_reports_containers_and_pods_then_drops_killed_ones(
 
 
 def test_harness_cleans_up_after_itself(tmp_path: Path) -> None:
-    reason = missing_prerequisite()
-    require(reason is None, reason or "")
+    require_containerd()
     containerd = LocalContainerd(tmp_path / "cd")
     with containerd:
         container = containerd.run()

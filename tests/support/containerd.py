@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from . import require
+
 NAMESPACE = "k8s.io"
 BUSYBOX_APPLETS = ("sh", "sleep", "cat", "true")
 TOOLS = ("containerd", "ctr", "runc", "containerd-shim-runc-v2")
@@ -40,6 +42,12 @@ def missing_prerequisite() -> str | None:
     if find_static_busybox() is None:
         return "no static busybox (Debian package busybox-static)"
     return None
+
+
+def require_containerd() -> None:
+    """Skip (or fail under GPUGRAPH_REQUIRE_ALL=1) where a real containerd cannot run."""
+    reason = missing_prerequisite()
+    require(reason is None, reason or "")
 
 
 def find_static_busybox() -> Path | None:

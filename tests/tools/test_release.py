@@ -23,6 +23,7 @@ from types import ModuleType
 import httpx
 import pytest
 
+from tests.support import require_on_path
 from tests.support.demo_process import STOP_TIMEOUT, ready_demo
 from tests.support.project import project_version
 
@@ -124,6 +125,7 @@ def test_the_installed_demo_serves_and_stops(venv: Path, tmp_path: Path) -> None
 
 
 def test_the_image_is_built_for_both_platforms_and_pushed() -> None:
+    require_on_path("make", "apt-get install make")
     dry = subprocess.run(
         ["make", "--no-print-directory", "-n", "release-image", "IMAGE=registry.example/gpugraph"],
         cwd=ROOT,

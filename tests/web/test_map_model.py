@@ -8,13 +8,12 @@ their neighbours', checked without a browser.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support import require
+from tests.support import require_on_path
 
 pytestmark = pytest.mark.node
 
@@ -22,9 +21,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def test_map_model() -> None:
-    node = shutil.which("node")
-    require(node is not None, "Node.js (`node`) is not on PATH")
-    assert node is not None
+    node = require_on_path("node", "install Node.js")
     result = subprocess.run(
         [node, "--test", *(str(path) for path in sorted(HERE.glob("*.test.mjs")))],
         capture_output=True,

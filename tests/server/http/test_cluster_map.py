@@ -33,6 +33,8 @@ NODES, GPUS = 3, 4
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[LiveDemo]:
+    # Every test here drives the map in Chromium: ask before starting the demo.
+    require_chromium()
     require_map_assets()
     with live_demo(
         nodes=NODES, gpus_per_node=GPUS, interval=0.5, allocation_nodes=False
