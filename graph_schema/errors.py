@@ -45,6 +45,19 @@ class NodeSampleError(GraphUserError):
         super().__init__(f"GPU sampling failed on node {node_name!r}: {reason}")
 
 
+class NodeNotFoundError(GraphUserError):
+    """A node name the caller asked for that is not in the cluster, or not one it may see.
+
+    Both answer the same, so the error tells a caller nothing about nodes it may
+    not see; an empty list instead would make a typo look like an idle node.
+    """
+
+    extensions: ClassVar[dict[str, str]] = {"code": "NOT_FOUND"}
+
+    def __init__(self, node_name: str) -> None:
+        super().__init__(f"no node named {node_name!r} among the nodes you may see")
+
+
 class GpuNotFoundError(GraphUserError):
     """A GPU UUID that no reachable agent reports, while some agents were unreachable."""
 

@@ -155,7 +155,8 @@ class Query:
 
     @strawberry.field(
         description="GPUs of one node, or of every node. Nodes whose agent cannot answer "
-        "are left out and named in the response's errors."
+        "are left out and named in the response's errors; a nodeName the caller cannot see "
+        "(or no node has) is the error NOT_FOUND."
     )
     async def gpus(self, info: Info, node_name: str | None = None) -> list[Gpu]:
         ctx = ready_context(info)
@@ -165,7 +166,8 @@ class Query:
 
     @strawberry.field(
         description="Processes on GPUs, optionally only those of pods in a namespace and on "
-        "one node. Nodes whose agent cannot answer are named in the response's errors."
+        "one node. Nodes whose agent cannot answer are named in the response's errors; a "
+        "nodeName the caller cannot see (or no node has) is the error NOT_FOUND."
     )
     async def gpu_processes(
         self, info: Info, namespace: str | None = None, node_name: str | None = None
@@ -176,8 +178,7 @@ class Query:
         if namespace is not None:
             # Only nodes running pods of that namespace can have its processes.
             names = sorted(
-                {p.node_name for p in cluster.pods(namespace=namespace) if p.node_name}
-                & set(names)
+                {p.node_name for p in cluster.pods(namespace=namespace) if p.node_name} & set(names)
             )
         gpus = await gpus_of_nodes(ctx, info, names)
         processes = [p for g in gpus for p in g.processes]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from api.demo.cluster.manifests import pod_uid_for
 from tests.support.polling import eventually_async
 from tests.support.server import GIB, GraphTestCluster, serving
@@ -119,6 +121,22 @@ async def test_a_query_over_every_node_makes_exactly_one_agent_call_per_node(
         "node-1": 1,
         "node-2": 1,
     }
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "strawberry"])
+async def test_a_node_name_that_is_not_in_the_cluster_is_not_found(
+    cluster: GraphTestCluster, compiled: bool
+) -> None:
+    # Not an empty list: that would look like a node whose GPUs run nothing.
+    async with serving(cluster.settings(compiled_execution=compiled)) as server:
+        before = cluster.calls()
+        for field in ("gpus", "gpuProcesses"):
+            result = await server.query(f'{{ {field}(nodeName: "node-9") {{ __typename }} }}')
+            assert result["data"] is None
+            [error] = result["errors"]
+            assert error["message"] == "no node named 'node-9' among the nodes you may see"
+            assert (error["path"], error["extensions"]) == ([field], {"code": "NOT_FOUND"})
+        assert cluster.calls() == before
 
 
 async def test_twenty_concurrent_queries_within_the_ttl_share_one_call_per_node(

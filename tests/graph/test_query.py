@@ -198,9 +198,32 @@ async def test_node_fields_and_driver_versions(world: SmallWorld) -> None:
 async def test_missing_things_are_null_not_errors(world: SmallWorld) -> None:
     data = await world.query(
         '{ node(name: "nope") { name } pod(namespace: "ml", name: "nope") { name } '
-        'gpu(uuid: "GPU-nope") { uuid } gpus(nodeName: "nope") { uuid } }'
+        'gpu(uuid: "GPU-nope") { uuid } }'
     )
-    assert data == {"node": None, "pod": None, "gpu": None, "gpus": []}
+    assert data == {"node": None, "pod": None, "gpu": None}
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        'gpus(nodeName: "nope") { uuid }',
+        'gpuProcesses(nodeName: "nope") { pid }',
+        'gpuProcesses(namespace: "ml", nodeName: "nope") { pid }',
+    ],
+)
+async def test_an_unknown_node_name_is_not_found_not_an_idle_node(
+    world: SmallWorld, field: str
+) -> None:
+    # An empty list would make a typo look like a node with nothing on its GPUs.
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state)
+    result = await world.schema.execute(f"{{ {field} }}", context_value=ctx)
+    assert result.data is None
+    assert result.errors is not None
+    [error] = result.errors
+    assert error.message == "no node named 'nope' among the nodes you may see"
+    assert error.extensions == {"code": "NOT_FOUND"}
+    # Refused before any agent is asked.
+    assert world.agents.calls == {}
 
 
 async def test_gpu_by_uuid_uses_the_hint_after_the_first_lookup(world: SmallWorld) -> None:

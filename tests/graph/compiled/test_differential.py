@@ -383,8 +383,12 @@ def readme_examples() -> list[str]:
     """Every GraphQL example of the README and docs, and the demo's example queries."""
     texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     found = [m for path in texts for m in README_BLOCK.findall(path.read_text())]
-    # An example's placeholder GPU: one of the world's, with a shared history.
-    found = [m.replace('"GPU-..."', f'"{gpu_uuid("node-a", 0)}"') for m in found]
+    # An example's placeholder GPU: one of the world's, with a shared history; the
+    # demo's first node: the world's.
+    found = [
+        m.replace('"GPU-..."', f'"{gpu_uuid("node-a", 0)}"').replace('"gpu-node-0"', '"node-a"')
+        for m in found
+    ]
     demo = [
         SHARED_GPU.format(uuid=gpu_uuid("node-a", 0)),
         NO_POD.format(node="node-a"),
@@ -435,6 +439,14 @@ def masked(answer: bytes) -> bool:
     return any(e["message"] == "Unexpected error." for e in orjson.loads(answer).get("errors", []))
 
 
+def not_found(answer: bytes) -> bool:
+    """Whether strawberry's answer is a node name's NOT_FOUND, which nulls all of data (an
+    error in a non-null field: the plan declines those)."""
+    body = orjson.loads(answer)
+    codes = [e.get("extensions", {}).get("code") for e in body.get("errors", [])]
+    return body["data"] is None and "NOT_FOUND" in codes
+
+
 @pytest.mark.parametrize("scope", sorted(SCOPES))
 @pytest.mark.parametrize(
     "name,query,variables", client_documents(), ids=[d[0] for d in client_documents()]
@@ -445,8 +457,9 @@ def test_the_map_and_top_documents_run_compiled_and_answer_the_same(
     for world in (small_world(logs), synthetic_world(logs)):
         expected, got = run(world.both(query, variables, SCOPES[scope]))
         if got is None:
-            # Only a bug (the synthetic world's broken agent, in a fan-out) may decline.
-            assert masked(expected), f"the plan declined {name}"
+            # Only a bug (the synthetic world's broken agent, in a fan-out) or a node
+            # the caller cannot see (--node) may decline.
+            assert masked(expected) or not_found(expected), f"the plan declined {name}"
             continue
         assert got == expected, f"{name}\nstrawberry: {expected!r}\ncompiled: {got!r}"
 
@@ -454,7 +467,30 @@ def test_the_map_and_top_documents_run_compiled_and_answer_the_same(
 @pytest.mark.parametrize("query", readme_examples())
 def test_readme_and_demo_examples_answer_the_same(logs: Logs, query: str) -> None:
     for scope in SCOPES.values():
-        assert assert_same(small_world(logs), query, None, scope)
+        expected, got = run(small_world(logs).both(query, None, scope))
+        # A caller who may see no node asks for one by name: NOT_FOUND, strawberry's.
+        assert got == expected or (got is None and scope == Scope() and not_found(expected))
+
+
+@pytest.mark.parametrize(
+    "field", ["gpus(nodeName: $node) { uuid }", "gpuProcesses(nodeName: $node) { pid }"]
+)
+def test_a_node_unknown_or_hidden_is_the_same_not_found_on_both_paths(
+    logs: Logs, field: str
+) -> None:
+    query = f"query($node: String) {{ {field} }}"
+    world = small_world(logs)
+    answers = []
+    # No such node; nodes that run none of the caller's pods, without list nodes.
+    for node, scope in (("node-x", EVERYTHING), ("node-x", SCOPES["nobody"]),
+                        ("node-c", SCOPES["ml-only"]), ("node-a", SCOPES["nobody"])):  # fmt: skip
+        expected, got = run(world.both(query, {"node": node}, scope))
+        # The plan leaves an error that nulls all of data to strawberry.
+        assert got is None or got == expected
+        answers.append(orjson.loads(expected.replace(node.encode(), b"NODE")))
+    assert answers[0]["data"] is None
+    assert answers[0]["errors"][0]["extensions"] == {"code": "NOT_FOUND"}
+    assert all(a == answers[0] for a in answers), answers
 
 
 # ------------------------------------------------------------ what the plan declines

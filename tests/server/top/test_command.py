@@ -239,7 +239,7 @@ def test_a_namespace_shows_only_the_down_nodes_of_its_pods(
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["--node", "nope"], "no GPUs match --node nope"),
+        (["--node", "nope"], "server error: no node named 'nope' among the nodes you may see"),
         (["nodes", "--node", "nope"], "no nodes match --node nope"),
         (["pods", "-n", "nope"], "no pods match -n nope"),
         (["-n", "research", "--node", "gpu-node-0"], "no GPUs match --node gpu-node-0 -n research"),
