@@ -13,11 +13,13 @@ from cross_web import HTTPException
 from graphql import ExecutionResult, GraphQLError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
 from strawberry.extensions import SchemaExtension
 from strawberry.http import GraphQLRequestData
+from strawberry.http.parse_content_type import parse_content_type
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult as StrawberryExecutionResult
@@ -43,6 +45,7 @@ from ..auth import (
 from ..http.graphiql import OfflineGraphiQL
 from ..http.request_json import decode_json, parse_request_json
 from ..http.response_media import GRAPHQL_RESPONSE_JSON, is_request_error, wants_graphql_response
+from ..http.responses import graphql_error_response
 from ..http.ws_messages import CheckedWebSocketAdapter
 from ..metrics import Metrics
 from .shared_results import SharedResults
@@ -183,6 +186,28 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         # Queries the plan covers skip strawberry's executor; the rest fall back to it.
         self.compiled = compiled
         self.request_timeout = request_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """strawberry's entry point; a request it refuses gets GraphQL's error shape, not text."""
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
+        request = Request(scope, receive=receive)
+        try:
+            response = await self.run(request)
+        except HTTPException as exc:
+            response = graphql_error_response(exc.status_code, exc.reason, request.headers)
+        await response(scope, receive, send)
+
+    async def parse_http_body(self, request: Any) -> Any:
+        """strawberry's, but a POST body of another media type than JSON is a 415 saying so."""
+        # strawberry's own test of the media type, so it never refuses one this passes.
+        media_type, _ = parse_content_type(request.content_type or "")
+        if request.method == "POST" and "application/json" not in media_type:
+            given = f"not {media_type}" if media_type else "this request names none"
+            raise HTTPException(
+                415, f"a GraphQL request is JSON, sent as Content-Type: application/json ({given})"
+            )
+        return await super().parse_http_body(request)
 
     def encode_json(self, data: object) -> str:
         """WebSocket messages from orjson (several times faster than the standard library's)."""

@@ -1,4 +1,5 @@
-"""Malformed requests over HTTP and WebSocket: clean 4xx or 4400, one-line reasons, no traceback."""
+"""Malformed requests over HTTP and WebSocket: clean 4xx (in GraphQL's error shape) or 4400,
+one-line reasons, no traceback."""
 
 from __future__ import annotations
 
@@ -61,10 +62,50 @@ async def test_a_malformed_body_is_a_400_with_a_one_line_reason(
             "/graphql", content=body, headers={"content-type": "application/json"}
         )
         assert response.status_code == 400, response.text
-        assert reason in response.text
-        assert "\n" not in response.text.strip() and "Traceback" not in response.text
+        # GraphQL-over-HTTP's error shape, not a line of text.
+        assert response.headers["content-type"] == "application/json; charset=utf-8"
+        [error] = response.json()["errors"]
+        assert list(error) == ["message"] and reason in error["message"]
+        assert "\n" not in error["message"] and "Traceback" not in response.text
         # The server is fine afterwards.
         assert (await server.query("{ nodes { name } }"))["data"]["nodes"]
+    assert tracebacks.records == []
+
+
+@pytest.mark.parametrize(
+    ("content_type", "says"),
+    [
+        ("text/plain", "not text/plain"),
+        ("application/x-www-form-urlencoded", "not application/x-www-form-urlencoded"),
+        ("application/graphql", "not application/graphql"),
+        (None, "this request names none"),
+    ],
+)
+async def test_a_body_that_is_not_json_is_a_415_in_graphqls_error_shape(
+    cluster: GraphTestCluster, tracebacks: Tracebacks, content_type: str | None, says: str
+) -> None:
+    headers = {} if content_type is None else {"content-type": content_type}
+    async with serving(cluster.settings()) as server:
+        for accept, media_type in (
+            ("application/json", "application/json"),
+            ("application/graphql-response+json", "application/graphql-response+json"),
+        ):
+            response = await server.client.post(
+                "/graphql", content=b"{ nodes { name } }", headers={**headers, "accept": accept}
+            )
+            assert response.status_code == 415, response.text
+            assert response.headers["content-type"] == f"{media_type}; charset=utf-8"
+            assert response.json() == {
+                "errors": [
+                    {
+                        "message": "a GraphQL request is JSON, sent as Content-Type: "
+                        f"application/json ({says})"
+                    }
+                ]
+            }
+        wrong_method = await server.client.put("/graphql", json={"query": "{ nodes { name } }"})
+        assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "GET, POST"
+        assert wrong_method.json()["errors"][0]["message"]
     assert tracebacks.records == []
 
 
