@@ -52,7 +52,7 @@ from websockets.typing import Subprotocol  # noqa: E402
 
 from bench import hostile_targets  # noqa: E402
 from bench.hostile_targets import rss_mb  # noqa: E402
-from tests.support import demo_process  # noqa: E402
+from tests.support import demo_process, history  # noqa: E402
 
 TRIVIAL = '{ node(name: "gpu-node-0") { name } }'
 WARM_UP = "{ nodes { name gpus { uuid } } }"
@@ -299,8 +299,22 @@ async def attacks(bench: Bench, small: bool) -> list[Outcome]:
             f"{headers} unfinished small headers, then silence",
             lambda: unfinished_headers(bench.demo.url, headers, 0, slow=True),
         ),
+        ("forged 999 KiB after cursor (a zlib bomb of old)", cursor_bomb(bench)),
     ]
     return [await bench.run(name, attack) for name, attack in plan]
+
+
+def cursor_bomb(bench: Bench) -> Callable[[], Awaitable[str]]:
+    """Issue 31: a gpuHistory cursor the compressed cursors of old inflated to 740 MiB.
+
+    Target: answered within 100 ms as BAD_USER_INPUT, the server's RSS within +50 MB.
+    """
+    query = (
+        'query($a: String) { gpuHistory(since: "2000-01-01T00:00:00Z", after: $a) '
+        "{ edges { cursor } } }"
+    )
+    forged = body(query, {"a": history.zlib_bomb_cursor()})
+    return lambda: bench.post(forged)
 
 
 # -- issue 21: headers, reviews with the API server stopped, subscription slots, the agent

@@ -38,6 +38,12 @@ class ResultBudgetError(GraphUserError):
         )
 
 
+class BadUserInputError(GraphUserError):
+    """An argument's value that is not one the field takes (e.g. a forged cursor)."""
+
+    extensions: ClassVar[dict[str, str]] = {"code": "BAD_USER_INPUT"}
+
+
 class NodeSampleError(GraphUserError):
     """The node's agent answered, but could not read its GPUs at all."""
 

@@ -3,8 +3,10 @@
 Each node's agent keeps its own log and sums its own usage; the server asks
 the nodes a query can touch, a bounded number at a time, and merges small
 answers. A node whose agent cannot answer is left out and reported, as for
-live data. The root connection pages across nodes with one opaque cursor that
-holds, per node, where its agent's log resumes.
+live data. The agents filter by the caller's namespaces, so another tenant's
+records are never counted, paged over or positioned. The root connection pages
+across nodes with one short cursor: the place in the merged order of the last
+record the caller was shown, from which every node's log resumes.
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import datetime
-import json
 import math
-import zlib
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from graphql import GraphQLError
 
 from node_resolver.history.records import (
+    MAX_FILTER_VALUES,
     HistoryQuery,
     OccupancyRecord,
     UsageGroup,
@@ -30,16 +33,19 @@ from node_resolver.history.records import (
     UsageRow,
 )
 
-from .errors import GraphUserError
+from .errors import BadUserInputError, GraphUserError
 from .interfaces import AgentUnavailableError, HistorySource
 
 __all__ = [
     "DEFAULT_FIRST",
     "FAN_OUT",
     "HISTORY_LIST_LIMIT",
+    "MAX_CURSOR_LENGTH",
     "MAX_FIRST",
     "Occupancy",
+    "Position",
     "Window",
+    "agent_namespaces",
     "connection_page",
     "node_history",
     "owner_of",
@@ -88,16 +94,35 @@ def window(since: datetime.datetime, until: datetime.datetime | None) -> Window:
 
 @dataclass(slots=True)
 class Occupancy:
-    """One record of one node's log, and where that node's log resumes after it."""
+    """One record of one node's log."""
 
     record: OccupancyRecord
     node_name: str
-    cursor: str = ""
 
 
 def owner_of(occupancy: Occupancy) -> str | None:
     """The namespace that owns a record, for the visibility seam; None: no (named) pod."""
     return occupancy.record.pod_namespace or None
+
+
+def agent_namespaces(namespaces: frozenset[str] | None) -> tuple[str, ...] | None:
+    """The namespaces filter to send the agents for a caller who may see ``namespaces``' records.
+
+    None in: every record (``()``, no filter); None out: no record at all, so
+    nothing is asked. The caller's namespaces come from the visibility seam.
+    """
+    if namespaces is None:
+        return ()
+    if not namespaces:
+        return None
+    if len(namespaces) > MAX_FILTER_VALUES:
+        # The agents refuse longer filters; reading more and dropping records here would
+        # page over other tenants' records again.
+        raise GraphUserError(
+            f"history is read for at most {MAX_FILTER_VALUES} namespaces at a time, and this "
+            f"caller may see {len(namespaces)}: ask for one namespace"
+        )
+    return tuple(sorted(namespaces))
 
 
 async def bounded(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
@@ -125,10 +150,7 @@ async def node_history(
         ask = min(_AGENT_PAGE, limit - len(found) + 1)
         page = await source.history_page(node_name, _limited(query, ask), token)
         _check_status(node_name, page.status)
-        found += [
-            Occupancy(record, node_name, cursor)
-            for record, cursor in zip(page.records, page.cursors, strict=False)
-        ]
+        found += [Occupancy(record, node_name) for record in page.records]
         if len(found) > limit:
             return found[:limit], True
         if not page.next_page_token:
@@ -136,16 +158,10 @@ async def node_history(
         token = page.next_page_token
 
 
-def _limited(query: HistoryQuery, limit: int) -> HistoryQuery:
-    return HistoryQuery(
-        since=query.since,
-        until=query.until,
-        gpu_uuids=query.gpu_uuids,
-        pod_uids=query.pod_uids,
-        namespaces=query.namespaces,
-        pod_names=query.pod_names,
-        limit=limit,
-    )
+def _limited(
+    query: HistoryQuery, limit: int, after: tuple[float, int] | None = None
+) -> HistoryQuery:
+    return dataclasses.replace(query, limit=limit, after=after)
 
 
 class HistoryUnavailableError(GraphUserError):
@@ -168,30 +184,74 @@ def _check_status(node_name: str, status: str) -> None:
 # -- the root connection -------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Cursor:
-    # node -> page token after the last record returned from it
-    tokens: dict[str, str] = field(default_factory=dict)
-    # nodes with nothing left
-    done: set[str] = field(default_factory=set)
+# The cursor's whole text: it is read only when it has exactly this shape, checked on a
+# string of bounded length, so a forged one costs no more than a real one to turn down.
+MAX_CURSOR_LENGTH = 512
+_CURSOR_CHARACTERS = re.compile(r"[A-Za-z0-9_-]+")
+_CURSOR_TEXT = re.compile(
+    r"1:(?P<first_seen>[0-9]{1,17}(?:\.[0-9]{1,17})?(?:e[+-]?[0-9]{1,3})?)"
+    r":(?P<row>[0-9]{1,19}):(?P<node>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
+)
+# Beyond any row SQLite gives out (its rowids are signed 64-bit).
+_LAST_ROW = (1 << 63) - 1
+_NOT_A_CURSOR = "after is not a cursor this server gave out"
 
-    def encode(self) -> str:
-        raw = json.dumps({"t": self.tokens, "d": sorted(self.done)}, separators=(",", ":"))
-        return base64.urlsafe_b64encode(zlib.compress(raw.encode(), 9)).decode()
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A record's place in the merged order of several nodes' logs: start, node, row.
+
+    A cursor is the position of the last record a caller was shown, written out
+    in plain text: nothing to inflate and nothing nested, of bounded length,
+    so any replica reads it. It carries no secret and needs none: the agents
+    answer only records of the caller's namespaces, so a forged position can
+    page only through what the caller may see anyway.
+    """
+
+    first_seen: float
+    node_name: str
+    row: int
 
     @classmethod
-    def decode(cls, text: str | None) -> _Cursor:
-        if not text:
-            return cls()
+    def of(cls, occupancy: Occupancy) -> Position:
+        """The position of a record in the merged order."""
+        return cls(occupancy.record.first_seen, occupancy.node_name, occupancy.record.id)
+
+    def resume(self, node_name: str) -> tuple[float, int]:
+        """Where ``node_name``'s log resumes after this position: (first seen, row)."""
+        if node_name == self.node_name:
+            return self.first_seen, self.row
+        # Another node's records that started at the same moment sort by node name.
+        return self.first_seen, _LAST_ROW if node_name < self.node_name else -1
+
+    def encode(self) -> str:
+        """The cursor of this position."""
+        text = f"1:{self.first_seen!r}:{self.row}:{self.node_name}"
+        return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+
+    @classmethod
+    def decode(cls, cursor: str | None) -> Position | None:
+        """The position a cursor holds (None: from the start); BadUserInputError if none."""
+        if not cursor:
+            return None
+        if len(cursor) > MAX_CURSOR_LENGTH or not _CURSOR_CHARACTERS.fullmatch(cursor):
+            raise BadUserInputError(_NOT_A_CURSOR)
         try:
-            raw = json.loads(
-                zlib.decompress(base64.urlsafe_b64decode(text.encode()), bufsize=1 << 16)
-            )
-            tokens = {str(k): str(v) for k, v in dict(raw["t"]).items()}
-            done = {str(n) for n in raw["d"]}
-        except (ValueError, KeyError, TypeError, zlib.error, binascii.Error):
-            raise GraphUserError("after is not a cursor this server gave out") from None
-        return cls(tokens, done)
+            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        except (binascii.Error, ValueError):
+            raise BadUserInputError(_NOT_A_CURSOR) from None
+        shape = _CURSOR_TEXT.fullmatch(text)
+        if shape is None:
+            raise BadUserInputError(_NOT_A_CURSOR)
+        first_seen, row = float(shape["first_seen"]), int(shape["row"])
+        if not math.isfinite(first_seen) or row > _LAST_ROW:
+            raise BadUserInputError(_NOT_A_CURSOR)
+        return cls(first_seen, shape["node"], row)
+
+
+def _merged_order(occupancy: Occupancy) -> tuple[float, str, int]:
+    # Each agent pages its log by (first seen, row); nodes interleave by name.
+    return occupancy.record.first_seen, occupancy.node_name, occupancy.record.id
 
 
 @dataclass(slots=True)
@@ -202,15 +262,10 @@ class ConnectionPage:
     has_next_page: bool
     end_cursor: str | None
     errors: list[str]
-    # The cursor this page started from, to give each edge its own.
-    start: _Cursor = field(default_factory=_Cursor)
 
     def cursor_after(self, index: int) -> str:
         """The cursor that resumes right after record ``index`` of this page."""
-        cursor = _Cursor(dict(self.start.tokens), set(self.start.done))
-        for occupancy in self.records[: index + 1]:
-            cursor.tokens[occupancy.node_name] = occupancy.cursor
-        return cursor.encode()
+        return Position.of(self.records[index]).encode()
 
 
 async def connection_page(
@@ -219,34 +274,34 @@ async def connection_page(
     query: HistoryQuery,
     *,
     first: int,
-    after: str | None,
+    after: Position | None,
     named: Callable[[str], bool],
 ) -> ConnectionPage:
-    """The next ``first`` records across ``nodes`` after the cursor ``after``.
+    """The next ``first`` records across ``nodes`` after the position ``after``.
 
-    ``named`` says which nodes a failure may be reported by name.
+    ``query`` carries the caller's namespaces (``agent_namespaces``), so the
+    agents count and page over only records the caller may see. ``named``
+    says which nodes a failure may be reported by name.
     """
-    cursor = _Cursor.decode(after)
-    start = _Cursor(dict(cursor.tokens), set(cursor.done))
-    asked = [n for n in nodes if n not in cursor.done]
-    page_query = _limited(query, first)
 
     def fetch(node: str) -> Callable[[], Awaitable[Any]]:
-        return lambda: source.history_page(node, page_query, cursor.tokens.get(node, ""))
+        # One record past the page, so whether another page follows is known, not guessed.
+        asked = _limited(query, first + 1, None if after is None else after.resume(node))
+        return lambda: source.history_page(node, asked)
 
-    answers = await bounded([fetch(n) for n in asked])
+    answers = await bounded([fetch(n) for n in nodes])
     merged: list[Occupancy] = []
-    more: dict[str, bool] = {}
+    more = False
     errors: list[str] = []
     unnamed = 0
-    for node, answer in zip(asked, answers, strict=True):
+    for node, answer in zip(nodes, answers, strict=True):
+        # A node that cannot answer is reported on every page it fails; the walk goes on
+        # without it (and picks it up where the walk is, should it come back).
         if isinstance(answer, AgentUnavailableError | HistoryUnavailableError):
             if named(node):
                 errors.append(str(answer))
             else:
                 unnamed += 1
-            # Skipped for the rest of this walk (the error says so), or it never ends.
-            more[node] = False
             continue
         if isinstance(answer, BaseException):
             raise answer
@@ -256,23 +311,15 @@ async def connection_page(
                 errors.append(str(failure))
             else:
                 unnamed += 1
-        merged += [
-            Occupancy(r, node, c) for r, c in zip(answer.records, answer.cursors, strict=False)
-        ]
-        more[node] = bool(answer.next_page_token)
+        merged += [Occupancy(r, node) for r in answer.records]
+        more = more or bool(answer.next_page_token)
     if unnamed:
         errors.append(f"history unavailable from {unnamed} node(s) this caller cannot see")
-    merged.sort(key=lambda o: (o.record.first_seen, o.node_name, o.cursor))
+    merged.sort(key=_merged_order)
     taken = merged[:first]
-    left = {o.node_name for o in merged[first:]}
-    for occupancy in taken:
-        cursor.tokens[occupancy.node_name] = occupancy.cursor
-    for node in asked:
-        if not more.get(node, True) and node not in left:
-            cursor.done.add(node)
-    has_next = any(n not in cursor.done for n in nodes)
-    end = cursor.encode() if taken or has_next else None
-    return ConnectionPage(taken, has_next, end, errors, start)
+    has_next = more or len(merged) > first
+    end = Position.of(taken[-1]).encode() if taken else None
+    return ConnectionPage(taken, has_next, end, errors)
 
 
 # -- usage ---------------------------------------------------------------------------

@@ -89,6 +89,10 @@ class ClusterView(Cluster, Protocol):
         """``items`` split into those the caller may see and those withheld, by owning namespace."""
         ...
 
+    def owner_namespaces(self, namespace: str | None = None) -> frozenset[str] | None:
+        """The namespaces whose records the caller may see (within ``namespace``); None: all."""
+        ...
+
     def sees_node(self, name: str) -> bool:
         """Whether the caller may see the node called ``name``."""
         ...

@@ -9,6 +9,7 @@ node's snapshot, and they go through the operation's loader: one call per node.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import enum
 import weakref
@@ -35,6 +36,7 @@ from .history import (
     ConnectionPage,
     Occupancy,
     Window,
+    agent_namespaces,
     node_history,
     owner_of,
     window,
@@ -285,7 +287,7 @@ class Gpu:
     async def history(
         self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
     ) -> list[GpuOccupancy]:
-        shown, _ = await _gpu_history(info, self, window(since, until))
+        shown, _ = await _gpu_history(info, self, window(since, until), everyone=False)
         return _occupancies(info, shown)
 
     @strawberry.field(
@@ -295,7 +297,7 @@ class Gpu:
     async def hidden_history_count(
         self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
     ) -> int:
-        _, hidden = await _gpu_history(info, self, window(since, until))
+        _, hidden = await _gpu_history(info, self, window(since, until), everyone=True)
         return hidden
 
     @strawberry.field(
@@ -672,23 +674,39 @@ def _query(span: Window, **filters: Any) -> HistoryQuery:
     return HistoryQuery(since=span.since, until=span.until, **filters)
 
 
-# Per operation: a GPU's records, read once for history and hiddenHistoryCount alike.
+# Per operation: a GPU's records, read once for history and hiddenHistoryCount where both
+# read the same (a caller who sees every record).
 _GPU_READS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
-async def _gpu_history(info: Info, gpu: Gpu, span: Window) -> tuple[list[Occupancy], int]:
+async def _gpu_history(
+    info: Info, gpu: Gpu, span: Window, *, everyone: bool
+) -> tuple[list[Occupancy], int]:
     ctx = context_of(info)
     reads = _GPU_READS.setdefault(ctx, {})
-    key = (gpu.node_name, gpu.uuid, span)
+    query = _query(span, gpu_uuids=(gpu.uuid,))
+    # history reads only the caller's records; hiddenHistoryCount counts the others.
+    namespaces = () if everyone else agent_namespaces(ctx.cluster.owner_namespaces())
+    if namespaces is None:
+        return [], 0
+    asked = dataclasses.replace(query, namespaces=namespaces)
+    key = (gpu.node_name, asked)
     task = reads.get(key)
     if task is None:
-        query = _query(span, gpu_uuids=(gpu.uuid,))
-        task = reads[key] = asyncio.ensure_future(_history(info, gpu.node_name, query))
+        task = reads[key] = asyncio.ensure_future(_read(info, gpu.node_name, asked))
     shown, hidden = await asyncio.shield(task)
     return shown, hidden
 
 
 async def _history(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[Occupancy], int]:
+    """One node's records for ``query`` that the caller may see (only those are read)."""
+    namespaces = agent_namespaces(context_of(info).cluster.owner_namespaces())
+    if namespaces is None:
+        return [], 0
+    return await _read(info, node_name, dataclasses.replace(query, namespaces=namespaces))
+
+
+async def _read(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[Occupancy], int]:
     """One node's records for ``query`` as the caller may see them, and how many it may not."""
     ctx = context_of(info)
     source = ctx.history

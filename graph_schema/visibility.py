@@ -91,6 +91,18 @@ class VisibleCluster:
             (shown if self.sees_owner(namespace_of(item)) else hidden).append(item)
         return shown, hidden
 
+    def owner_namespaces(self, namespace: str | None = None) -> frozenset[str] | None:
+        """The namespaces whose records the caller may see, within ``namespace`` when given.
+
+        None: every record, those of no pod too. For filters applied where the
+        records are (the agents' logs), so withheld records are never read at all;
+        the same rule as ``sees_owner``.
+        """
+        if self._scope.all_pods:
+            return None if namespace is None else frozenset({namespace})
+        visible = self._scope.pod_namespaces
+        return visible if namespace is None else visible & {namespace}
+
     def sees_cmdline(self, namespace: str | None) -> bool:
         """Whether command lines of processes in ``namespace`` (None: no pod) may be shown."""
         return self._scope.sees_cmdline(namespace)

@@ -16,6 +16,7 @@ from .codec import snapshot_from_proto
 from .generated import agent_pb2, agent_pb2_grpc
 from .history.records import HistoryPage, HistoryQuery, UsageGroup, UsageRow
 from .history_codec import (
+    after_token,
     pod_names_requests,
     record_from_proto,
     usage_query_to_proto,
@@ -63,7 +64,8 @@ class AgentClient:
             namespaces=list(query.namespaces),
             pod_names=list(query.pod_names),
             limit=query.limit,
-            page_token=page_token,
+            # A query's own position when no token is given (the server's cross-node cursor).
+            page_token=page_token or ("" if query.after is None else after_token(query.after)),
         )
         reply = await self._stub.GetHistory(request, timeout=timeout, metadata=self._metadata)
         return HistoryPage(

@@ -10,7 +10,14 @@ import base64
 import math
 
 from .generated import agent_pb2
-from .history.records import HistoryQuery, OccupancyRecord, UsageGroup, UsageQuery, UsageRow
+from .history.records import (
+    MAX_FILTER_VALUES,
+    HistoryQuery,
+    OccupancyRecord,
+    UsageGroup,
+    UsageQuery,
+    UsageRow,
+)
 from .pod_names import PodName
 
 __all__ = [
@@ -19,6 +26,7 @@ __all__ = [
     "MAX_PAGE",
     "PUT_POD_NAMES_MAX_BYTES",
     "BadHistoryRequestError",
+    "after_token",
     "history_query_from_proto",
     "page_token",
     "pod_names_from_proto",
@@ -37,8 +45,6 @@ __all__ = [
 PUT_POD_NAMES_MAX_BYTES = 16 * 1024
 DEFAULT_PAGE = 500
 MAX_PAGE = 1000
-# Per filter list: more than this is a caller's mistake, not a query.
-MAX_FILTER_VALUES = 256
 
 _GROUP_TO_PROTO = {
     UsageGroup.NAMESPACE: agent_pb2.USAGE_GROUP_NAMESPACE,
@@ -55,7 +61,13 @@ class BadHistoryRequestError(ValueError):
 
 def page_token(record: OccupancyRecord) -> str:
     """The token of the page that starts after ``record``."""
-    return base64.urlsafe_b64encode(f"{record.first_seen!r}:{record.id}".encode()).decode()
+    return after_token((record.first_seen, record.id))
+
+
+def after_token(after: tuple[float, int]) -> str:
+    """The token of the page that starts after the position (first seen, row id)."""
+    first_seen, row_id = after
+    return base64.urlsafe_b64encode(f"{first_seen!r}:{row_id}".encode()).decode()
 
 
 def _cursor(token: str) -> tuple[float, int] | None:
@@ -174,6 +186,7 @@ def record_from_proto(message: agent_pb2.HistoryRecord) -> OccupancyRecord:
         ended=message.ended,
         peak_memory_bytes=message.peak_memory_bytes,
         allocation_verdict=message.allocation_verdict,
+        id=_row_id(message.cursor),
     )
     # Held as a zero-length reading, so the record's mean properties give them back.
     if mean_memory is not None:
@@ -181,6 +194,16 @@ def record_from_proto(message: agent_pb2.HistoryRecord) -> OccupancyRecord:
     if mean_sm is not None:
         record.sm_percent_seconds, record.sm_seconds = mean_sm, 1.0
     return record
+
+
+def _row_id(cursor: str) -> int:
+    # The record's row in its agent's log, from the token after it: the server pages
+    # across nodes by (first seen, node, row). 0 (unknown) from an agent that sent none.
+    try:
+        position = _cursor(cursor)
+    except BadHistoryRequestError:
+        return 0
+    return 0 if position is None else position[1]
 
 
 def usage_row_to_proto(row: UsageRow) -> agent_pb2.UsageRow:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "GIB",
+    "MAX_FILTER_VALUES",
     "HistoryPage",
     "HistoryQuery",
     "OccupancyRecord",
@@ -18,6 +19,9 @@ __all__ = [
 ]
 
 GIB = float(1 << 30)
+# Per filter list of a query: more than this is a caller's mistake, not a query (the agent
+# refuses it; the server tells a caller of more namespaces than this so).
+MAX_FILTER_VALUES = 256
 
 
 @dataclass(slots=True)

@@ -3,6 +3,9 @@ server's reviews. Two tenants share a GPU; a host process sits on another."""
 
 from __future__ import annotations
 
+import datetime
+import time
+import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +13,11 @@ from typing import Any
 import pytest
 
 from api.demo.cluster.manifests import pod_uid_for
+from graph_schema.history import HISTORY_LIST_LIMIT, Position
+from node_resolver.history.records import OccupancyRecord
+from node_resolver.history.store import HistoryStore
 from tests.end_to_end.test_auth import bearer, namespaces_in, pids_in
+from tests.support.history import old_style_cursor, zlib_bomb_cursor
 from tests.support.polling import eventually_async
 from tests.support.server import GIB, Gpu, GraphTestCluster, Proc, Served, serving
 
@@ -32,10 +39,9 @@ EVERY_HISTORY_PATH = f"""
 """
 
 
-@pytest.fixture
-async def tenants(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
+def two_tenants(tmp_path: Path) -> GraphTestCluster:
     """node-0: GPU-0-0 shared by research/job-a (PID 11) and ml/job-b (PID 12), GPU-0-1 with
-    a host process (PID 13); node-1: ml/solo (PID 21); every agent keeps a log."""
+    a host process (PID 13); node-1: ml/solo (PID 21); every agent keeps a log (not started)."""
     cluster = GraphTestCluster(tmp_path, history=True)
     cluster.add_node(
         "node-0",
@@ -57,6 +63,13 @@ async def tenants(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
     cluster.add_pod("job-a", "research", "node-0", gpu_limit=1)
     cluster.add_pod("job-b", "ml", "node-0", gpu_limit=1)
     cluster.add_pod("solo", "ml", "node-1", gpu_limit=1)
+    return cluster
+
+
+@pytest.fixture
+async def tenants(tmp_path: Path) -> AsyncIterator[GraphTestCluster]:
+    """``two_tenants``, started."""
+    cluster = two_tenants(tmp_path)
     await cluster.start()
     yield cluster
     await cluster.stop()
@@ -210,3 +223,174 @@ async def test_a_process_naming_another_nodes_pod_borrows_neither_its_name_nor_i
     assert framed["podUid"] == pod_uid_for("research", "job-a")
     assert (framed["podNamespace"], framed["podName"], framed["pod"]) == (None, None, None)
     assert 22 not in pids_in(research["data"])
+
+
+# -- forged cursors, and what history tells a tenant of other tenants' records
+
+FORGED_AFTER = (
+    'query($after: String) { gpuHistory(since: "' + SINCE + '", after: $after) '
+    "{ edges { cursor } } }"
+)
+HISTORY_PAGE = (
+    "query($pod: String, $ns: String, $first: Int, $after: String) { gpuHistory(since: "
+    f'"{SINCE}", podName: $pod, namespace: $ns, first: $first, after: $after) '
+    "{ edges { cursor node { pid start node { name } } } pageInfo { hasNextPage endCursor } } }"
+)
+NOTHING = {
+    "data": {"gpuHistory": {"edges": [], "pageInfo": {"hasNextPage": False, "endCursor": None}}}
+}
+
+
+async def page(server: Served, token: str, **variables: Any) -> dict[str, Any]:
+    """One page of gpuHistory as ``token``'s caller asks it."""
+    response = await server.client.post(
+        "/graphql", json={"query": HISTORY_PAGE, "variables": variables}, headers=bearer(token)
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "strawberry"])
+async def test_forged_cursors_are_bad_user_input_and_nothing_is_inflated(
+    tenants: GraphTestCluster, compiled: bool
+) -> None:
+    forged = {
+        # 999 KiB of text that the compressed cursor of old inflated to 740 MiB.
+        "bomb": zlib_bomb_cursor(),
+        # JSON nested past the recursion limit once inflated (a RecursionError of old).
+        "nested": old_style_cursor(b"[" * 200_000),
+    }
+    settings = tenants.settings(auth_mode="kubernetes", compiled_execution=compiled)
+    answers: dict[str, tuple[int, dict[str, Any], int]] = {}
+    async with serving(settings) as server:
+        token = tenants.stub.reviews.token_of("research-user")
+        for name, cursor in forged.items():
+            body = {"query": FORGED_AFTER, "variables": {"after": cursor}}
+            # Everything the process allocates while the request is answered, server included.
+            tracemalloc.start()
+            try:
+                response = await server.client.post("/graphql", json=body, headers=bearer(token))
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            answers[name] = (response.status_code, response.json(), peak)
+    for name, (status, body, peak) in answers.items():
+        assert status == 200, (name, body)
+        assert body["data"] is None, name
+        (error,) = body["errors"]
+        assert error["message"] == "after is not a cursor this server gave out", name
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", name
+        # The request's own megabyte, a few copies of it; never what it would inflate to.
+        assert peak < 64 << 20, (name, peak)
+
+
+async def test_another_tenants_pod_name_answers_exactly_as_a_missing_one(
+    tenants: GraphTestCluster,
+) -> None:
+    reviews = tenants.stub.reviews
+    async with serving(tenants.settings(auth_mode="kubernetes")) as server:
+        admin = reviews.token_of("admin")
+        await named(server, admin)
+        research = reviews.token_of("research-user")
+        # job-b is ml's pod, on research's node and GPU, and its log has a record of it.
+        ml = await page(server, admin, pod="job-b")
+        answers = {
+            (asked, first): await page(server, research, first=first, **asked_for)
+            for first in (1, 100)
+            for asked, asked_for in {
+                "hidden pod": {"pod": "job-b"},
+                "missing pod": {"pod": "no-such-pod"},
+                "hidden namespace": {"ns": "ml"},
+                "missing namespace": {"ns": "no-such-namespace"},
+            }.items()
+        }
+    assert [e["node"]["pid"] for e in ml["data"]["gpuHistory"]["edges"]] == [12]
+    assert answers == dict.fromkeys(answers, NOTHING)
+
+
+async def test_paging_one_record_at_a_time_positions_only_the_tenants_own_records(
+    tenants: GraphTestCluster,
+) -> None:
+    reviews = tenants.stub.reviews
+    async with serving(tenants.settings(auth_mode="kubernetes")) as server:
+        await named(server, reviews.token_of("admin"))
+        research = reviews.token_of("research-user")
+        pages: list[dict[str, Any]] = []
+        after = None
+        for _ in range(10):
+            body = await page(server, research, first=1, after=after)
+            assert "errors" not in body, body
+            pages.append(body["data"]["gpuHistory"])
+            if not pages[-1]["pageInfo"]["hasNextPage"]:
+                break
+            after = pages[-1]["pageInfo"]["endCursor"]
+    # Its node's log also holds ml's PID 12 and the host's PID 13: neither is a page.
+    assert [[e["node"]["pid"] for e in p["edges"]] for p in pages] == [[11]]
+    (edge,) = pages[0]["edges"]
+    assert pages[0]["pageInfo"]["endCursor"] == edge["cursor"]
+    # The cursor holds the place of the record shown, and nothing else.
+    position = Position.decode(edge["cursor"])
+    assert position is not None and position.node_name == edge["node"]["node"]["name"]
+    shown = datetime.datetime.fromisoformat(edge["node"]["start"]).timestamp()
+    assert abs(position.first_seen - shown) < 1e-3
+
+
+async def test_history_lists_read_only_the_tenants_records_past_the_list_limit(
+    tmp_path: Path,
+) -> None:
+    cluster = two_tenants(tmp_path)
+    # Before any of today's, as many of ml's records on research's GPU as a list holds.
+    node = cluster.agents["node-0"]
+    assert node.history_dir is not None
+    node.history_dir.mkdir(parents=True)
+    store = HistoryStore(node.history_dir, max_bytes=node.history_max_bytes)
+    store.open()
+    day_ago = time.time() - 86400
+    store.write(
+        [
+            OccupancyRecord(
+                gpu_uuid="GPU-0-0",
+                mig_device_uuid="",
+                pid=50_000 + i,
+                start_ticks=i,
+                boot_id="boot-0",
+                first_seen=day_ago + i,
+                last_seen=day_ago + i + 1,
+                ended=True,
+                pod_uid=pod_uid_for("ml", "job-b"),
+                pod_namespace="ml",
+                pod_name="job-b",
+            )
+            for i in range(HISTORY_LIST_LIMIT)
+        ],
+        [],
+        now=day_ago + HISTORY_LIST_LIMIT,
+    )
+    store.close()
+    lists = (
+        f'{{ nodes {{ name gpuHistory(since: "{SINCE}") {{ pid }} '
+        f'gpus {{ uuid history(since: "{SINCE}") {{ pid }} }} }} '
+        f'pods {{ name gpuHistory(since: "{SINCE}") {{ pid }} }} }}'
+    )
+    reviews = cluster.stub.reviews
+    await cluster.start()
+    try:
+        async with serving(cluster.settings(auth_mode="kubernetes")) as server:
+            admin = reviews.token_of("admin")
+
+            async def research_named() -> bool:
+                body = await page(server, admin, ns="research")
+                return [e["node"]["pid"] for e in body["data"]["gpuHistory"]["edges"]] == [11]
+
+            await eventually_async(research_named, timeout=15, what="job-a's record named")
+            body = await ask(server, lists, reviews.token_of("research-user"))
+    finally:
+        await cluster.stop()
+    # No "more than 1000 records" from ml's, and research's own record not cut off by them.
+    assert "errors" not in body, body
+    assert body["data"] == {
+        "nodes": [{"name": "node-0", "gpuHistory": [{"pid": 11}],
+                   "gpus": [{"uuid": "GPU-0-0", "history": [{"pid": 11}]}]}],
+        "pods": [{"name": "job-a", "gpuHistory": [{"pid": 11}]}],
+    }  # fmt: skip

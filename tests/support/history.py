@@ -11,7 +11,9 @@ snapshots; a node without a store answers "off", as an agent without
 
 from __future__ import annotations
 
+import base64
 import datetime
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,11 +28,18 @@ from node_resolver.history.records import (
     UsageRow,
 )
 from node_resolver.history.store import HistoryStore
-from node_resolver.history_codec import history_query_from_proto
+from node_resolver.history_codec import after_token, history_query_from_proto
 from node_resolver.history_codec import page_token as token_after
 from tests.support.graph import MemorySnapshots
 
-__all__ = ["HistoryAgents", "at", "occupancy", "open_stores"]
+__all__ = [
+    "HistoryAgents",
+    "at",
+    "occupancy",
+    "old_style_cursor",
+    "open_stores",
+    "zlib_bomb_cursor",
+]
 
 # The records' days: 2026-12-01, all in the past, so no answer depends on "now".
 DAY = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC).timestamp()
@@ -124,7 +133,8 @@ class HistoryAgents(MemorySnapshots):
             namespaces=list(query.namespaces),
             pod_names=list(query.pod_names),
             limit=query.limit,
-            page_token=page_token,
+            # As the client sends a query's own position when no token is given.
+            page_token=page_token or ("" if query.after is None else after_token(query.after)),
         )
         store = self.stores.get(node_name)
         if store is None:
@@ -146,3 +156,24 @@ class HistoryAgents(MemorySnapshots):
             for row in rows:
                 row.node_name = node_name
         return rows, "ok"
+
+
+def old_style_cursor(raw: bytes) -> str:
+    """``raw`` as the compressed cursor of old (URL-safe base64 of zlib) carried it."""
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode()
+
+
+def zlib_bomb_cursor(mib: int = 740) -> str:
+    """An old-style cursor of ``mib`` MiB of zeros, ~1.35 KiB of text per MiB (740: 999 KiB).
+
+    Made from one compressed MiB repeated (each flushed in full, so the pieces are
+    byte-identical), not by compressing it all: milliseconds instead of seconds.
+    """
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    zeros = bytes(1 << 20)
+    first = deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH)
+    piece = deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH)
+    # Adler-32 of n zero bytes: a stays 1, b adds it n times.
+    adler = (((mib << 20) % 65521) << 16) | 1
+    stream = b"\x78\xda" + first + piece * (mib - 1) + deflate.flush() + adler.to_bytes(4, "big")
+    return base64.urlsafe_b64encode(stream).decode()
