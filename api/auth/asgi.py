@@ -3,7 +3,10 @@
 Covers HTTP (``/graphql``, ``/gpu-pods``, ``/metrics``) and the WebSocket
 upgrade. A WebSocket without an ``Authorization`` header is let through to
 its ``connection_init``, whose payload may carry the token instead; the
-GraphQL view checks it there (and refuses the socket without one).
+GraphQL view checks it there (and refuses the socket without one). A path
+that no route of the app answers is the router's 404 whoever asks: a 401
+there would promise something behind a token, and answering every caller
+alike tells none of them anything.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
@@ -92,6 +96,14 @@ def _is_ide_page(scope: AsgiScope, headers: Headers) -> bool:
     )
 
 
+def _routed(scope: AsgiScope) -> bool:
+    """Whether a route of the app answers this path (by any method)."""
+    routes = getattr(scope.get("app"), "routes", None)
+    if routes is None:
+        return True  # no app to ask: checked like any path, never let through unchecked
+    return any(route.matches(scope)[0] is not Match.NONE for route in routes)
+
+
 class AuthMiddleware:
     """Authenticates every request but the open ones, and authorizes ``/metrics``."""
 
@@ -107,6 +119,9 @@ class AuthMiddleware:
         headers = Headers(scope=scope)
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or _is_ide_page(scope, headers):
             await self.app(scope, receive, send)
+            return
+        if not _routed(scope):
+            await self.app(scope, receive, send)  # the router's 404
             return
         token = bearer_token(headers.get("authorization"))
         if scope["type"] == "websocket" and not token:
