@@ -9,13 +9,26 @@ from __future__ import annotations
 import contextlib
 import math
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from graph_schema.interfaces import Cluster, StalenessSource
 from node_resolver.version import version
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+# prometheus_client adds a *_created series (the Unix time it was made) beside every
+# counter and histogram: a second series per label set that no dashboard or alert
+# here reads. A process-wide switch, read at each scrape: the server's own setting.
+disable_created_metrics()
 
 _AGENT_CALL_OUTCOMES = ("ok", "error", "timeout")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)

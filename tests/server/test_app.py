@@ -155,6 +155,8 @@ async def test_healthz_readyz_and_metrics(cluster: GraphTestCluster) -> None:
         "gpugraph_agent_call_seconds_count 3.0",
     ):
         assert line in metrics, line
+    # Without prometheus_client's second series per counter and histogram.
+    assert [line for line in metrics.splitlines() if "_created" in line] == []
 
 
 ORIGIN = "https://dash.example.com"

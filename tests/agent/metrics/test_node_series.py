@@ -122,7 +122,9 @@ def test_series_carry_pod_names_once_the_server_sends_them(tmp_path: Path) -> No
     with agent:
         address = metrics_address(agent.logs())
         assert "token required" in agent.logs().split(METRICS_LISTENING, 1)[1].splitlines()[0]
-        before = parse(scrape(address).text)
+        exposition = scrape(address).text
+        assert "_created" not in exposition  # no prometheus_client bookkeeping series
+        before = parse(exposition)
         memory = "gpugraph_container_gpu_memory_used_bytes"
         # Not named yet: the pod's UID alone, and no names made up.
         assert sorted(
