@@ -182,7 +182,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BYTES,
         type=positive_bytes,
         metavar="BYTES",
-        help="the log's size on disk, WAL included; the oldest records go first "
+        help="the log's size on disk, pod names and WAL included; names no record refers "
+        "to go first, then the oldest records "
         f"(default: {DEFAULT_MAX_BYTES})",
     )
     parser.add_argument(

@@ -2,7 +2,9 @@
 
 Every GetSnapshot call is answered from the sampler's latest snapshot, which
 is encoded once per scan; a call only copies it and stamps its age. History
-calls read the occupancy log in a worker thread, never on the event loop.
+calls read the occupancy log in a worker thread, never on the event loop, as
+many at once as the log has readers; usage sums may take all of them but one,
+so a page of records never waits behind a flood of sums.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .auth import BearerTokenInterceptor
 from .codec import snapshot_to_proto
 from .generated import agent_pb2, agent_pb2_grpc
 from .history.log import OFF, HistoryLog
+from .history.store import READERS
 from .history_codec import (
     BadHistoryRequestError,
     history_query_from_proto,
@@ -95,6 +98,9 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         self._encoded: tuple[NodeSnapshot, agent_pb2.Snapshot | None] | None = None
         # Calls answered so far; tests and benchmarks read it.
         self.calls_served = 0
+        # Waiting for a reader happens here, not in a worker thread that would sit idle.
+        self._reads = asyncio.Semaphore(READERS)
+        self._usage_reads = asyncio.Semaphore(max(1, READERS - 1))
 
     def _encode(self, snapshot: NodeSnapshot) -> agent_pb2.Snapshot | None:
         cached = self._encoded
@@ -130,7 +136,8 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             page.status = OFF
             return page
         try:
-            records = await asyncio.to_thread(history.history, query)
+            async with self._reads:
+                records = await asyncio.to_thread(history.history, query)
         except (sqlite3.Error, OSError):
             page.status = history.status
             return page
@@ -155,7 +162,8 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             reply.status = OFF
             return reply
         try:
-            rows = await asyncio.to_thread(history.usage, query)
+            async with self._usage_reads, self._reads:
+                rows = await asyncio.to_thread(history.usage, query)
         except (sqlite3.Error, OSError):
             reply.status = history.status
             return reply

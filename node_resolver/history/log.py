@@ -3,7 +3,8 @@
 Scans update the tracker on the sampling thread (a few dictionary operations
 per process). A writer thread flushes it to the store every
 ``flush_interval`` seconds, one transaction per flush, and applies the
-retention and size bounds. A read flushes first, so it sees the latest scan.
+retention and size bounds. A read flushes first, so it sees the latest scan
+(reads that arrive together share one flush), then reads beside the writer.
 
 A store that cannot be opened or written (a corrupt file, a full disk, a lock
 held by someone else) is logged once and reported by ``status``; the tracker
@@ -88,6 +89,8 @@ class HistoryLog:
         self.tracker = OccupancyTracker(boot_id=boot_id, pod_names=pod_names)
         self._clock = clock
         self._flush_lock = threading.Lock()
+        # Flushes begun so far: a read that finds one begun after it arrived needs no other.
+        self._flushes_begun = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._status = OK
@@ -130,10 +133,11 @@ class HistoryLog:
             ended = self.store.end_open(boot_id)
             if ended:
                 log.info("the node rebooted: ended %d records at their last sighting", ended)
-            self.pod_names.load(self.store.pod_names())
+            # Bounds first, so that what is loaded is what is kept.
+            self.store.prune(self._clock(), self.settings.retention_seconds)
+            self.pod_names.load(self.store.pod_names(self.pod_names.max_bytes))
             resumed = self.store.open_records(boot_id)
             self.tracker.resume(resumed)
-            self.store.prune(self._clock(), self.settings.retention_seconds)
         except (sqlite3.Error, OSError) as exc:
             with contextlib.suppress(sqlite3.Error, OSError):
                 self.store.close()
@@ -147,31 +151,41 @@ class HistoryLog:
     def flush(self) -> bool:
         """Write the records and names changed since the last flush; False if the store failed."""
         with self._flush_lock:
-            if not self._open():
-                self._cap_unwritten()
-                return False
-            records = self.tracker.drain()
-            self.tracker.fill_names(records)
-            pods = self.pod_names.drain_changed()
-            now = self._clock()
-            try:
-                self.store.write(records, pods, now)
-                self._flushes += 1
-                if self._flushes % _PRUNE_EVERY == 0 or self.store.size_bytes() > (
-                    self.settings.max_bytes
-                ):
-                    self.store.prune(now, self.settings.retention_seconds)
-            except (sqlite3.Error, OSError) as exc:
-                self.tracker.undrain(records)
-                self.pod_names.restore_changed(pods)
-                self._cap_unwritten()
-                self._failed(exc)
-                return False
-            self.flushed += 1
-            if self._status != OK:
-                log.info("the occupancy log in %s is writable again", self.store.path)
-                self._status = OK
-            return True
+            return self._flush()
+
+    def _flush_for_read(self) -> None:
+        begun = self._flushes_begun
+        with self._flush_lock:
+            if self._flushes_begun == begun:
+                self._flush()
+
+    def _flush(self) -> bool:
+        self._flushes_begun += 1
+        if not self._open():
+            self._cap_unwritten()
+            return False
+        records = self.tracker.drain()
+        self.tracker.fill_names(records)
+        pods = self.pod_names.drain_changed(self.store.names_per_write)
+        now = self._clock()
+        try:
+            self.store.write(records, pods, now)
+            self._flushes += 1
+            if self._flushes % _PRUNE_EVERY == 0 or self.store.size_bytes() > (
+                self.settings.max_bytes
+            ):
+                self.store.prune(now, self.settings.retention_seconds)
+        except (sqlite3.Error, OSError) as exc:
+            self.tracker.undrain(records)
+            self.pod_names.restore_changed(pods)
+            self._cap_unwritten()
+            self._failed(exc)
+            return False
+        self.flushed += 1
+        if self._status != OK:
+            log.info("the occupancy log in %s is writable again", self.store.path)
+            self._status = OK
+        return True
 
     def _cap_unwritten(self) -> None:
         dropped = self.tracker.cap_ended(_MAX_UNWRITTEN)
@@ -187,15 +201,13 @@ class HistoryLog:
 
     def history(self, query: HistoryQuery) -> list[OccupancyRecord]:
         """Records overlapping the query's range (after a flush, so the latest scan counts)."""
-        self.flush()
-        with self._flush_lock:
-            return self.store.history(query)
+        self._flush_for_read()
+        return self.store.history(query)
 
     def usage(self, query: UsageQuery) -> list[UsageRow]:
         """GPU- and GiB-seconds over the query's range, grouped."""
-        self.flush()
-        with self._flush_lock:
-            return self.store.usage(query)
+        self._flush_for_read()
+        return self.store.usage(query)
 
     def prune(self) -> int:
         """Apply retention and the size bound now; how many records went."""

@@ -3,9 +3,19 @@
 One row per process lifetime, written by upsert on its key, so a flush after
 a restart continues the same rows. Pod names live in their own table and are
 joined when records are read: names that arrive after a record was written
-still name it. The size bound counts the WAL: when the files outgrow it, the
-WAL is checkpointed and truncated, then the oldest ended records are deleted
-and their pages handed back (incremental vacuum) until the files fit.
+still name it.
+
+The size bound counts every table and the WAL. Past it, pod names that no
+record refers to go first (anyone with the agent's token can push names), then
+the oldest ended records, until what the tables hold fits beside a WAL of its
+checkpoint size; their pages are handed back (incremental vacuum) and the WAL
+is checkpointed and truncated. Names are written a WAL's worth at a time, so
+one write cannot take the files far past the bound either.
+
+Writes go through one connection, serialised by one lock; reads go to a
+bounded pool of read-only connections, which WAL mode lets read beside the
+writer and each other, so a long usage sum holds up neither a page of records
+nor a write.
 
 Every method raises ``sqlite3.Error`` or ``OSError``; the caller (HistoryLog)
 turns those into the node's history status.
@@ -15,17 +25,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..pod_names import PodName
+from ..pod_names import PodName, pod_bytes
 from .records import GIB, HistoryQuery, OccupancyRecord, UsageGroup, UsageQuery, UsageRow
 
-__all__ = ["DB_NAME", "HistoryStore"]
+__all__ = ["DB_NAME", "READERS", "HistoryStore"]
 
 DB_NAME = "history.sqlite"
 SCHEMA_VERSION = "1"
@@ -33,8 +44,11 @@ SCHEMA_VERSION = "1"
 _SIZE_FLOOR = 64 * 1024
 # The WAL is checkpointed and cut back at this size (or an eighth of the bound).
 _WAL_BYTES = 1 << 20
-# Pruning for size deletes this share of the ended records per round.
+# Pruning for size deletes at least this share of the candidates per round (more when
+# the excess is larger).
 _PRUNE_SHARE = 0.1
+# Read-only connections at most: reads beyond wait for one.
+READERS = 4
 
 _COLUMNS = (
     "gpu_uuid", "mig_device_uuid", "pid", "start_ticks", "boot_id", "first_seen", "last_seen",
@@ -87,13 +101,26 @@ FROM occupancy o LEFT JOIN pods p ON o.pod_uid != '' AND p.uid = o.pod_uid
 
 
 class HistoryStore:
-    """One SQLite file under ``directory``; every call is serialised by one lock."""
+    """One SQLite file under ``directory``: one writer, up to ``readers`` readers beside it."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, max_bytes: int, readers: int = READERS
+    ) -> None:
         self.path = Path(directory) / DB_NAME
         self.max_bytes = max_bytes
+        # The WAL is checkpointed at this size, often enough that it stays well inside the
+        # bound (and small: at most 1 MiB, a few minutes of a busy node's flushes).
+        self.wal_bytes = max(_SIZE_FLOOR, min(_WAL_BYTES, max_bytes // 8))
+        # Pod names written at a time (as ``pod_bytes`` counts them): a node's full set
+        # fits, and one write cannot take the WAL far past its checkpoint size.
+        self.names_per_write = self.wal_bytes
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._reader_slots = threading.BoundedSemaphore(readers)
+        self._pool_lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        # Bumped by close: a reader of an earlier opening is closed when handed back.
+        self._opening = 0
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -113,11 +140,9 @@ class HistoryStore:
                     raise sqlite3.OperationalError(f"cannot use WAL mode (got {mode})")
                 db.execute("PRAGMA synchronous = NORMAL")
                 page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
-                # Checkpoint often enough that the WAL alone stays well inside the bound (and
-                # small: at most 1 MiB, a few minutes of a busy node's flushes).
-                wal_bytes = max(_SIZE_FLOOR, min(_WAL_BYTES, self.max_bytes // 8))
-                db.execute(f"PRAGMA wal_autocheckpoint = {max(16, wal_bytes // page_size)}")
-                db.execute(f"PRAGMA journal_size_limit = {wal_bytes}")
+                pages = max(16, self.wal_bytes // page_size)
+                db.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+                db.execute(f"PRAGMA journal_size_limit = {self.wal_bytes}")
                 db.executescript(_SCHEMA)
                 db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)",
@@ -129,9 +154,14 @@ class HistoryStore:
             self._db = db
 
     def close(self) -> None:
-        """Checkpoint and close; safe to call twice."""
+        """Checkpoint and close; safe to call twice (readers in use close when handed back)."""
         with self._lock:
             db, self._db = self._db, None
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+            self._opening += 1
+        for reader in idle:
+            reader.close()
         if db is not None:
             try:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -147,6 +177,32 @@ class HistoryStore:
         if self._db is None:
             raise sqlite3.OperationalError("the history database is not open")
         return self._db
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """A read-only connection from the pool, waiting while all are in use."""
+        with self._reader_slots:
+            with self._pool_lock:
+                self._conn()
+                opening = self._opening
+                reader = self._idle.pop() if self._idle else None
+            if reader is None:
+                reader = sqlite3.connect(
+                    self.path.resolve().as_uri() + "?mode=ro",
+                    uri=True,
+                    check_same_thread=False,
+                    isolation_level=None,
+                )
+                reader.execute("PRAGMA busy_timeout = 1000")
+            try:
+                yield reader
+            finally:
+                with self._pool_lock:
+                    keep = opening == self._opening
+                    if keep:
+                        self._idle.append(reader)
+                if not keep:
+                    reader.close()
 
     # -- writes ----------------------------------------------------------------------
 
@@ -173,7 +229,11 @@ class HistoryStore:
                     db.executemany(_UPSERT, [_row(r) for r in records])
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # SQLite rolls back by itself on some errors (a full disk among them): the
+                # error to report is the one that did it, never the ROLLBACK's own.
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
                 raise
 
     def end_open(self, boot_id: str) -> int:
@@ -194,11 +254,23 @@ class HistoryStore:
             )
         return [_record(row) for row in rows]
 
-    def pod_names(self) -> list[PodName]:
-        """Every stored pod name."""
+    def pod_names(self, max_bytes: int | None = None) -> list[PodName]:
+        """The stored pod names, oldest first; with ``max_bytes``, the newest up to that many
+        bytes (as ``pod_bytes`` counts them)."""
+        pods: list[PodName] = []
+        size = 0
         with self._lock:
-            rows = self._conn().execute("SELECT uid, namespace, name, containers FROM pods")
-            return [PodName(u, ns, n, _containers(c)) for u, ns, n, c in rows.fetchall()]
+            rows = self._conn().execute(
+                "SELECT uid, namespace, name, containers FROM pods ORDER BY updated_at DESC, uid"
+            )
+            for uid, namespace, name, containers in rows:
+                pod = PodName(uid, namespace, name, _containers(containers))
+                size += pod_bytes(pod)
+                if max_bytes is not None and size > max_bytes:
+                    break
+                pods.append(pod)
+        pods.reverse()
+        return pods
 
     # -- bounds ------------------------------------------------------------------------
 
@@ -210,38 +282,45 @@ class HistoryStore:
                 total += os.path.getsize(f"{self.path}{suffix}")
         return total
 
+    def used_bytes(self) -> int:
+        """What the tables and their indexes hold (the database's pages less its free ones)."""
+        with self._lock:
+            return self._used(self._conn())
+
+    def _used(self, db: sqlite3.Connection) -> int:
+        pages = int(db.execute("PRAGMA page_count").fetchone()[0])
+        free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+        page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+        return (pages - free) * page_size
+
     def prune(self, now: float, retention: float) -> int:
-        """Delete ended records older than ``retention``, then the oldest until the size fits.
+        """Delete what is older than ``retention``, then, until the tables fit the size bound
+        beside the WAL, unreferenced pod names and then the oldest ended records.
 
         Returns how many records were deleted.
         """
-        deleted = 0
         with self._lock:
             db = self._conn()
             cutoff = now - retention
-            deleted += db.execute(
+            deleted = db.execute(
                 "DELETE FROM occupancy WHERE ended = 1 AND last_seen < ?", (cutoff,)
             ).rowcount
-            db.execute(
-                "DELETE FROM pods WHERE updated_at < ? AND uid NOT IN "
-                "(SELECT pod_uid FROM occupancy)",
-                (cutoff,),
-            )
-            if deleted:
-                db.execute("PRAGMA incremental_vacuum")
-            if self.size_bytes() > self.max_bytes:
-                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            while self.size_bytes() > max(self.max_bytes, _SIZE_FLOOR):
-                ended = db.execute("SELECT COUNT(*) FROM occupancy WHERE ended = 1").fetchone()[0]
-                if not ended:
+            db.execute(f"DELETE FROM pods WHERE updated_at < ? AND {_UNREFERENCED}", (cutoff,))
+            budget = max(_SIZE_FLOOR, self.max_bytes - self.wal_bytes)
+            while (used := self._used(db)) > budget:
+                share = max(_PRUNE_SHARE, (used - budget) / used)
+                # Names nobody's record needs cost nothing to lose (the server sends its
+                # pods' names again every few minutes); records go only once they are gone.
+                if _delete_oldest(db, "pods", "uid", _UNREFERENCED, "updated_at, uid", share):
+                    continue
+                gone = _delete_oldest(db, "occupancy", "id", "ended = 1", "last_seen, id", share)
+                if not gone:
                     break
-                batch = max(1, int(ended * _PRUNE_SHARE))
-                deleted += db.execute(
-                    "DELETE FROM occupancy WHERE id IN (SELECT id FROM occupancy "
-                    "WHERE ended = 1 ORDER BY last_seen, id LIMIT ?)",
-                    (batch,),
-                ).rowcount
-                db.execute("PRAGMA incremental_vacuum")
+                deleted += gone
+            # Free pages back to the file system. As a script: stepped once, as execute()
+            # steps it, it frees a single page.
+            db.executescript("PRAGMA incremental_vacuum")
+            if self.size_bytes() > self.max_bytes:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return deleted
 
@@ -264,8 +343,8 @@ class HistoryStore:
         _within(where, args, "COALESCE(NULLIF(o.pod_name, ''), p.name) IN ({})", query.pod_names)
         sql = _SELECT + " WHERE " + " AND ".join(where) + " ORDER BY o.first_seen, o.id LIMIT ?"
         args.append(query.limit)
-        with self._lock:
-            rows = self._conn().execute(sql, args).fetchall()
+        with self._reader() as db:
+            rows = db.execute(sql, args).fetchall()
         return [_record(row) for row in rows]
 
     def usage(self, query: UsageQuery) -> list[UsageRow]:
@@ -296,8 +375,8 @@ class HistoryStore:
             f"SUM(overlap * mean_memory) FROM ({inner})"
             + (f" GROUP BY {select_keys} ORDER BY {select_keys}" if keys else "")
         )
-        with self._lock:
-            rows = self._conn().execute(sql, [query.until, query.since, *args]).fetchall()
+        with self._reader() as db:
+            rows = db.execute(sql, [query.until, query.since, *args]).fetchall()
         result = []
         for row in rows:
             values = dict(zip(keys, row[: len(keys)], strict=True))
@@ -313,6 +392,23 @@ class HistoryStore:
                 )
             )
         return result
+
+
+_UNREFERENCED = "uid NOT IN (SELECT pod_uid FROM occupancy)"
+
+
+def _delete_oldest(
+    db: sqlite3.Connection, table: str, key: str, where: str, order: str, share: float
+) -> int:
+    """Delete ``share`` (at least one) of the rows of ``table`` matching ``where``, oldest first."""
+    count = int(db.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}").fetchone()[0])
+    if not count:
+        return 0
+    return db.execute(
+        f"DELETE FROM {table} WHERE {key} IN "
+        f"(SELECT {key} FROM {table} WHERE {where} ORDER BY {order} LIMIT ?)",
+        (max(1, math.ceil(count * share)),),
+    ).rowcount
 
 
 def _within(where: list[str], args: list[Any], clause: str, values: Iterable[str]) -> None:

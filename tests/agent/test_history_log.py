@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from node_resolver.history.durations import format_duration, parse_duration
 from node_resolver.history.log import HistoryLog, HistorySettings
 from node_resolver.history.records import GIB, HistoryQuery, UsageGroup, UsageQuery
-from node_resolver.history.store import DB_NAME
+from node_resolver.history.store import DB_NAME, READERS
 from node_resolver.models import (
     AllocationMechanism,
     ContainerAllocations,
@@ -26,6 +27,8 @@ from node_resolver.models import (
 )
 from node_resolver.pod_names import PodName, PodNames
 from tests.support.clock import ManualClock
+from tests.support.pod_names import long_named_pods
+from tests.support.sqlite_connections import SqliteConnections
 
 GPU = "GPU-aaaa"
 POD = "pod-uid-1"
@@ -297,6 +300,106 @@ def test_a_locked_database_is_reported_then_recovers(history: Log) -> None:
     assert history.log.flush() is True
     assert history.log.status == "ok"
     assert len(history.records()) == 1
+
+
+def test_pushed_names_count_in_the_size_bound_and_go_before_any_record(tmp_path: Path) -> None:
+    bound = 1 << 20
+    history = Log(tmp_path, max_bytes=bound)
+    try:
+        # 300 records that ended before their pods were named, then named (so only the
+        # names table names them), and one still running.
+        history.log.observe(scan(1000, *(process(pid, GIB_INT, pod=f"uid-{pid}")
+                                         for pid in range(1, 302))))  # fmt: skip
+        history.log.observe(scan(1001, process(301, GIB_INT, pod="uid-301")))
+        assert history.log.flush()
+        history.names.put(PodName(f"uid-{pid}", "research", f"job-{pid}", {})
+                          for pid in range(1, 302))  # fmt: skip
+        assert history.log.flush()
+        # 300 pushes of 35 pods with the longest names, a flush after each.
+        sizes = []
+        for batch in long_named_pods(10_500):
+            history.names.put(batch)
+            assert history.log.flush()
+            sizes.append(history.log.store.size_bytes())
+        while history.names.changed_count:
+            assert history.log.flush()
+            sizes.append(history.log.store.size_bytes())
+        assert max(sizes) <= 2 * bound
+        records = history.records(limit=1000)
+        assert [(r.pid, r.pod_name) for r in records] == [
+            (pid, f"job-{pid}") for pid in range(1, 302)
+        ]
+    finally:
+        history.log.stop()
+
+
+def test_a_full_disk_is_reported_as_itself_and_the_records_wait_for_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connections = SqliteConnections().install(monkeypatch)
+    history = Log(tmp_path)
+    try:
+        history.log.observe(scan(1000, process(1, GIB_INT)))
+        assert history.log.flush()
+        connections.fill_disk()
+        history.log.observe(scan(1001, *(process(pid, GIB_INT) for pid in range(1, 501))))
+        history.log.observe(scan(1002, *(process(pid, GIB_INT) for pid in range(250, 501))))
+        assert history.log.flush() is False
+        assert "database or disk is full" in history.log.status
+        connections.free_disk()
+        assert history.log.flush() is True
+        assert history.log.status == "ok"
+        records = history.records(limit=1000)
+        assert len(records) == 500
+        assert sum(r.end is not None for r in records) == 249
+    finally:
+        history.log.stop()
+
+
+def test_a_page_is_read_beside_a_stalled_usage_sum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connections = SqliteConnections().install(monkeypatch)
+    history = Log(tmp_path)
+    stall = connections.stall("SUM(overlap")
+    everything = UsageQuery(0.0, 5000.0, frozenset())
+    try:
+        history.log.observe(scan(1000, process(7, GIB_INT)))
+        with ThreadPoolExecutor(2) as pool:
+            usage = pool.submit(history.log.usage, everything)
+            assert stall.wait_holding(1)
+            page = pool.submit(history.records)
+            try:
+                assert [r.pid for r in page.result(timeout=30)] == [7]
+                assert not usage.done()
+            finally:
+                stall.release()
+            assert usage.result(timeout=30)[0].gpu_seconds == 0.0
+    finally:
+        stall.release()
+        history.log.stop()
+
+
+def test_reads_share_a_bounded_pool_of_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connections = SqliteConnections().install(monkeypatch)
+    history = Log(tmp_path)
+    stall = connections.stall("SUM(overlap")
+    everything = UsageQuery(0.0, 5000.0, frozenset())
+    try:
+        history.log.observe(scan(1000, process(7, GIB_INT)))
+        history.log.observe(scan(1010, process(7, GIB_INT)))
+        with ThreadPoolExecutor(READERS + 2) as pool:
+            sums = [pool.submit(history.log.usage, everything) for _ in range(READERS + 2)]
+            # As many held at once as there are readers; the others wait for one.
+            assert stall.wait_holding(READERS)
+            stall.release()
+            assert {rows[0].gpu_seconds for rows in (s.result(timeout=30) for s in sums)} == {10.0}
+        assert connections.read_only == READERS
+    finally:
+        stall.release()
+        history.log.stop()
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -14,9 +15,13 @@ from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.history.log import HistoryLog, HistorySettings
-from node_resolver.history.records import HistoryQuery, UsageGroup
-from node_resolver.history.store import DB_NAME
-from node_resolver.history_codec import PUT_POD_NAMES_MAX_BYTES, pod_names_requests
+from node_resolver.history.records import HistoryQuery, OccupancyRecord, UsageGroup
+from node_resolver.history.store import DB_NAME, READERS, HistoryStore
+from node_resolver.history_codec import (
+    PUT_POD_NAMES_MAX_BYTES,
+    pod_names_requests,
+    pod_names_to_proto,
+)
 from node_resolver.pod_names import PodName, PodNames
 from tests.support.agents import (
     AgentThread,
@@ -25,7 +30,9 @@ from tests.support.agents import (
     start_agent_process,
     start_agent_thread,
 )
+from tests.support.pod_names import long_named_pods
 from tests.support.polling import eventually
+from tests.support.sqlite_connections import SqliteConnections
 
 TOKEN = "history-token"
 
@@ -133,6 +140,82 @@ def test_usage_over_grpc_and_names_put_in_small_messages(
     stored, seconds = asyncio.run(exchange())
     assert stored == 110 and len(history.pod_names) == 110
     assert len(seconds) == 1 and seconds[0] >= 0
+
+
+def test_a_page_is_answered_while_usage_sums_hold_every_reader_they_may(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connections = SqliteConnections().install(monkeypatch)
+    stall = connections.stall("SUM(overlap")
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0, [{"pid": 7, "usedMemoryBytes": 1 << 30}])]))
+    settings = HistorySettings(tmp_path / "history", retention_seconds=86400.0)
+    history = HistoryLog(settings, boot_id="b", pod_names=PodNames())
+    flood = READERS + 4
+    try:
+        with (
+            start_agent_thread(FakeGpuSource(nvml), token=TOKEN, history=history) as running,
+            ThreadPoolExecutor(flood) as pool,
+        ):
+            eventually(lambda: history.tracker.open_count == 1)
+            sums = [
+                pool.submit(call, running, "GetUsage", agent_pb2.GetUsageRequest())
+                for _ in range(flood)
+            ]
+            # Sums may hold every reader but one; the rest wait without one.
+            assert stall.wait_holding(READERS - 1)
+            page = call(running, "GetHistory", agent_pb2.GetHistoryRequest())
+            assert [r.pid for r in page.records] == [7]  # type: ignore[attr-defined]
+            assert not any(s.done() for s in sums)
+            stall.release()
+            assert all(s.result(timeout=30).status == "ok" for s in sums)  # type: ignore[attr-defined]
+    finally:
+        stall.release()
+
+
+def test_pushed_names_keep_the_log_within_its_bound_and_its_records(tmp_path: Path) -> None:
+    # A holder of the token pushes 10,500 pods with the longest names (300 messages of
+    # 59 KB) at an agent whose log is bounded at 1 MiB and holds 314 ended records.
+    bound = 1 << 20
+    directory = tmp_path / "history"
+    store = HistoryStore(directory, max_bytes=bound)
+    store.open()
+    store.write([record(pid) for pid in range(314)], [], 1000.0)
+    store.close()
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0, [{"pid": 7, "usedMemoryBytes": 1 << 30}])]))
+    settings = HistorySettings(directory, retention_seconds=86400.0 * 365 * 100,
+                               max_bytes=bound, flush_interval=3600.0)  # fmt: skip
+    history = HistoryLog(settings, boot_id="b", pod_names=PodNames())
+    with (
+        start_agent_thread(FakeGpuSource(nvml), token=TOKEN, history=history) as running,
+        grpc.insecure_channel(running.address) as channel,
+    ):
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        metadata = (("authorization", f"Bearer {TOKEN}"),)
+        for batch in long_named_pods(10_500):
+            request = agent_pb2.PutPodNamesRequest(pods=pod_names_to_proto(batch))
+            assert 55_000 < request.ByteSize() < 64 * 1024
+            stub.PutPodNames(request, timeout=10, metadata=metadata)
+        # Every name pushed, written (or let go) by the log's own flushes.
+        sizes = []
+        while True:
+            assert history.flush()
+            sizes.append(history.store.size_bytes())
+            if not history.pod_names.changed_count:
+                break
+    assert max(sizes) <= 2 * bound
+    with sqlite3.connect(directory / DB_NAME) as db:
+        assert db.execute("SELECT COUNT(*) FROM occupancy WHERE ended = 1").fetchone()[0] == 314
+
+
+def record(pid: int) -> OccupancyRecord:
+    """An hour-long record that ended, of a pod the agent was never told the name of."""
+    start = 1000.0 + pid
+    return OccupancyRecord(
+        gpu_uuid="GPU-old", mig_device_uuid="", pid=pid, start_ticks=1, boot_id="a",
+        first_seen=start, last_seen=start + 3600, ended=True, pod_uid=f"uid-{pid}",
+    )  # fmt: skip
 
 
 def test_the_cli_keeps_a_bounded_log_that_survives_a_restart(tmp_path: Path) -> None:
