@@ -17,6 +17,11 @@ asks for ``/metrics`` too); unauthenticated 4 MiB messages and a health-watch
 flood against a standalone ``gpugraph agent``, with a gRPC probe calling
 GetSnapshot with the agent's token, and the agent's peak RSS (VmHWM).
 
+Issue 31's name push runs a standalone agent whose occupancy log is bounded at
+1 MiB and holds 314 ended records, pushes pods with the longest names (59 KB
+messages) with the agent's token, then asks history pages: the largest the
+log's files got, its ended records before and after, the agent's peak RSS.
+
 Run ``python bench/hostile.py`` (the demo's size, 4 nodes x 8 GPUs, full
 repetitions) or ``--small`` (fewer repetitions, for CI).
 """
@@ -613,6 +618,139 @@ async def agent_attacks(
     return outcomes[1:], agent.logs()
 
 
+# -- issue 31: pod names pushed with the agent's token, against its memory and its log's bound
+
+
+NAME_PUSH_BOUND = 1 << 20
+# The agent's memory limit in the chart (256 Mi), in rss_mb's units.
+AGENT_LIMIT_MB = 256.0
+
+
+def log_bytes(directory: Path) -> int:
+    """The occupancy log's database and WAL, in bytes."""
+    total = 0
+    for name in ("history.sqlite", "history.sqlite-wal"):
+        with contextlib.suppress(FileNotFoundError):
+            total += (directory / name).stat().st_size
+    return total
+
+
+async def push_names(address: str, directory: Path, pods: int, reads: int, pid: int) -> str:
+    """Push ``pods`` long-named pods (59 KB messages), then ask ``reads`` history pages (each
+    read writes what is pending first); the largest the log's files were meanwhile, its
+    ended records before and after, and the agent's peak RSS."""
+    import sqlite3
+
+    from node_resolver.generated import agent_pb2, agent_pb2_grpc
+    from node_resolver.history_codec import pod_names_to_proto
+    from tests.support.pod_names import long_named_pods
+
+    def ended() -> int:
+        uri = (directory / "history.sqlite").resolve().as_uri() + "?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            return int(db.execute("SELECT COUNT(*) FROM occupancy WHERE ended = 1").fetchone()[0])
+
+    largest = 0
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        nonlocal largest
+        while not done.is_set():
+            largest = max(largest, log_bytes(directory))
+            await asyncio.sleep(0.02)
+
+    before = ended()
+    watcher = asyncio.create_task(watch())
+    metadata = (("authorization", f"Bearer {hostile_targets.AGENT_TOKEN}"),)
+    codes: list[str] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        for batch in long_named_pods(pods):
+            request = agent_pb2.PutPodNamesRequest(pods=pod_names_to_proto(batch))
+            try:
+                await stub.PutPodNames(request, timeout=30, metadata=metadata)
+                codes.append("OK")
+            except grpc.aio.AioRpcError as exc:
+                codes.append(exc.code().name)
+        for _ in range(reads):
+            await stub.GetHistory(agent_pb2.GetHistoryRequest(limit=1), timeout=30,
+                                  metadata=metadata)  # fmt: skip
+    done.set()
+    await watcher
+    largest = max(largest, log_bytes(directory))
+    within = "within" if largest <= 2 * NAME_PUSH_BOUND else "**over**"
+    peak = rss_mb(pid, "VmHWM")
+    return (
+        ", ".join(f"{c} x{codes.count(c)}" for c in sorted(set(codes)))
+        + f"; log at most {largest / 1024:,.0f} KiB ({within} 2x its {NAME_PUSH_BOUND >> 10:,}"
+        f" KiB bound); ended records {before} → {ended()}; agent peak RSS {peak:.0f} MB"
+        f" (limit {AGENT_LIMIT_MB:.0f})"
+    )
+
+
+async def name_push(workdir: Path, small: bool, statuses: list[int]) -> tuple[list[Outcome], str]:
+    """Issue 31's name push on a standalone agent whose log is bounded at 1 MiB and holds 314
+    ended records: 300 messages of 35 pods (10,500), then 70,000 pods (100 and 20,000 with
+    --small); its outcomes and log."""
+    from node_resolver.fake_nvml import write_fake_nvml
+    from node_resolver.history.records import OccupancyRecord
+    from node_resolver.history.store import HistoryStore
+    from tests.support.agents import gpu_json, nvml_json, start_agent_process
+    from tests.support.pod_names import PER_MESSAGE
+
+    workdir = workdir / "name-push"
+    directory = workdir / "history"
+    workdir.mkdir()
+    now = time.time()
+    store = HistoryStore(directory, max_bytes=NAME_PUSH_BOUND)
+    store.open()
+    records = [
+        OccupancyRecord(
+            gpu_uuid=f"GPU-{i % 8}", mig_device_uuid="", pid=10_000 + i, start_ticks=i,
+            boot_id="b", first_seen=now - 3600 + i, last_seen=now - 1800 + i, ended=True,
+            process_name="python", pod_uid=f"uid-{i}",
+        )
+        for i in range(314)
+    ]  # fmt: skip
+    store.write(records, [], now)
+    store.close()
+    nvml = workdir / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(i) for i in range(8)]))
+    token = workdir / "agent-token"
+    token.write_text(hostile_targets.AGENT_TOKEN)
+    agent = start_agent_process(
+        nvml, log_path=workdir / "agent.log", token_file=token, interval=1.0,
+        extra_args=["--history-dir", str(directory),
+                    "--history-max-bytes", str(NAME_PUSH_BOUND)],
+    )  # fmt: skip
+    probe, process = start_probe(grpc_probe_process, agent.address, hostile_targets.AGENT_TOKEN)
+    pid = agent.process.pid
+    try:
+        messages = 100 if small else 300
+        many = 20_000 if small else 70_000
+        reads = 50 if small else 200
+        plan: list[tuple[str, Callable[[], Awaitable[str]]]] = [
+            ("warm-up", lambda: asyncio.sleep(0.5, "")),
+            (
+                f"{messages} PutPodNames of 59 KB ({messages * PER_MESSAGE:,} pods), "
+                f"then {reads} history reads; log bound 1 MiB",
+                lambda: push_names(agent.address, directory, messages * PER_MESSAGE, reads, pid),
+            ),
+            (
+                f"{many:,} pods pushed in 59 KB messages, then {reads} history reads",
+                lambda: push_names(agent.address, directory, many, reads, pid),
+            ),
+        ]
+        outcomes = [
+            await run_probed(name, attack, probe, pid, "agent", statuses) for name, attack in plan
+        ]
+        probe.send("exit")
+        process.join(10)
+    finally:
+        agent.stop()
+    return outcomes[1:], agent.logs()
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f}"
 
@@ -683,7 +821,8 @@ async def main() -> None:
         served, serve_log = await serve_attacks(Path(workdir), args.small, statuses)
         agent, agent_log = await agent_attacks(Path(workdir), args.small, statuses)
         logs = {"demo": "".join(demo.output), "serve": serve_log, "agent": agent_log}
-        report([*outcomes, *served, *agent], before, after, statuses, logs)
+        names, logs["name-push agent"] = await name_push(Path(workdir), args.small, statuses)
+        report([*outcomes, *served, *agent, *names], before, after, statuses, logs)
 
 
 if __name__ == "__main__":
