@@ -14,7 +14,7 @@ from typing import Any
 
 from . import model
 from .connection import resolve
-from .errors import TopError
+from .errors import MIB, TopError
 from .keys import quit_key
 from .queries import SNAPSHOT, WATCH
 from .text import one_line
@@ -67,10 +67,24 @@ def fetch(transport: Transport, filters: model.Filters, view: str) -> model.Snap
         "withPods": view == "pods" or filters.by_pod,
     }
     body = transport.execute(SNAPSHOT, variables)
-    return model.apply(model.snapshot_from_query(body), filters)
+    try:
+        snapshot = model.snapshot_from_query(body)
+    except model.NotFoundError:
+        # A node the server does not know (or the caller may not see) matches nothing.
+        if filters.node is None:
+            raise
+        raise no_match(view, filters) from None
+    return model.apply(snapshot, filters)
 
 
 NOUNS = {"gpus": "GPUs", "pods": "pods", "nodes": "nodes"}
+
+
+def no_match(view: str, filters: model.Filters) -> TopError:
+    """The error of filters that select nothing."""
+    flags = (("--node", filters.node), ("-n", filters.namespace), ("-l", filters.selector))
+    asked = [f"{flag} {value}" for flag, value in flags if value is not None]
+    return TopError(f"no {NOUNS.get(view, view)} match {' '.join(asked)}")
 
 
 def check_matches(view: str, snapshot: model.Snapshot, filters: model.Filters) -> None:
@@ -78,14 +92,13 @@ def check_matches(view: str, snapshot: model.Snapshot, filters: model.Filters) -
 
     A down node the filters select is a match: its line says what is not known.
     """
-    flags = (("--node", filters.node), ("-n", filters.namespace), ("-l", filters.selector))
-    asked = [f"{flag} {value}" for flag, value in flags if value is not None]
-    if not asked or snapshot.down:
+    filtered = filters.node is not None or filters.by_pod
+    if not filtered or snapshot.down:
         return
     rows = {"pods": model.pod_rows, "nodes": model.node_rows}.get(view)
     if rows(snapshot, filters.sort_by) if rows else snapshot.gpus:
         return
-    raise TopError(f"no {NOUNS.get(view, view)} match {' '.join(asked)}")
+    raise no_match(view, filters)
 
 
 def _dump(view: str, snapshot: model.Snapshot, filters: model.Filters, fmt: str) -> str:
@@ -229,6 +242,8 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
                 kubeconfig=args.kubeconfig,
                 namespace=args.gpugraph_namespace,
                 service=args.service,
+                deadline=args.request_timeout,
+                max_answer_bytes=int(args.max_answer * MIB),
             )
             transport = HttpTransport(endpoint)
         if getattr(args, "since", None):
@@ -237,8 +252,8 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             return run_since(args, transport, _console, sys.stdout.write)
         wide = args.output == "wide"
         with no_cycle_collection():
-            # Before any event loop: Ctrl-C here is a plain KeyboardInterrupt (130 at once),
-            # where in a loop's worker thread it waited for the query's 30 s timeout.
+            # On an event loop of its own, as --watch's loop is not yet running: Ctrl-C here
+            # cancels the query and ends with 130 at once.
             snapshot = fetch(transport, filters, args.view)
             check_matches(args.view, snapshot, filters)
         if args.watch:

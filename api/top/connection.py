@@ -15,6 +15,7 @@ token in ``connection_init``'s payload.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import ssl
@@ -22,14 +23,21 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import KUBECONFIG_HINT, TOKEN_HINT, TopError, status_error
+from .errors import KUBECONFIG_HINT, MIB, TOKEN_HINT, TopError, status_error
 
 DEFAULT_NAMESPACE = "gpugraph"
 DEFAULT_SERVICE = "gpugraph"
 SERVICE_PORT = "http"
 # The labels the Helm chart puts on the server's Service (and pods).
 SERVER_LABELS = {"app.kubernetes.io/name": "gpugraph", "app.kubernetes.io/component": "server"}
-DISCOVERY_TIMEOUT = 10.0
+# How long one request may take as a whole (connecting, sending, the whole answer),
+# and the WebSocket's handshake up to connection_ack: a server that sends a byte at
+# a time, or never acknowledges, gets no longer than this (--request-timeout).
+DEFAULT_REQUEST_TIMEOUT = 30.0
+# The largest answer read (an HTTP body, a WebSocket message), in MiB (--max-answer):
+# a 1,000-node cluster's full answer is about 12 MB. Reading stops past it, so a
+# hostile or broken server cannot take the CLI's memory (a 1 GiB answer took 4 GB).
+DEFAULT_MAX_ANSWER_MIB = 256
 # What this module asks of the API server in the gpugraph namespace, as RBAC
 # (verb, resource): the chart's <release>-top Role grants exactly these.
 API_SERVER_RIGHTS = (("get", "services/proxy"), ("list", "services"))
@@ -59,6 +67,10 @@ class Endpoint:
     proxied: bool = False
     # What to do about a 401: how to give gpugraph a token from here.
     token_hint: str = TOKEN_HINT
+    # Seconds one request (or a WebSocket's handshake) may take, all of it.
+    deadline: float = DEFAULT_REQUEST_TIMEOUT
+    # Bytes of the largest answer read.
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_MIB * MIB
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS as the kubeconfig (or the system) says: CA bundle, verification, client cert."""
@@ -105,18 +117,28 @@ def resolve(
     namespace: str,
     service: str | None,
     environ: Mapping[str, str] | None = None,
+    deadline: float = DEFAULT_REQUEST_TIMEOUT,
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_MIB * MIB,
 ) -> Endpoint:
     """The Endpoint from flags, then environment, then kubeconfig."""
     env = os.environ if environ is None else environ
     server = server or env.get("GPUGRAPH_SERVER") or None
     token = token or env.get("GPUGRAPH_TOKEN") or None
     if server:
-        return Endpoint(graphql_url(server), bearer(token), token=token)
-    return _through_kubeconfig(kubeconfig, token, namespace, service)
+        url = graphql_url(server)
+        return Endpoint(
+            url, bearer(token), token=token, deadline=deadline, max_answer_bytes=max_answer_bytes
+        )
+    return _through_kubeconfig(kubeconfig, token, namespace, service, deadline, max_answer_bytes)
 
 
 def _through_kubeconfig(
-    kubeconfig: str | None, token: str | None, namespace: str, service: str | None
+    kubeconfig: str | None,
+    token: str | None,
+    namespace: str,
+    service: str | None,
+    deadline: float,
+    max_answer_bytes: int,
 ) -> Endpoint:
     """The Endpoint of the gpugraph Service through the kubeconfig's API server."""
     # The Kubernetes client is slow to import; only this path needs it.
@@ -149,7 +171,7 @@ def _through_kubeconfig(
     cert = (config.cert_file, config.key_file) if config.cert_file and config.key_file else None
     host = str(config.host).rstrip("/")
     hint = CLIENT_CERTIFICATE_HINT if token is None and cert else TOKEN_HINT
-    api = Endpoint(host, headers, verify, cert, token, proxied=True, token_hint=hint)
+    api = Endpoint(host, headers, verify, cert, token, True, hint, deadline, max_answer_bytes)
     name, port = (service, SERVICE_PORT) if service else find_service(api, namespace)
     return replace(api, url=host + proxy_path(namespace, name, port))
 
@@ -177,27 +199,29 @@ def find_service(api: Endpoint, namespace: str) -> tuple[str, str]:
 
     A caller who may not list Services there gets the chart's default name.
     """
-    import httpx
+    # httpx loads only on this path, when the request is made.
+    from .exchange import request
 
     selector = ",".join(f"{k}={v}" for k, v in SERVER_LABELS.items())
     url = f"{api.url}/api/v1/namespaces/{namespace}/services"
-    try:
-        response = httpx.get(
-            url,
-            params={"labelSelector": selector},
-            headers=api.headers,
-            verify=api.ssl_context(),
-            timeout=DISCOVERY_TIMEOUT,
-        )
-    except httpx.HTTPError as exc:
-        raise TopError(f"cannot reach the Kubernetes API server at {api.url}: {exc}") from None
-    if response.status_code == 403:
+    status, body = request(
+        "GET",
+        url,
+        deadline=api.deadline,
+        max_bytes=api.max_answer_bytes,
+        verify=api.ssl_context(),
+        headers=api.headers,
+        params={"labelSelector": selector},
+        unreachable="the Kubernetes API server",
+    )
+    if status == 403:
         return DEFAULT_SERVICE, SERVICE_PORT
-    if response.status_code != 200:
+    text = body.decode("utf-8", "replace")
+    if status != 200:
         # A 401 here is the API server's: the kubeconfig's credential is at fault.
-        raise status_error(response.status_code, url, response.text, hint=KUBECONFIG_HINT)
+        raise status_error(status, url, text, hint=KUBECONFIG_HINT)
     try:
-        items: list[dict[str, Any]] = response.json()["items"] or []
+        items: list[dict[str, Any]] = json.loads(text)["items"] or []
     except (ValueError, KeyError, TypeError):
         raise TopError(f"{url} did not answer with a ServiceList") from None
     if not items:

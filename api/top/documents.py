@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import DownNode, NodeRow, PodRow, Snapshot, node_rows, pod_rows
+from .marks import Mark
+from .model import DownNode, NodeRow, PodRow, Snapshot, node_rows, pod_rows, process_marks
 
 VERSION = "gpugraph.top/v1"
 
 
 def _down(down: list[DownNode]) -> list[dict[str, Any]]:
     return [{"node": d.node, "reason": d.reason} for d in down]
+
+
+def flag_words(marks: tuple[Mark, ...] | None) -> list[str] | None:
+    """The ``flags`` of an entry: the words the tables show; None where they are not known."""
+    return None if marks is None else [mark.word for mark in marks]
 
 
 def gpus_document(snapshot: Snapshot) -> dict[str, Any]:
@@ -29,6 +35,7 @@ def gpus_document(snapshot: Snapshot) -> dict[str, Any]:
                 "memoryTotalBytes": g.memory_total,
                 "temperatureC": g.temperature,
                 "error": g.error,
+                "flags": flag_words(g.marks),
                 "pods": g.pods,
                 "processes": [
                     {
@@ -42,6 +49,7 @@ def gpus_document(snapshot: Snapshot) -> dict[str, Any]:
                         "smPercent": p.sm_percent,
                         "unrequested": p.unrequested,
                         "allocation": p.allocation,
+                        "flags": flag_words(process_marks(p, g.mig)),
                     }
                     for p in g.processes
                 ],
@@ -63,6 +71,7 @@ def pod_entry(row: PodRow) -> dict[str, Any]:
         "memoryBytes": row.memory_bytes,
         "smPercent": row.sm_percent,
         "unrequested": row.unrequested,
+        "flags": flag_words(row.marks),
     }
 
 
@@ -89,6 +98,7 @@ def node_entry(row: NodeRow) -> dict[str, Any]:
         "maxTemperatureC": row.max_temperature,
         "pods": row.pods,
         "processes": row.processes,
+        "flags": flag_words(row.marks),
     }
 
 

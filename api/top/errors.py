@@ -11,6 +11,7 @@ import json
 CLOSE_FORBIDDEN = 4403
 CLOSE_TRY_AGAIN = 1013
 TOKEN_HINT = "pass --token or set GPUGRAPH_TOKEN"
+MIB = 1 << 20
 KUBECONFIG_HINT = "check the kubeconfig's user"
 
 
@@ -58,3 +59,19 @@ def close_error(code: int | None, reason: str, url: str, *, hint: str = TOKEN_HI
     if code == CLOSE_TRY_AGAIN:
         return TopError(f"server not ready: {url} closed the connection{said}; try again")
     return TopError(f"{url} closed the connection{said}")
+
+
+def deadline_error(url: str, seconds: float, what: str = "no answer") -> TopError:
+    """The one-line error for an exchange with ``url`` that outlived its deadline."""
+    return TopError(
+        f"{what} from {url} within {seconds:g} s: the server is stalled or too slow "
+        "(--request-timeout sets the limit)"
+    )
+
+
+def too_large_error(url: str, limit: int) -> TopError:
+    """The one-line error for an answer of ``url`` over ``limit`` bytes."""
+    return TopError(
+        f"the answer of {url} is larger than {limit / MIB:.4g} MiB: stopped reading it; "
+        "narrow with --node or -n, or raise --max-answer"
+    )

@@ -7,8 +7,10 @@ subcommand's usage, and must not pay for httpx, rich or websockets.
 from __future__ import annotations
 
 import argparse
+import math
 
-from .connection import DEFAULT_NAMESPACE
+from .connection import DEFAULT_MAX_ANSWER_MIB, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT
+from .marks import legend
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -18,6 +20,7 @@ __all__ = [
     "VIEWS",
     "add_top_arguments",
     "interval",
+    "positive",
 ]
 
 VIEWS = ("gpus", "pods", "nodes")
@@ -45,8 +48,22 @@ def interval(text: str) -> float:
     return seconds
 
 
+def positive(text: str) -> float:
+    """A number above zero (``--request-timeout`` seconds, ``--max-answer`` MiB)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text} is not a number above zero")
+    return value
+
+
 def add_top_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every ``gpugraph top`` flag to ``parser``."""
+    """Add every ``gpugraph top`` flag to ``parser``, and the flags' legend to its help."""
+    # The legend's lines are laid out already: argparse must not re-wrap them.
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = legend()
     parser.add_argument(
         "view",
         nargs="?",
@@ -117,4 +134,20 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="name of the gpugraph Service (default: the one with the chart's labels)",
+    )
+    connection.add_argument(
+        "--request-timeout",
+        type=positive,
+        default=DEFAULT_REQUEST_TIMEOUT,
+        metavar="S",
+        help="give up on a request, or on a WebSocket's handshake, after S seconds in all "
+        f"(default {DEFAULT_REQUEST_TIMEOUT:g})",
+    )
+    connection.add_argument(
+        "--max-answer",
+        type=positive,
+        default=DEFAULT_MAX_ANSWER_MIB,
+        metavar="MIB",
+        help="stop reading an answer (or a --watch update) larger than MIB mebibytes "
+        f"(default {DEFAULT_MAX_ANSWER_MIB})",
     )

@@ -1,7 +1,10 @@
 """``gpugraph top --since 24h``: pods by GPU-hours over a past range, from ``gpuUsage``.
 
 The agents sum their own occupancy logs; the server merges the sums. Pods that
-are gone still have their rows: the logs keep their names.
+are gone still have their rows: the logs keep their names. A node whose log
+could not be read is said as the live views say a down node (a line below the
+table, ``downNodes`` and ``errors`` in ``-o json``): a sum without it would
+under-count without a word.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from node_resolver.history.durations import parse_duration
 
 from .documents import VERSION
 from .errors import TopError
+from .model import DownNode, down_from_errors
 from .transport import Transport
 
-__all__ = ["USAGE", "UsageRow", "run_since", "usage_rows"]
+__all__ = ["USAGE", "Usage", "UsageRow", "run_since", "usage_of", "usage_rows"]
 
 USAGE = """
 query TopUsage($since: DateTime!, $groupBy: [UsageGroupBy!]) {
@@ -34,13 +38,25 @@ NO_POD = "(no pod)"
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One pod's (or node's) GPU time over the range."""
+    """One pod's (or node's) GPU time over the range; None where it is not known."""
 
     namespace: str | None
     name: str | None
     node: str | None
-    gpu_hours: float
-    memory_gib_hours: float
+    gpu_hours: float | None
+    memory_gib_hours: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A ``TopUsage`` answer: its rows, and what it could not sum."""
+
+    rows: list[UsageRow]
+    # Nodes whose agent did not answer.
+    down: list[DownNode]
+    # The other partial errors: a node whose log is off or unusable, nodes the caller
+    # cannot see that did not answer.
+    errors: list[str]
 
 
 def since_of(text: str, clock: Callable[[], float] = time.time) -> str:
@@ -53,8 +69,14 @@ def since_of(text: str, clock: Callable[[], float] = time.time) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def usage_rows(body: Mapping[str, Any]) -> list[UsageRow]:
-    """The rows of a ``TopUsage`` answer, most GPU-hours first; TopError for its errors."""
+def _hours_first(row: UsageRow) -> tuple[bool, float, str, str]:
+    # Most GPU-hours first; the unknown ones (a down node's row) last.
+    return (row.gpu_hours is None, -(row.gpu_hours or 0), row.namespace or "", row.name or "")
+
+
+def usage_of(body: Mapping[str, Any]) -> Usage:
+    """A ``TopUsage`` answer's rows, most GPU-hours first, and its partial errors; TopError
+    when it has no rows at all."""
     errors = body.get("errors") or []
     data = body.get("data") or {}
     rows = data.get("gpuUsage")
@@ -72,12 +94,18 @@ def usage_rows(body: Mapping[str, Any]) -> list[UsageRow]:
             )
             for row in rows
         ]
-    except (KeyError, TypeError, ValueError) as exc:
+        down, other = down_from_errors(errors)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise TopError(f"the server's gpuUsage answer is not the expected shape ({exc})") from None
-    return sorted(found, key=lambda r: (-r.gpu_hours, r.namespace or "", r.name or ""))
+    return Usage(sorted(found, key=_hours_first), down, other)
 
 
-def _document(rows: list[UsageRow], since: str, by_node: bool) -> dict[str, Any]:
+def usage_rows(body: Mapping[str, Any]) -> list[UsageRow]:
+    """The rows of a ``TopUsage`` answer, most GPU-hours first; TopError for its errors."""
+    return usage_of(body).rows
+
+
+def _document(usage: Usage, since: str, by_node: bool) -> dict[str, Any]:
     key = "nodes" if by_node else "pods"
     return {
         "apiVersion": VERSION,
@@ -85,10 +113,16 @@ def _document(rows: list[UsageRow], since: str, by_node: bool) -> dict[str, Any]
         "since": since,
         key: [
             ({"node": r.node} if by_node else {"namespace": r.namespace, "name": r.name})
-            | {"gpuHours": round(r.gpu_hours, 4), "memoryGibHours": round(r.memory_gib_hours, 4)}
-            for r in rows
+            | {"gpuHours": _rounded(r.gpu_hours), "memoryGibHours": _rounded(r.memory_gib_hours)}
+            for r in usage.rows
         ],
+        "downNodes": [{"node": d.node, "reason": d.reason} for d in usage.down],
+        "errors": usage.errors,
     }
+
+
+def _rounded(hours: float | None) -> float | None:
+    return None if hours is None else round(hours, 4)
 
 
 def run_since(
@@ -103,11 +137,19 @@ def run_since(
     by_node = args.view == "nodes"
     since = since_of(args.since)
     body = transport.execute(USAGE, {"since": since, "groupBy": ["NODE"] if by_node else ["POD"]})
-    rows = usage_rows(body)
+    usage = usage_of(body)
+    rows = usage.rows
     if args.namespace:
         rows = [r for r in rows if r.namespace == args.namespace]
+    if by_node:
+        # A down node is a row too, as in the live top nodes: its hours are not known.
+        listed = {r.node for r in rows}
+        rows += [
+            UsageRow(None, None, d.node, None, None) for d in usage.down if d.node not in listed
+        ]
+    usage = Usage(rows, usage.down, usage.errors)
     if args.output in ("json", "yaml"):
-        doc = _document(rows, since, by_node)
+        doc = _document(usage, since, by_node)
         if args.output == "yaml":
             import yaml
 
@@ -115,22 +157,33 @@ def run_since(
         else:
             write(json.dumps(doc, indent=2) + "\n")
         return 0
-    from .render import Cell, Grid, clean, widths
+    from rich.text import Text
+
+    from .render import UNKNOWN, Cell, Grid, Styled, clean, down_lines, widths
+    from .text import printable
+
+    def hours(value: float | None, digits: int) -> Cell:
+        return Styled((UNKNOWN, "yellow")) if value is None else f"{value:.{digits}f}"
 
     if by_node:
         columns = ["NODE", "GPU-HOURS", "GIB-HOURS"]
-        cells = [[r.node or "-", f"{r.gpu_hours:.2f}", f"{r.memory_gib_hours:.1f}"] for r in rows]
+        cells = [[r.node or "-", hours(r.gpu_hours, 2), hours(r.memory_gib_hours, 1)] for r in rows]
     else:
         columns = ["NAMESPACE", "POD", "GPU-HOURS", "GIB-HOURS"]
         cells = [
             [
                 r.namespace or "-",
                 r.name or NO_POD,
-                f"{r.gpu_hours:.2f}",
-                f"{r.memory_gib_hours:.1f}",
+                hours(r.gpu_hours, 2),
+                hours(r.memory_gib_hours, 1),
             ]
             for r in rows
         ]
     table: list[list[Cell]] = [list(columns), *[[clean(c) for c in row] for row in cells]]
-    console().print(Grid(widths(columns, table[1:]), table, header=True))
+    out = console()
+    out.print(Grid(widths(columns, table[1:]), table, header=True))
+    for line in down_lines(usage.down):
+        out.print(line)
+    for message in usage.errors:
+        out.print(Text(printable(message), style="red"))
     return 0

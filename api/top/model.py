@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -11,12 +12,15 @@ from typing import Any
 
 from .errors import TopError
 from .flags import DEFAULT_SORT
+from .marks import ALLOCATION_UNKNOWN, MIG, NOT_ALLOCATED, UNREQUESTED, Mark, ordered
 
 # How the server names a node whose agent did not answer, in a subscription tick's errors
 # (graph_schema's AgentUnavailableError and NodeSampleError messages), and what of the
 # message the down line keeps before the reason (it names the node and says "agent down").
+# An agent's message goes on after the node's name with "unavailable: REASON" or with
+# where it was asked ("unreachable at ADDR: REASON"), which the line keeps.
 _DOWN_MESSAGES = (
-    (re.compile(r"^agent on node '(?P<node>[^']+)' unavailable: (?P<reason>.*)$", re.S), ""),
+    (re.compile(r"^agent on node '(?P<node>[^']+)' (?:unavailable: )?(?P<reason>.*)$", re.S), ""),
     (
         re.compile(r"^GPU sampling failed on node '(?P<node>[^']+)': (?P<reason>.*)$", re.S),
         "GPU sampling failed: ",
@@ -72,11 +76,39 @@ class GpuRow:
     temperature: int | None
     error: str | None
     processes: tuple[ProcessRow, ...]
+    # In MIG mode: its processes run on MIG devices.
+    mig: bool = False
 
     @property
     def pods(self) -> list[str]:
         """The distinct pods on this GPU, as ``namespace/name``."""
         return list(dict.fromkeys(p.pod.key for p in self.processes if p.pod is not None))
+
+    @property
+    def marks(self) -> tuple[Mark, ...]:
+        """Its flags: MIG, and those of its processes."""
+        mig = self.mig
+        found = [mark for p in self.processes for mark in process_marks(p, mig)]
+        return ordered([*found, MIG] if mig else found)
+
+
+@functools.lru_cache(maxsize=64)
+def _marks(unrequested: bool, allocation: str | None, in_pod: bool, mig: bool) -> tuple[Mark, ...]:
+    found = [UNREQUESTED] if unrequested else []
+    if allocation == "NOT_ALLOCATED":
+        found.append(NOT_ALLOCATED)
+    # A process in no pod was given nothing to judge: its UNKNOWN says nothing.
+    elif allocation == "UNKNOWN" and in_pod:
+        found.append(ALLOCATION_UNKNOWN)
+    if mig:
+        found.append(MIG)
+    return tuple(found)
+
+
+def process_marks(process: ProcessRow, mig: bool) -> tuple[Mark, ...]:
+    """A process's flags, on a GPU in MIG mode or not (in MARKS' order)."""
+    # A handful of combinations, for 32,000 processes at 1,000 nodes: cached.
+    return _marks(process.unrequested, process.allocation, process.pod is not None, mig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +142,8 @@ class PodRow:
     gpus_used: int | None
     memory_bytes: int | None
     sm_percent: int | None
+    # Its flags; None where they are not known (its node's agent is down).
+    marks: tuple[Mark, ...] | None = ()
 
     @property
     def unrequested(self) -> bool | None:
@@ -132,11 +166,13 @@ class NodeRow:
     max_temperature: int | None
     pods: int | None
     processes: int | None
+    # Its flags: those of its GPUs; None where they are not known (its agent is down).
+    marks: tuple[Mark, ...] | None = ()
 
     @classmethod
     def down(cls, node: DownNode) -> NodeRow:
         """The row of a node whose agent is down: nothing about its GPUs is known."""
-        return cls(node.node, node.reason, None, None, None, None, None, None, None)
+        return cls(node.node, node.reason, None, None, None, None, None, None, None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +249,7 @@ def gpu_rows(gpus: Iterable[Mapping[str, Any]]) -> list[GpuRow]:
                 get("temperatureC"),
                 get("error"),
                 tuple(processes),
+                bool(get("migEnabled")),
             )
         )
     return rows
@@ -233,10 +270,17 @@ def down_from_errors(errors: Sequence[Mapping[str, Any]]) -> tuple[list[DownNode
     return down, other
 
 
+class NotFoundError(TopError):
+    """The server knows no node by the name asked for (or none the caller may see)."""
+
+
 def _raise_errors(messages: Sequence[str], errors: Sequence[Mapping[str, Any]]) -> None:
     for error in errors:
-        if (error.get("extensions") or {}).get("code") == "NOT_READY":
+        code = (error.get("extensions") or {}).get("code")
+        if code == "NOT_READY":
             raise TopError(f"server not ready: {error.get('message')}")
+        if code == "NOT_FOUND":
+            raise NotFoundError(str(error.get("message")))
     if messages:
         raise TopError(f"server error: {messages[0]}")
 
@@ -393,6 +437,8 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
             pods[pod.uid] = pod
     processes: dict[str, list[ProcessRow]] = {}
     gpus: dict[str, set[str]] = {}
+    # Each pod's flags, from its processes' on their GPUs: UNREQUESTED is the pod's own.
+    flagged: dict[str, set[Mark]] = {}
     for gpu in snapshot.gpus:
         for process in gpu.processes:
             owner = process.pod
@@ -401,16 +447,22 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
             pods.setdefault(owner.uid, owner)
             gpus.setdefault(owner.uid, set()).add(gpu.uuid)
             processes.setdefault(owner.uid, []).append(process)
+            flagged.setdefault(owner.uid, set()).update(process_marks(process, gpu.mig))
     down = {d.node for d in snapshot.down}
     rows = []
     for uid, pod in pods.items():
         own = processes.get(uid, [])
+        marks: tuple[Mark, ...] | None
         if pod.node in down:
-            used, memory, sm = None, None, None
+            used, memory, sm, marks = None, None, None, None
         else:
             used = len(gpus.get(uid, ()))
             memory = _total(p.memory_bytes for p in own) if own else 0
             sm = _total(p.sm_percent for p in own) if own else 0
+            found = flagged.get(uid, set()) - {UNREQUESTED}
+            if used > (pod.gpu_request or 0):
+                found.add(UNREQUESTED)
+            marks = ordered(found)
         rows.append(
             PodRow(
                 namespace=pod.namespace,
@@ -420,6 +472,7 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
                 gpus_used=used,
                 memory_bytes=memory,
                 sm_percent=sm,
+                marks=marks,
             )
         )
     rows.sort(key=lambda r: (r.namespace, r.name))
@@ -451,6 +504,7 @@ def node_rows(snapshot: Snapshot, sort_by: str) -> list[NodeRow]:
                 max_temperature=max(temps) if temps else None,
                 pods=len({p.pod.uid for p in processes if p.pod is not None}),
                 processes=len(processes),
+                marks=ordered(mark for g in gpus for mark in g.marks),
             )
         )
     rows.extend(NodeRow.down(d) for d in snapshot.down if d.node not in by_node)

@@ -8,6 +8,7 @@ from __future__ import annotations
 GPU_FIELDS = """
 fragment TopGpu on Gpu {
   uuid index name utilizationGpu memoryUsedBytes memoryTotalBytes temperatureC error
+  migEnabled
   node { name }
   processes {
     pid name usedMemoryBytes smUtilization allocation

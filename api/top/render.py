@@ -12,13 +12,10 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from .model import DownNode, ProcessRow, Snapshot, node_rows, pod_rows
+from .marks import Mark
+from .model import DownNode, ProcessRow, Snapshot, node_rows, pod_rows, process_marks
 from .text import printable
 
-UNREQUESTED = "UNREQUESTED"
-# A process on a GPU its container was not given, and one whose node has no allocation data.
-NOT_ALLOCATED = "✗ NOT ALLOCATED"
-ALLOCATION_UNKNOWN = "?"
 NO_POD = "(no pod)"
 # A value the server could not know (the node's agent is down), as kubectl top shows one.
 UNKNOWN = "<unknown>"
@@ -79,8 +76,8 @@ class Styled:
             plain = "".join([text for text, _ in runs])
         self.runs = runs
         self.plain = plain
-        # Run by run: a flag like " ✗ NOT ALLOCATED" is measured once (rich caches it),
-        # not as part of each process's text.
+        # Run by run: a run like a flag is measured once (rich caches it), not as part
+        # of each cell's text.
         self.width = len(plain) if plain.isascii() else sum([_width(text) for text, _ in runs])
 
     def __bool__(self) -> bool:
@@ -316,7 +313,8 @@ Rows = tuple[list[str], list[list[Cell]]]
 
 def gpu_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
     """A row per GPU grouped by node, and a row per process under it."""
-    columns = ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "PODS"]
+    # FLAGS before PODS: a GPU's list of pods is the long cell that a screen cuts.
+    columns = ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "FLAGS", "PODS"]
     if wide:
         columns.insert(2, "UUID")
     rows: list[list[Cell]] = []
@@ -337,16 +335,19 @@ def gpu_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
             percent(gpu.utilization),
             f"{size(gpu.memory_used)}/{size(gpu.memory_total)}",
             "-" if gpu.temperature is None else f"{gpu.temperature}C",
+            flags(gpu.marks),
             pods,
         ]
         if wide:
             cells.insert(2, gpu.uuid)
         append(cells)
+        mig = gpu.mig
         for p in gpu.processes:
+            marks = flags(process_marks(p, mig))
             append(
-                ["", "", "", "  └", _sm(p.sm_percent), size(p.memory_bytes), "", _who(p)]
+                ["", "", "", "  └", _sm(p.sm_percent), size(p.memory_bytes), "", marks, _who(p)]
                 if wide
-                else ["", "", "  └", _sm(p.sm_percent), size(p.memory_bytes), "", _who(p)]
+                else ["", "", "  └", _sm(p.sm_percent), size(p.memory_bytes), "", marks, _who(p)]
             )
     return columns, rows
 
@@ -356,30 +357,32 @@ def _sm(value: int | None) -> str:
 
 
 def _who(p: ProcessRow) -> Cell:
-    """A process's PODS cell: its PID, pod and container, and what is wrong with it."""
+    """A process's PODS cell: its PID, and its pod and container."""
     pod = p.pod
     if pod is None:
         return Styled((f"PID {p.pid} {p.name or ''} {NO_POD}".rstrip(), "yellow"))
     who = f"PID {p.pid} {pod.namespace}/{pod.name} [{p.container or '-'}]"
-    allocation = _ALLOCATION_FLAGS.get(p.allocation)
-    if not p.unrequested and allocation is None:
-        return who if who.isprintable() else strip_control_codes(who)
-    flags: list[tuple[str, str | None]] = [(f" {UNREQUESTED}", "bold red")] if p.unrequested else []
-    if allocation is not None:
-        flags.append(allocation)
-    return Styled((who, None), *flags)
+    return who if who.isprintable() else strip_control_codes(who)
 
 
-# The allocation verdicts a process's cell flags, and how.
-_ALLOCATION_FLAGS: dict[str | None, tuple[str, str | None]] = {
-    "NOT_ALLOCATED": (f" {NOT_ALLOCATED}", "bold magenta"),
-    "UNKNOWN": (f" {ALLOCATION_UNKNOWN}", "dim"),
-}
+@functools.lru_cache(maxsize=256)
+def flags(marks: tuple[Mark, ...] | None) -> Cell:
+    """A FLAGS cell: each flag's word in its colour, or UNKNOWN where the flags are not known."""
+    if marks is None:
+        return known(None)
+    if not marks:
+        return ""
+    runs: list[tuple[str, str | None]] = []
+    for mark in marks:
+        if runs:
+            runs.append((" ", None))
+        runs.append((mark.word, mark.style))
+    return Styled(*runs)
 
 
 def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
     """A row per pod requesting or using GPUs."""
-    columns = ["NAMESPACE", "POD", "NODE", "GPUS(REQ/USED)", "MEMORY", "SM", "FLAG"]
+    columns = ["NAMESPACE", "POD", "NODE", "GPUS(REQ/USED)", "MEMORY", "SM", "FLAGS"]
     rows: list[list[Cell]] = [
         [
             row.namespace,
@@ -388,7 +391,7 @@ def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
             f"{row.gpus_requested}/{UNKNOWN if row.gpus_used is None else row.gpus_used}",
             known(row.memory_bytes, size),
             known(row.sm_percent, percent),
-            Styled((UNREQUESTED, "bold red")) if row.unrequested else "",
+            flags(row.marks),
         ]
         for row in pod_rows(snapshot, sort_by)
     ]
@@ -397,7 +400,7 @@ def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
 
 def node_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
     """A row per node; a down node's row says DOWN and unknown (why is said below the table)."""
-    columns = ["NODE", "GPUS", "UTIL", "MEMORY", "MAX TEMP", "PODS", "PROCESSES"]
+    columns = ["NODE", "GPUS", "UTIL", "MEMORY", "MAX TEMP", "PODS", "PROCESSES", "FLAGS"]
     rows: list[list[Cell]] = []
     for row in node_rows(snapshot, sort_by):
         name = Styled((row.name, "bold"))
@@ -415,6 +418,7 @@ def node_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> 
                 "-" if row.max_temperature is None else f"{row.max_temperature}C",
                 known(row.pods),
                 known(row.processes),
+                flags(row.marks),
             ]
         )
     return columns, rows

@@ -37,8 +37,9 @@ def test_gpus_view_shows_the_shared_gpu_the_orphan_the_unrequested_pod_and_the_d
     # PID 6100's pod was deleted while it ran (the demo's history scenario): no pod either.
     orphan = [line for line in lines_with(out, "(no pod)") if "PID 6100 " not in line]
     assert len(orphan) == 1 and "python3" in orphan[0]
+    # The GPU's row and its process's row, each flagged.
     unrequested = lines_with(out, "UNREQUESTED")
-    assert len(unrequested) == 1 and "research/notebook-alice" in unrequested[0]
+    assert len(unrequested) == 2 and all("research/notebook-alice" in u for u in unrequested)
     down = lines_with(out, "agent down")
     assert len(down) == 1 and down[0].startswith("gpu-node-3:")
     # Not a terminal: no colour or other escapes for grep and scripts.
@@ -113,7 +114,7 @@ CONTRACT = {
         {"gpus", "downNodes"},
         {
             "node", "index", "uuid", "model", "utilizationPercent", "memoryUsedBytes",
-            "memoryTotalBytes", "temperatureC", "error", "pods", "processes",
+            "memoryTotalBytes", "temperatureC", "error", "flags", "pods", "processes",
         },
     ),
     "pods": (
@@ -121,7 +122,7 @@ CONTRACT = {
         {"pods", "downNodes"},
         {
             "namespace", "name", "node", "gpusRequested", "gpusUsed", "memoryBytes",
-            "smPercent", "unrequested",
+            "smPercent", "unrequested", "flags",
         },
     ),
     "nodes": (
@@ -129,7 +130,7 @@ CONTRACT = {
         {"nodes"},
         {
             "name", "status", "reason", "gpus", "utilizationPercent", "memoryUsedBytes",
-            "memoryTotalBytes", "maxTemperatureC", "pods", "processes",
+            "memoryTotalBytes", "maxTemperatureC", "pods", "processes", "flags",
         },
     ),
 }  # fmt: skip
@@ -142,6 +143,7 @@ PROCESS_KEYS = {
     "smPercent",
     "unrequested",
     "allocation",
+    "flags",
 }
 
 
@@ -213,7 +215,8 @@ def test_a_pod_and_a_node_whose_agent_is_down_are_unknown_not_zero(
     for row in (r for r in table if r[1] in stranded):
         assert row[3].endswith("/<unknown>") and row[4:6] == ["<unknown>", "<unknown>"], row
     node_row = lines_with(top(capsys, demo, "nodes"), "gpu-node-3")[0].split()
-    assert node_row[1:] == ["DOWN", *["<unknown>"] * 5]
+    # FLAGS included: what is on a down node's GPUs is not known either.
+    assert node_row[1:] == ["DOWN", *["<unknown>"] * 6]
 
 
 def test_the_down_line_says_once_that_the_agent_is_down(
@@ -239,7 +242,8 @@ def test_a_namespace_shows_only_the_down_nodes_of_its_pods(
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["--node", "nope"], "server error: no node named 'nope' among the nodes you may see"),
+        # The server answers NOT_FOUND (an unknown node, or one the caller may not see).
+        (["--node", "nope"], "no GPUs match --node nope"),
         (["nodes", "--node", "nope"], "no nodes match --node nope"),
         (["pods", "-n", "nope"], "no pods match -n nope"),
         (["-n", "research", "--node", "gpu-node-0"], "no GPUs match --node gpu-node-0 -n research"),
@@ -304,3 +308,87 @@ def test_the_cycle_collector_is_as_it_was_after_a_snapshot(enabled: bool) -> Non
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if before else gc.disable)()
+
+
+def test_since_names_the_down_node_in_every_mode(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The server's gpuUsage names the node it could not ask; top says so too.
+    asked = demo.query('{ gpuUsage(since: "2000-01-01T00:00:00Z") { gpuSeconds } }')
+    assert any("gpu-node-3" in e["message"] for e in asked["errors"])
+    table = top(capsys, demo, "nodes", "--since", "7d")
+    row = [line.split() for line in table.splitlines() if line.startswith("gpu-node-3 ")]
+    assert row == [["gpu-node-3", "<unknown>", "<unknown>"]], table
+    assert lines_with(table, "agent down")[0].startswith("gpu-node-3: agent down: ")
+    nodes = json.loads(top(capsys, demo, "nodes", "--since", "7d", "-o", "json"))
+    assert [d["node"] for d in nodes["downNodes"]] == ["gpu-node-3"] and nodes["errors"] == []
+    down = [n for n in nodes["nodes"] if n["node"] == "gpu-node-3"]
+    assert down == [{"node": "gpu-node-3", "gpuHours": None, "memoryGibHours": None}]
+    pods = json.loads(top(capsys, demo, "--since", "7d", "-o", "json"))
+    assert [d["node"] for d in pods["downNodes"]] == ["gpu-node-3"]
+    assert lines_with(top(capsys, demo, "pods", "--since", "7d"), "agent down")
+
+
+def flag_words(cells: list[str]) -> set[str]:
+    from api.top.marks import MARKS
+
+    return set(cells) & {mark.word for mark in MARKS}
+
+
+def judged(demo: RunningDemo) -> bool:
+    """Whether every kubelet's allocation data is in (the demo reads them once started)."""
+    gpus = demo.query("{ gpus { processes { allocation pod { name } } } }")["data"]["gpus"]
+    verdicts = {p["pod"]["name"]: p["allocation"] for g in gpus for p in g["processes"] if p["pod"]}
+    return verdicts.get("chat-api-1") == "NOT_ALLOCATED" and verdicts.get("mig-notebook-0") == (
+        "ALLOCATED"
+    )
+
+
+def test_one_set_of_flags_the_same_in_every_view_and_document(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.polling import eventually
+
+    eventually(lambda: judged(demo), 30, interval=0.2, what="the kubelets' allocation data")
+    # The demo's pod on a GPU it was not given, its unrequested one (whose container the
+    # kubelet does not list), its MIG pods, and a pod with nothing to flag.
+    expected = {
+        "inference/chat-api-1": {"NOT-ALLOCATED"},
+        "research/notebook-alice": {"UNREQUESTED", "ALLOC-UNKNOWN"},
+        "research/mig-notebook-0": {"MIG"},
+        "inference/chat-api-0": set(),
+    }
+    gpus = top(capsys, demo)
+    pods = top(capsys, demo, "pods")
+    for key, flags in expected.items():
+        (process,) = [line for line in lines_with(gpus, "PID ") if f" {key} [" in line]
+        assert flag_words(process.split()) == flags, process
+        namespace, name = key.split("/")
+        (row,) = [line for line in pods.splitlines() if line.split()[:2] == [namespace, name]]
+        assert flag_words(row.split()) == flags, row
+    document = json.loads(top(capsys, demo, "pods", "-o", "json"))
+    in_json = {f"{p['namespace']}/{p['name']}": p["flags"] for p in document["pods"]}
+    # A pod on the down node: its flags are not known.
+    assert [p["name"] for p in document["pods"] if p["flags"] is None] == ["llm-pretrain-worker-3"]
+    in_json = {key: set(flags) for key, flags in in_json.items() if flags is not None}
+    assert {key: in_json[key] for key in expected} == expected
+    # A GPU's and a node's flags are those of the processes on them (and MIG).
+    for gpu in json.loads(top(capsys, demo, "-o", "json"))["gpus"]:
+        under = {flag for p in gpu["processes"] for flag in p["flags"]}
+        assert set(gpu["flags"]) - under <= {"MIG"} and under <= set(gpu["flags"]), gpu
+    table = top(capsys, demo, "nodes")
+    nodes = {line.split()[0]: flag_words(line.split()) for line in table.splitlines()}
+    assert nodes["gpu-node-0"] == {"NOT-ALLOCATED"} and nodes["gpu-mig-0"] == {"MIG"}
+    assert nodes["gpu-node-1"] == {"UNREQUESTED", "ALLOC-UNKNOWN"}
+
+
+def test_the_flags_legend_is_in_top_help_and_the_docs(capsys: pytest.CaptureFixture[str]) -> None:
+    from api.top.marks import MARKS
+
+    with pytest.raises(SystemExit):
+        main(["top", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    docs = " ".join((ROOT / "docs" / "top.md").read_text().split())
+    for mark in MARKS:
+        assert f"{mark.word} {mark.meaning}" in helped
+        assert f"`{mark.word}` | {mark.meaning}" in docs, mark.word

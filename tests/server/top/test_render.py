@@ -49,7 +49,7 @@ def test_columns_line_up_under_their_headers_and_lines_end_without_blanks() -> N
     snapshot = Snapshot([gpu("node-a", 0, process(7)), gpu("node-bb", 1)], [])
     lines = draw(snapshot).splitlines()
     header = lines[0]
-    assert header.split() == ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "PODS"]
+    assert header.split() == ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "FLAGS", "PODS"]
     gpu_row, process_row, other_gpu = lines[1:4]
     assert gpu_row.index("NVIDIA H200") == header.index("MODEL")
     assert gpu_row.index("ml/train") == header.index("PODS")
@@ -57,6 +57,10 @@ def test_columns_line_up_under_their_headers_and_lines_end_without_blanks() -> N
     assert process_row.index("PID 7 ml/train [trainer]") == header.index("PODS")
     assert other_gpu.startswith("node-bb  1")
     assert all(line == line.rstrip() for line in lines)
+
+
+# Unicode's bidirectional controls: each would show the rest of its line in another order.
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 def test_names_from_the_cluster_cannot_drive_the_terminal() -> None:
@@ -73,6 +77,19 @@ def test_names_from_the_cluster_cannot_drive_the_terminal() -> None:
     assert "GPU error: XID?" in gpu_row
     assert process_row.endswith("?]0;owned?[2J (no pod)")  # rich's Text drops the bell
     assert down == "node-b: agent down: refused???]0;owned??[2J"
+
+
+@pytest.mark.parametrize("name", ["gpus", "pods", "nodes"])
+def test_bidirectional_controls_in_names_cannot_reorder_the_line(name: str) -> None:
+    pod = PodRef("uid-b", "ml", f"evil{BIDI}txt.exe", "node-a", 0)
+    snapshot = Snapshot(
+        [gpu(f"node{BIDI}", 0, ProcessRow(7, f"py{BIDI}", pod, f"c{BIDI}", 1, 1))],
+        [DownNode(f"down{BIDI}", f"refused{BIDI}")],
+    )
+    for color in (False, True):
+        out = draw(snapshot, name, color=color)
+        assert not set(BIDI) & set(out), repr(out)
+    assert f"evil{'?' * len(BIDI)}txt.exe" in draw(snapshot, "pods")
 
 
 def test_a_line_wider_than_the_screen_ends_in_an_ellipsis() -> None:
@@ -96,7 +113,8 @@ def test_a_large_table_comes_in_blocks_under_one_header() -> None:
 
 def tricky() -> Snapshot:
     """Wide characters, a name with control codes, a flagged and an unknown allocation,
-    a GPU error, a pod with no GPU use (its FLAG cell empty) and a down node."""
+    a GPU error, a pod with no GPU use (its FLAGS cell empty), a GPU in MIG mode and a
+    down node."""
     flagged = ProcessRow(8, "python3", PodRef("uid-x", "ml", "x", "node-a", 0), "c", 1 << 29, None,
                          allocation="NOT_ALLOCATED")  # fmt: skip
     unknown = ProcessRow(9, "python3", PodRef("uid-y", "ml", "y", "node-a", 1), "c", None, 5,
@@ -115,6 +133,7 @@ def tricky() -> Snapshot:
                 None,
                 None,
                 (process(11, name="bad\x07\r name", pod=None),),
+                True,
             ),
             gpu("node-b", 0, error="XID 79"),
         ],
@@ -185,8 +204,9 @@ def test_on_a_colour_terminal_the_same_text_is_styled(name: str) -> None:
     assert lines[0].startswith("\x1b[1mNODE" if name != "pods" else "\x1b[1mNAMESPACE")
     if name == "gpus":
         assert "\x1b[1mnode-a\x1b[0m" in lines[1]
-        assert lines[3].endswith("\x1b[1;31m UNREQUESTED\x1b[0m\x1b[1;35m ✗ NOT ALLOCATED\x1b[0m")
-        assert lines[4].endswith("PID 9 ml/y [c]\x1b[2m ?\x1b[0m")
+        assert "\x1b[1;31mUNREQUESTED\x1b[0m \x1b[1;35mNOT-ALLOCATED\x1b[0m" in lines[3]
+        assert lines[3].endswith("PID 8 ml/x [c]")
+        assert "\x1b[2mALLOC-UNKNOWN\x1b[0m" in lines[4]
         # A row of plain cells is one run of text, no escapes.
         assert "\x1b" not in lines[2]
         assert "\x1b[31mGPU error: XID 79\x1b[0m" in coloured

@@ -131,3 +131,12 @@ def test_apply_flags_unrequested_use_and_keeps_the_rows_it_does_not_change() -> 
     # Applying again (a watch's tick on the first query's pods) changes nothing.
     again = model.apply(applied, model.Filters())
     assert [g.processes for g in again.gpus] == [g.processes for g in applied.gpus]
+
+
+def test_an_agent_message_naming_where_it_was_asked_keeps_the_address() -> None:
+    message = "agent on node 'node-b' unreachable at 10.0.0.7:50051: UNAVAILABLE: refused"
+    down, other = model.down_from_errors([{"message": message}])
+    assert (down, other) == (
+        [DownNode("node-b", "unreachable at 10.0.0.7:50051: UNAVAILABLE: refused")],
+        [],
+    )

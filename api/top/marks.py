@@ -1,0 +1,77 @@
+"""The flags ``gpugraph top`` puts on its rows: one set, the same words in every view.
+
+Each flag is declared here once, with what it means: the FLAGS column of the
+GPU, pod and node tables, the ``flags`` lists of ``-o json``/``-o yaml``, the
+legend of ``gpugraph top --help`` and the one in docs/top.md (a test holds the
+docs to these words) all come from this list. A row's flags are its own and
+those of the processes under it: a process's, then its GPU's (with the GPU's
+own MIG), its pod's (with UNREQUESTED, which belongs to the pod), its node's.
+
+Only the standard library: ``gpugraph --help`` loads it for top's legend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["ALLOCATION_UNKNOWN", "MARKS", "MIG", "NOT_ALLOCATED", "UNREQUESTED", "Mark", "legend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """One flag: the word the tables and documents show, its colour, and what it means."""
+
+    word: str
+    style: str
+    meaning: str
+
+
+UNREQUESTED = Mark(
+    "UNREQUESTED",
+    "bold red",
+    "the pod uses more GPUs than it requested (one that requested none, using one, included)",
+)
+NOT_ALLOCATED = Mark(
+    "NOT-ALLOCATED",
+    "bold magenta",
+    "a process runs on a GPU its container was not given: the kubelet's device record or the "
+    "pod's DRA claims name other GPUs (docs/allocation.md)",
+)
+ALLOCATION_UNKNOWN = Mark(
+    "ALLOC-UNKNOWN",
+    "dim",
+    "whether a pod's process was given its GPU cannot be told: the node has no allocation data, "
+    "or it does not list the container yet",
+)
+MIG = Mark("MIG", "cyan", "the GPU is in MIG mode: its processes run on MIG devices, slices of it")
+# The order flags are shown in, everywhere.
+MARKS = (UNREQUESTED, NOT_ALLOCATED, ALLOCATION_UNKNOWN, MIG)
+
+
+def ordered(found: Iterable[Mark]) -> tuple[Mark, ...]:
+    """``found`` once each, in the order of MARKS."""
+    present = set(found)
+    return tuple(mark for mark in MARKS if mark in present)
+
+
+def legend(width: int = 79) -> str:
+    """The FLAGS legend, as ``gpugraph top --help`` ends with it: lines of at most ``width``."""
+    import textwrap
+
+    indent = " " * (max(len(mark.word) for mark in MARKS) + 4)
+    lines = ["FLAGS (the same words in every view, and in -o json/yaml as flags):"]
+    for mark in MARKS:
+        first = f"  {mark.word}".ljust(len(indent))
+        lines.extend(
+            textwrap.wrap(mark.meaning, width, initial_indent=first, subsequent_indent=indent)
+        )
+    lines.extend(
+        textwrap.wrap(
+            "A GPU's, pod's or node's flags include those of the processes on it.",
+            width,
+            initial_indent="  ",
+            subsequent_indent="  ",
+        )
+    )
+    return "\n".join(lines)
