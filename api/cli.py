@@ -138,6 +138,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
     )
     defaulted(
+        limits,
+        "--max-history-reads-per-caller",
+        "history and usage reads one caller may have at the agents at once, over all its "
+        "queries; more wait their turn",
+        type=int,
+        metavar="N",
+    )
+    defaulted(
+        limits,
+        "--max-history-reads-per-caller-per-node",
+        "of those, at any one node (keep it below the reads an agent serves at once)",
+        type=int,
+        metavar="N",
+    )
+    defaulted(
         limits, "--header-timeout", "time limit for a request's headers", type=float, metavar="S"
     )
     http = parser.add_argument_group("http")

@@ -74,6 +74,9 @@ def build_pool(settings: Settings, cluster: Cluster, metrics: Metrics | None = N
         ttl=settings.snapshot_ttl,
         metrics=metrics,
         keep_warm=settings.snapshot_keep_warm,
+        # Each caller's budget of history reads: one tenant's flood waits its own turn.
+        history_reads_per_caller=settings.max_history_reads_per_caller,
+        history_reads_per_node=settings.max_history_reads_per_caller_per_node,
     )
 
 

@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Literal
 
 from graph_schema.gpu_resources import DEFAULT_GPU_DRA_DRIVERS, DEFAULT_GPU_RESOURCES, GpuResources
-from graph_schema.limits import SchemaLimits
+from graph_schema.limits import (
+    DEFAULT_MAX_HISTORY_READS_PER_CALLER,
+    DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE,
+    SchemaLimits,
+)
 from graph_schema.selectors import LabelSelectorError, parse_label_selector
 from node_resolver.address import AGENT_PORT, join_host_port
 
@@ -56,6 +60,9 @@ class Settings:
     header_timeout: float = 10.0
     max_subscriptions: int = _LIMITS.max_subscriptions
     max_subscriptions_per_caller: int = _LIMITS.max_subscriptions_per_caller
+    # History and usage reads one caller may have at the agents at once, in all and per node.
+    max_history_reads_per_caller: int = DEFAULT_MAX_HISTORY_READS_PER_CALLER
+    max_history_reads_per_caller_per_node: int = DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     graphiql: bool = True
     introspection: bool = True
@@ -93,6 +100,8 @@ class Settings:
             "max_result_items",
             "max_variable_items",
             "max_body_bytes",
+            "max_history_reads_per_caller",
+            "max_history_reads_per_caller_per_node",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{_flag(name)} must be at least 1")

@@ -12,7 +12,7 @@ costs nothing.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
 from graphql import GraphQLError
@@ -21,7 +21,14 @@ from node_resolver.models import NodeSnapshot
 
 from .allocations import AllocationRules, AllocationTable
 from .errors import NodeSampleError, ResultBudgetError
-from .interfaces import AgentUnavailableError, Cluster, HistorySource, Received, SnapshotSource
+from .interfaces import (
+    AgentUnavailableError,
+    CallerBudgets,
+    Cluster,
+    HistorySource,
+    Received,
+    SnapshotSource,
+)
 from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .scope import EVERYTHING, Scope, Viewer
 from .state import SharedState
@@ -40,6 +47,12 @@ def _reads_history(source_class: type) -> bool:
     """Whether a snapshot source's class reads history too (a runtime Protocol check
     costs tens of microseconds: once per class, not per request)."""
     return issubclass(source_class, HistorySource)
+
+
+@functools.cache
+def _budgets_callers(source_class: type) -> bool:
+    """Whether a history source's class counts each caller's reads (checked once per class)."""
+    return issubclass(source_class, CallerBudgets)
 
 
 class GraphContext:
@@ -71,7 +84,9 @@ class GraphContext:
         # The pool reads the agents' occupancy logs too; other sources have no history.
         if history is _UNSET:
             history = snapshots if _reads_history(type(snapshots)) else None
-        self.history = cast("HistorySource | None", history)
+        self._history = cast("HistorySource | None", history)
+        # ``_history`` as the caller reads it, and for whom (the caller may change: ``admit``).
+        self._caller_history: tuple[Hashable, HistorySource] | None = None
         self.state = state
         self.request = request
         self.response = response
@@ -94,6 +109,25 @@ class GraphContext:
         self.freshness = freshness if freshness is not None else Freshness()
 
     @property
+    def caller(self) -> Hashable:
+        """Who per-caller budgets count: the authenticated username; without
+        authentication, the scope (every unauthenticated caller shares it)."""
+        return self.viewer.username if self.viewer is not None else self.scope
+
+    @property
+    def history(self) -> HistorySource | None:
+        """The agents' logs, each read counted against this caller's budget where the
+        source keeps budgets; None where the server cannot read them."""
+        source = self._history
+        if source is None or not _budgets_callers(type(source)):
+            return source
+        caller = self.caller
+        bound = self._caller_history
+        if bound is None or bound[0] != caller:
+            bound = self._caller_history = (caller, cast(CallerBudgets, source).for_caller(caller))
+        return bound[1]
+
+    @property
     def scope(self) -> Scope:
         """What the caller may see (a key: equal scopes may share answers)."""
         return self.cluster.scope
@@ -114,7 +148,7 @@ class GraphContext:
             freshness=self.freshness,
             scope=self.scope,
             viewer=self.viewer,
-            history=self.history,
+            history=self._history,
         )
 
     async def refresh_scope(self) -> None:

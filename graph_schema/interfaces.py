@@ -6,7 +6,7 @@ benchmarks can plug in anything with the same shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -157,4 +157,13 @@ class HistorySource(Protocol):
 
     async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
         """The node's usage sums and its log's status; AgentUnavailableError on failure."""
+        ...
+
+
+@runtime_checkable
+class CallerBudgets(Protocol):
+    """A history source that counts each caller's reads against a budget of its own."""
+
+    def for_caller(self, caller: Hashable) -> HistorySource:
+        """The logs as ``caller`` reads them: its reads wait their turn past its budget."""
         ...

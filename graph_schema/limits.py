@@ -18,6 +18,12 @@ DEFAULT_MAX_SUBSCRIPTIONS_PER_CALLER = 50
 DEFAULT_INTERVAL_SECONDS = 2.0
 # Fields one selection set may hold once its fragments are flattened (see cost.py).
 DEFAULT_MAX_FIELDS_PER_SELECTION = 100
+# History and usage reads one caller (an identity) may have at the agents at once, over
+# all its queries: as many as one query's fan-out (history.FAN_OUT), however many it sends.
+DEFAULT_MAX_HISTORY_READS_PER_CALLER = 64
+# Of those, at any one node: fewer than the reads an agent serves at once, so that one
+# caller's flood leaves the others a reader.
+DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE = 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,12 @@ that however many queries ask, each node's agent sees at most one call per
 the TTL get its result. An agent that fails is skipped with exponential
 backoff, so a dead node costs each query nothing rather than a full timeout.
 
+History and usage reads are shared too, while in flight only (an occupancy
+log moves on, so a kept answer would soon be stale history): identical
+requests to one node reach its agent once. Each caller has a budget of reads
+in flight (``caller_reads``), so one tenant's flood of varied history queries
+waits its own turn instead of filling every agent's readers.
+
 With ``keep_warm`` set, the fan-out leaves the query path: a node read in the
 last ``keep_warm`` seconds is fetched again in the background before its
 snapshot expires, so a dashboard's query finds every snapshot in memory and
@@ -21,13 +27,17 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from prometheus_client import Counter
 
-from graph_schema.interfaces import AgentUnavailableError, Received
+from graph_schema.interfaces import AgentUnavailableError, HistorySource, Received
+from graph_schema.limits import (
+    DEFAULT_MAX_HISTORY_READS_PER_CALLER,
+    DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE,
+)
 from node_resolver.auth import TokenFile
 from node_resolver.history.records import (
     HistoryPage,
@@ -41,6 +51,7 @@ from node_resolver.models import NodeSnapshot
 from ..backoff import Backoff
 from ..metrics import Metrics
 from ..shared_calls import Keep, SharedCalls
+from .caller_reads import CallerReads
 from .discovery import AddressUnknownError, Discovery
 
 __all__ = [
@@ -103,6 +114,10 @@ class HistoryClientLike(Protocol):
 
 ClientFactory = Callable[[str, "str | None"], AgentClientLike]
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+Usage = tuple[list[UsageRow], str]
+# Whose budget a read counts against when the graph names no caller (benchmarks, tools).
+ANONYMOUS: Hashable = None
 
 
 # gRPC shares subchannels (connections) between channels to the same address
@@ -146,6 +161,8 @@ class AgentPool:
         client_factory: ClientFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
         keep_warm: float = 0.0,
+        history_reads_per_caller: int = DEFAULT_MAX_HISTORY_READS_PER_CALLER,
+        history_reads_per_node: int = DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"agent timeout must be positive, got {timeout}")
@@ -162,6 +179,10 @@ class AgentPool:
         self._client_factory = client_factory or _default_client_factory
         self._clients: dict[str, _Channel] = {}
         self._calls: SharedCalls[str, _Stamped] = SharedCalls(clock=clock)
+        # History reads, keyed by node and the exact request; shared in flight only.
+        self._pages: SharedCalls[tuple[object, ...], HistoryPage] = SharedCalls(clock=clock)
+        self._usage: SharedCalls[tuple[object, ...], Usage] = SharedCalls(clock=clock)
+        self.history_reads = CallerReads(history_reads_per_caller, history_reads_per_node)
         self._closed = False
         if keep_warm < 0:
             raise ValueError(f"keep-warm time must not be negative, got {keep_warm}")
@@ -328,28 +349,84 @@ class AgentPool:
             raise AgentUnavailableError(node_name, reason) from None
 
     async def history_page(
-        self, node_name: str, query: HistoryQuery, page_token: str = ""
+        self, node_name: str, query: HistoryQuery, page_token: str = "", *, caller: Hashable = None
     ) -> HistoryPage:
-        """One page of the node's occupancy log (graph_schema's HistorySource)."""
+        """One page of the node's occupancy log (graph_schema's HistorySource).
+
+        Counted against ``caller``'s budget of reads in flight; identical requests
+        in flight share one agent call.
+        """
         timeout = self.timeout
 
         async def get(client: AgentClientLike) -> HistoryPage:
             reader: HistoryClientLike = client  # type: ignore[assignment]
             return await reader.get_history(query, page_token=page_token, timeout=timeout)
 
-        return await self.call(node_name, get, what="GetHistory")
+        key = (node_name, *_exact(query), page_token)
+        return await self._read(
+            self._pages, key, caller, node_name,
+            lambda: self.call(node_name, get, what="GetHistory"),
+        )  # fmt: skip
 
-    async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
-        """The node's usage sums, grouped on the agent (graph_schema's HistorySource)."""
+    async def usage(self, node_name: str, query: UsageQuery, *, caller: Hashable = None) -> Usage:
+        """The node's usage sums, grouped on the agent (graph_schema's HistorySource).
+
+        Counted and shared as ``history_page`` is.
+        """
         timeout = self.timeout
 
-        async def get(client: AgentClientLike) -> tuple[list[UsageRow], str]:
+        async def get(client: AgentClientLike) -> Usage:
             reader: HistoryClientLike = client  # type: ignore[assignment]
             return await reader.get_usage(
                 query.since, query.until, query.group_by, list(query.namespaces), timeout=timeout
             )
 
-        return await self.call(node_name, get, what="GetUsage")
+        key = (node_name, *_exact(query))
+        return await self._read(
+            self._usage, key, caller, node_name, lambda: self.call(node_name, get, what="GetUsage")
+        )
+
+    def for_caller(self, caller: Hashable) -> HistorySource:
+        """The agents' logs as one caller reads them: each read counted against its budget."""
+        return _CallerHistory(self, caller)
+
+    async def _read(
+        self,
+        calls: SharedCalls[K, T],
+        key: K,
+        caller: Hashable,
+        node_name: str,
+        call: Callable[[], Awaitable[T]],
+    ) -> T:
+        """``call``'s answer, shared with an identical read in flight, else started once
+        ``caller`` has a slot at ``node_name``; the slot is held until the agent answers."""
+        try:
+            # Joining a read in flight asks nothing more of the agent: no slot needed.
+            return await calls.get(key, call, _in_flight_only, before_call=_refuse_to_start)
+        except _NoSlotYet:
+            pass
+        slot = await self.history_reads.acquire(caller, node_name)
+        started = False
+
+        def starting() -> None:
+            nonlocal started
+            started = True
+
+        async def holding_the_slot() -> T:
+            # The call holds the slot, not its first caller: a caller that goes away
+            # (its time limit, a closed connection) leaves the agent's read in flight,
+            # and the read counts until the agent answers.
+            try:
+                return await call()
+            finally:
+                slot.release()
+
+        try:
+            # Another caller may have started the same read meanwhile: then join it.
+            return await calls.get(key, holding_the_slot, _in_flight_only, before_call=starting)
+        finally:
+            if not started:
+                slot.release()
 
     async def _client_for(self, node_name: str, address: str) -> AgentClientLike:
         token = self._token.current() if isinstance(self._token, TokenFile) else self._token
@@ -400,6 +477,8 @@ class AgentPool:
         for node_name in list(self._refresh_timers):
             self._stop_refreshing(node_name)
         await self._calls.close()
+        await self._pages.close()
+        await self._usage.close()
         for node_name in list(self._clients):
             await self._drop_client(node_name)
 
@@ -411,6 +490,58 @@ class AgentPool:
                 counter = self._metrics.snapshot_requests.labels(source=source)
                 self._source_counters[source] = counter
             counter.inc()
+
+
+class _CallerHistory:
+    """The pool's history reads on one caller's budget (graph_schema's HistorySource)."""
+
+    __slots__ = ("_caller", "_pool")
+
+    def __init__(self, pool: AgentPool, caller: Hashable) -> None:
+        self._pool = pool
+        self._caller = caller
+
+    async def history_page(
+        self, node_name: str, query: HistoryQuery, page_token: str = ""
+    ) -> HistoryPage:
+        """One page of the node's log, read on this caller's budget."""
+        return await self._pool.history_page(node_name, query, page_token, caller=self._caller)
+
+    async def usage(self, node_name: str, query: UsageQuery) -> Usage:
+        """The node's usage sums, read on this caller's budget."""
+        return await self._pool.usage(node_name, query, caller=self._caller)
+
+
+class _NoSlotYet(Exception):
+    """No identical read is in flight: this one needs a slot of its caller's first."""
+
+
+def _refuse_to_start() -> None:
+    raise _NoSlotYet
+
+
+def _in_flight_only(value: object, started: float, ended: float) -> None:
+    # A log moves on with every scan and pushed pod name: an answer is good only
+    # for the callers that asked while it was read.
+    return None
+
+
+def _exact(query: Any) -> tuple[object, ...]:
+    """Every field of a request's dataclass, as a key: no field it gains later is left
+    out of what decides that two requests are the same."""
+    return (
+        type(query).__name__,
+        *(_hashable(getattr(query, f.name)) for f in dataclasses.fields(query)),
+    )
+
+
+def _hashable(value: object) -> object:
+    # Filters are tuples as the graph builds them; a list or set one would not hash.
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, set):
+        return frozenset(value)
+    return value
 
 
 class _WrongNodeError(Exception):
