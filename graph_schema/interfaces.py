@@ -108,12 +108,19 @@ class StalenessSource(Protocol):
 
 
 class AgentUnavailableError(Exception):
-    """A node's agent could not answer; the message names the node and why."""
+    """A node's agent could not answer; the message names the node, where it was asked, and why.
 
-    def __init__(self, node_name: str, reason: str) -> None:
-        super().__init__(f"agent on node {node_name!r} unavailable: {reason}")
+    A person reads the sentence first ("unreachable at ADDR"); the transport's own
+    text (gRPC's status and details), for whoever digs, comes after it. Clients
+    (``gpugraph top``, the map) strip "agent on node 'n' unavailable: " and show the rest.
+    """
+
+    def __init__(self, node_name: str, reason: str, *, address: str | None = None) -> None:
+        detail = reason if address is None else f"unreachable at {address}: {reason}"
+        super().__init__(f"agent on node {node_name!r} unavailable: {detail}")
         self.node_name = node_name
         self.reason = reason
+        self.address = address
 
 
 @dataclass(frozen=True, slots=True)

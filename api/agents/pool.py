@@ -174,6 +174,8 @@ class AgentPool:
         self._token = token
         self._clock = clock
         self._backoff = backoff if backoff is not None else Backoff(clock=clock)
+        # Where each failing node's agent was asked, for the errors of its skipped calls.
+        self._failed_at: dict[str, str] = {}
         self._metrics = metrics
         self._source_counters: dict[str, Counter] = {}
         self._client_factory = client_factory or _default_client_factory
@@ -217,8 +219,7 @@ class AgentPool:
             blocked = self._backoff.blocked(node_name)
             if blocked is not None:
                 self._count("backoff")
-                error, left = blocked
-                raise AgentUnavailableError(node_name, f"{error} (next retry in {left:.1f} s)")
+                raise self._skipped(node_name, *blocked)
 
         if self.keep_warm > 0 and self.ttl > 0:
             self._last_read[node_name] = self._clock()
@@ -255,7 +256,7 @@ class AgentPool:
         except Exception as exc:
             if _is_deadline(exc):
                 outcome = "timeout"
-            reason = f"{_describe(exc, self.timeout)} (agent at {address})"
+            reason = _describe(exc, self.timeout)
             # A failed channel may be stuck (e.g. on a dead TCP connection);
             # the next call after the backoff builds a fresh one.
             await self._drop_client(node_name)
@@ -263,14 +264,16 @@ class AgentPool:
             # A node that stays down would otherwise log on every retry.
             level = logging.DEBUG if self._backoff.failing(node_name) else logging.WARNING
             delay = self._backoff.failed(node_name, reason)
+            self._failed_at[node_name] = address
             log.log(
                 level,
-                "agent on node %s failed, skipping it for %.1f s: %s",
+                "agent on node %s failed, skipping it for %.1f s: unreachable at %s: %s",
                 node_name,
                 delay,
+                address,
                 reason,
             )
-            raise AgentUnavailableError(node_name, reason) from None
+            raise AgentUnavailableError(node_name, reason, address=address) from None
         finally:
             if self._metrics is not None:
                 self._metrics.agent_calls.labels(node=node_name, outcome=outcome).inc()
@@ -278,6 +281,7 @@ class AgentPool:
         if self._backoff.failing(node_name):
             log.warning("agent on node %s answers again", node_name)
             self._backoff.forget(node_name)
+            self._failed_at.pop(node_name, None)
         self._schedule_refresh(node_name)
         return _Stamped(snapshot, self._clock())
 
@@ -334,8 +338,7 @@ class AgentPool:
             raise AgentUnavailableError(node_name, "the agent pool is shut down")
         blocked = self._backoff.blocked(node_name)
         if blocked is not None:
-            error, left = blocked
-            raise AgentUnavailableError(node_name, f"{error} (next retry in {left:.1f} s)")
+            raise self._skipped(node_name, *blocked)
         try:
             address = self.discovery.address(node_name)
         except AddressUnknownError as exc:
@@ -344,9 +347,9 @@ class AgentPool:
         try:
             return await method(client)
         except Exception as exc:
-            reason = f"{what}: {_describe(exc, self.timeout)} (agent at {address})"
-            log.debug("agent on node %s: %s", node_name, reason)
-            raise AgentUnavailableError(node_name, reason) from None
+            reason = f"{what}: {_describe(exc, self.timeout)}"
+            log.debug("agent on node %s at %s: %s", node_name, address, reason)
+            raise AgentUnavailableError(node_name, reason, address=address) from None
 
     async def history_page(
         self, node_name: str, query: HistoryQuery, page_token: str = "", *, caller: Hashable = None
@@ -464,6 +467,15 @@ class AgentPool:
         await self._drop_client(node_name)
         self._calls.forget(node_name)
         self._backoff.forget(node_name)
+        self._failed_at.pop(node_name, None)
+
+    def _skipped(self, node_name: str, error: str, left: float) -> AgentUnavailableError:
+        """The error of a call skipped while the node's agent is backed off."""
+        return AgentUnavailableError(
+            node_name,
+            f"{error} (next retry in {left:.1f} s)",
+            address=self._failed_at.get(node_name),
+        )
 
     def _stop_refreshing(self, node_name: str) -> None:
         self._last_read.pop(node_name, None)
