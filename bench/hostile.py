@@ -22,6 +22,11 @@ Issue 31's name push runs a standalone agent whose occupancy log is bounded at
 messages) with the agent's token, then asks history pages: the largest the
 log's files got, its ended records before and after, the agent's peak RSS.
 
+Issue 31's usage flood runs its own ``serve --auth kubernetes`` and a real
+agent whose occupancy log holds 200,000 records: research-token ``gpuUsage``
+queries with varied ``since`` while the admin reads a node's history, and how
+many of the admin's answered within the agent deadline.
+
 Run ``python bench/hostile.py`` (the demo's size, 4 nodes x 8 GPUs, full
 repetitions) or ``--small`` (fewer repetitions, for CI).
 """
@@ -618,6 +623,133 @@ async def agent_attacks(
     return outcomes[1:], agent.logs()
 
 
+# -- issue 31: one tenant's gpuUsage flood against a real agent's occupancy log
+
+
+ADMIN_HISTORY = (
+    '{ gpuHistory(since: "2000-01-01T00:00:00Z", nodeName: "node-0", first: 10) '
+    "{ edges { node { pid } } } }"
+)
+
+
+def tenant_usage(i: int, n: int) -> str:
+    """The tenant's ``n``-th query from client ``i``: a ``since`` of its own, so none share."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(946684800 + i * 100_000 + n))
+    return f'{{ gpuUsage(since: "{since}", groupBy: [POD]) {{ podName gpuSeconds }} }}'
+
+
+def fill_history(directory: Path, records: int) -> None:
+    """An occupancy log of ``records`` ended processes over the past week, on 8 GPUs, in
+    the research namespace and 19 others (as the agent's own log names them)."""
+    from node_resolver.history.records import OccupancyRecord
+    from node_resolver.history.store import HistoryStore
+
+    now = time.time()
+    rows = []
+    for i in range(records):
+        start = now - 7 * 86400 + i * (7 * 86400 / records)
+        namespace = "research" if i % 20 == 0 else f"team-{i % 20}"
+        rows.append(
+            OccupancyRecord(
+                gpu_uuid=f"GPU-{i % 8}", mig_device_uuid="", pid=10_000 + i, start_ticks=i,
+                boot_id="b", first_seen=start, last_seen=start + 300, ended=True,
+                process_name="python", pod_uid=f"uid-{i % 400}", pod_namespace=namespace,
+                pod_name=f"job-{i % 400}", peak_memory_bytes=1 << 30,
+                last_memory_bytes=1 << 30, memory_byte_seconds=300.0 * (1 << 30),
+                memory_seconds=300.0,
+            )
+        )  # fmt: skip
+    store = HistoryStore(directory, max_bytes=1 << 30)
+    store.open()
+    try:
+        store.write(rows, [], now)
+    finally:
+        store.close()
+
+
+async def usage_flood_attack(url: str, tokens: dict[str, str], clients: int, seconds: float) -> str:
+    """``clients`` research-token gpuUsage queries at a time for ``seconds``, each with a
+    ``since`` of its own, while the admin asks node-0's history one query after another.
+    How many of the admin's were answered with no error (the agent's deadline is 2 s)."""
+    limits = httpx.Limits(max_connections=clients + 2)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        end = time.monotonic() + seconds
+        tenant_answers: list[bool] = []
+        admin_times: list[float] = []
+        admin_answered = 0
+
+        async def tenant(i: int) -> None:
+            n = 0
+            while time.monotonic() < end:
+                r = await client.post(
+                    "/graphql",
+                    json={"query": tenant_usage(i, n)},
+                    headers=bearer(tokens["research"]),
+                )
+                tenant_answers.append(r.status_code == 200 and "errors" not in r.json())
+                n += 1
+
+        async def admin() -> None:
+            nonlocal admin_answered
+            while time.monotonic() < end:
+                started = time.perf_counter()
+                r = await client.post(
+                    "/graphql", json={"query": ADMIN_HISTORY}, headers=bearer(tokens["admin"])
+                )
+                admin_times.append(time.perf_counter() - started)
+                answer = r.json() if r.status_code == 200 else {}
+                admin_answered += "errors" not in answer and bool(answer.get("data"))
+
+        await asyncio.gather(admin(), *(tenant(i) for i in range(clients)))
+    return (
+        f"admin's history {admin_answered}/{len(admin_times)} answered (slowest "
+        f"{ms(max(admin_times))} ms); tenant {tenant_answers.count(True)}/{len(tenant_answers)}"
+    )
+
+
+async def usage_flood(workdir: Path, small: bool, statuses: list[int]) -> tuple[list[Outcome], str]:
+    """Issue 31's usage flood on ``gpugraph serve --auth kubernetes`` and a real agent whose
+    log holds 200,000 records (20,000 with --small); its outcome and the server's log."""
+    from node_resolver.fake_nvml import write_fake_nvml
+    from tests.support.agents import gpu_json, nvml_json, start_agent_process
+
+    workdir = workdir / "usage-flood"
+    workdir.mkdir()
+    records = 20_000 if small else 200_000
+    fill_history(workdir / "history", records)
+    nvml = workdir / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(i) for i in range(8)]))
+    agent = start_agent_process(
+        nvml, log_path=workdir / "agent.log", node_name="node-0", host="127.0.0.2",
+        interval=1.0, extra_args=["--history-dir", str(workdir / "history")],
+    )  # fmt: skip
+    stub = hostile_targets.stub_api_server(workdir)
+    port = agent.address.rsplit(":", 1)[1]
+    served = hostile_targets.serve_process(stub, workdir, "--agent-port", port)
+    probe, process = start_probe(probe_process, served.url, stub.tokens["admin"])
+    try:
+        seconds = 3.0 if small else 10.0
+        plan: list[tuple[str, Callable[[], Awaitable[str]]]] = [
+            ("warm-up", lambda: warm_up(served.url, stub.tokens["admin"])),
+            (
+                f"16 research gpuUsage at a time for {seconds:g} s, varied since, over "
+                f"{records:,} records; the admin reads node-0's history",
+                lambda: usage_flood_attack(served.url, stub.tokens, 16, seconds),
+            ),
+        ]
+        outcomes = [
+            await run_probed(name, attack, probe, served.process.pid, "serve --auth", statuses)
+            for name, attack in plan
+        ]
+        probe.send("exit")
+        process.join(10)
+    finally:
+        served.stop()
+        stub.stop()
+        agent.stop()
+    return outcomes[1:], served.output()
+
+
 # -- issue 31: pod names pushed with the agent's token, against its memory and its log's bound
 
 
@@ -820,9 +952,11 @@ async def main() -> None:
         statuses = bench.statuses
         served, serve_log = await serve_attacks(Path(workdir), args.small, statuses)
         agent, agent_log = await agent_attacks(Path(workdir), args.small, statuses)
+        flood, flood_log = await usage_flood(Path(workdir), args.small, statuses)
         logs = {"demo": "".join(demo.output), "serve": serve_log, "agent": agent_log}
+        logs["usage-flood serve"] = flood_log
         names, logs["name-push agent"] = await name_push(Path(workdir), args.small, statuses)
-        report([*outcomes, *served, *agent, *names], before, after, statuses, logs)
+        report([*outcomes, *served, *agent, *flood, *names], before, after, statuses, logs)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from api.demo.cluster import StubApiServer, write_kubeconfig
+from api.demo.cluster import StubApiServer, make_pod, write_kubeconfig
 from api.demo.cluster.synthetic import demo_nodes, demo_pods
 from node_resolver.fake_nvml import write_fake_nvml
 from tests.support.agents import AgentProcess, gpu_json, nvml_json, start_agent_process
@@ -41,7 +41,9 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
 
 def _run_stub(kubeconfig: str, conn: Connection) -> None:
     stub = StubApiServer()
-    stub.load(pods=demo_pods(40, 4, managed_fields=False), nodes=demo_nodes(4))
+    # And one pod of the research user's, so that it sees node-0 (the usage flood).
+    research = make_pod("job-0", "research", "node-0", gpu_limit=1, managed_fields=False)
+    stub.load(pods=[*demo_pods(40, 4, managed_fields=False), research], nodes=demo_nodes(4))
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     with stub:
