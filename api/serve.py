@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import uvicorn
@@ -35,6 +36,7 @@ from .settings import Settings, SettingsError
 
 __all__ = [
     "Services",
+    "announce_when_ready",
     "build_discovery",
     "build_pool",
     "serve",
@@ -170,6 +172,42 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
         await asyncio.to_thread(watcher.stop)
 
 
+def announce_when_ready(services: Services, settings: Settings) -> Callable[[], None]:
+    """Log that the server waits for the API server, then "serving on ..." once its first
+    list of pods and nodes has landed; returns an unsubscribe.
+
+    The HTTP listener starts at once (probes need it), but until that list every query
+    answers NOT_READY: "serving" before it would send a person to a server that shows nothing.
+    """
+    cache = services.cache
+    once = threading.Lock()
+
+    def announce() -> None:
+        if once.acquire(blocking=False):
+            log.info(
+                "gpugraph %s serving on %s (auth %s)",
+                version(),
+                settings.listen,
+                settings.auth_mode,
+            )
+
+    def on_change(kind: str, change: str, record: PodRecord | NodeRecord | None) -> None:
+        if change == "RELISTED" and cache.ready:
+            announce()
+
+    log.info(
+        "gpugraph %s waiting for the API server at %s (listening on %s; /readyz answers 503 "
+        "until it has the cluster's pods and nodes)",
+        version(),
+        services.watcher.api_server,
+        settings.listen,
+    )
+    unsubscribe = cache.subscribe(on_change)
+    if cache.ready:  # the first lists landed before the subscription
+        announce()
+    return unsubscribe
+
+
 def warn_if_open(settings: Settings) -> None:
     """Log, at start, that an ``--auth none`` server shows everything to whoever reaches it."""
     if settings.auth_mode == "none":
@@ -182,10 +220,13 @@ def warn_if_open(settings: Settings) -> None:
 
 async def serve(settings: Settings) -> None:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
-    log.info("gpugraph %s serving on %s (auth %s)", version(), settings.listen, settings.auth_mode)
     warn_if_open(settings)
     # An agent channel per node: thousands of sockets on a large cluster.
     raise_open_files_limit()
     async with services_running(settings) as services:
-        server = UvicornServer(uvicorn_config(services.app, settings))
-        await server.serve()
+        stop_announcing = announce_when_ready(services, settings)
+        try:
+            server = UvicornServer(uvicorn_config(services.app, settings))
+            await server.serve()
+        finally:
+            stop_announcing()

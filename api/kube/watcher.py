@@ -112,6 +112,11 @@ class ClusterWatcher:
             backoff_max=backoff_max,
         )
 
+    @property
+    def api_server(self) -> str:
+        """The API server's URL, as the configuration names it."""
+        return str(self._client.configuration.host)
+
     def start(self) -> None:
         """Start both loops; the cache turns ready once both first lists land."""
         self.pods.start()

@@ -205,9 +205,10 @@ async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestC
     try:
         assert process.stdout is not None
         url = None
+        serving = f"gpugraph {project_version()} serving on 127.0.0.1:0 (auth kubernetes)"
         deadline = time.monotonic() + 60
-        lines = []
-        while url is None and time.monotonic() < deadline:
+        lines: list[str] = []
+        while (url is None or not any(serving in x for x in lines)) and time.monotonic() < deadline:
             line = process.stdout.readline()
             if not line:
                 break
@@ -215,10 +216,12 @@ async def test_gpugraph_serve_runs_and_shuts_down_on_sigterm(cluster: GraphTestC
             if found := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
                 url = found.group(1)
         assert url is not None, "".join(lines)
-        # The startup log names the release and how callers are checked.
-        assert f"gpugraph {project_version()} serving on 127.0.0.1:0 (auth kubernetes)" in "".join(
-            lines
-        )
+        # The startup log names the release and how callers are checked, and says it
+        # serves only once it has reached the API server (which it said it waits for).
+        said = [
+            n for n, x in enumerate(lines) if "waiting for the API server at" in x or serving in x
+        ]
+        assert len(said) == 2 and serving in lines[said[1]], "".join(lines)
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             deadline = time.monotonic() + 20
             while (await client.get("/readyz")).status_code != 200:

@@ -13,6 +13,7 @@ from grpc import aio
 from api.demo.cluster.manifests import make_node
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.models import NodeSnapshot
+from node_resolver.version import version
 from tests.support.polling import eventually_async
 from tests.support.server import (
     Gpu,
@@ -170,3 +171,31 @@ def test_an_open_server_says_so_at_start(caplog: pytest.LogCaptureFixture) -> No
         assert caplog.text == ""
         warn_if_open(Settings(auth_mode="none"))
     assert "--auth none: anyone who can reach 0.0.0.0:8000 sees every namespace" in caplog.text
+
+
+async def test_serve_waits_for_the_api_server_before_it_says_serving(
+    cluster: GraphTestCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    from api.serve import announce_when_ready
+
+    settings = cluster.settings()
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "api.serve"]
+
+    cluster.stub.pause_lists()
+    try:
+        with caplog.at_level(logging.INFO, logger="api.serve"):
+            async with serving(settings, wait_ready=False) as server:
+                stop = announce_when_ready(server.services, settings)
+                try:
+                    # The lists are held back: nothing may say "serving" yet.
+                    (waiting,) = said()
+                    assert f"waiting for the API server at {cluster.stub.url}" in waiting
+                    cluster.stub.resume_lists()
+                    await eventually_async(lambda: len(said()) == 2, what="serving on")
+                finally:
+                    stop()
+    finally:
+        cluster.stub.resume_lists()
+    assert said()[1] == f"gpugraph {version()} serving on {settings.listen} (auth none)"
