@@ -750,6 +750,38 @@ async def usage_flood(workdir: Path, small: bool, statuses: list[int]) -> tuple[
     return outcomes[1:], served.output()
 
 
+# -- issue 31: gpugraph top against a server that drips its answer a byte at a time
+
+
+def top_against_drip(small: bool) -> str:
+    """``gpugraph top`` against a server that sends a byte every 20 s and never ends its answer
+    (httpx's timeouts are per read, so without an overall deadline top waited forever), with
+    the default deadline (5 s with --small): how long the command ran, its peak RSS, its line."""
+    from tests.server.top.hostile_server import Drip, Hostile, serving
+
+    deadline = 5.0 if small else 30.0
+    with serving(Hostile(http=Drip(interval=20.0))) as url:
+        command = [*demo_process.gpugraph_command(), "top", "--server", url]
+        command += ["--request-timeout", f"{deadline:g}"]
+        started = time.monotonic()
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        assert process.stderr is not None
+        said = process.stderr.read().strip()
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.monotonic() - started
+    code = os.waitstatus_to_exitcode(status)
+    # The deadline counts from the request; before it, Python's start-up and imports.
+    met = "met" if seconds <= deadline + 1 else "**not met**"
+    return (
+        f"- gpugraph top against a server dripping one byte every 20 s (--request-timeout "
+        f"{deadline:g}): exit {code} after {seconds:.2f} s, deadline {met} (target: the "
+        f"deadline plus start-up, <= {deadline + 1:g} s); peak RSS {usage.ru_maxrss / 1024:.0f} "
+        f"MB; `{said}`"
+    )
+
+
 # -- issue 31: pod names pushed with the agent's token, against its memory and its log's bound
 
 
@@ -957,6 +989,7 @@ async def main() -> None:
         logs["usage-flood serve"] = flood_log
         names, logs["name-push agent"] = await name_push(Path(workdir), args.small, statuses)
         report([*outcomes, *served, *agent, *flood, *names], before, after, statuses, logs)
+        print(await asyncio.to_thread(top_against_drip, args.small))
 
 
 if __name__ == "__main__":
