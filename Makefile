@@ -18,7 +18,8 @@ PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/constraints.txt \
 	PIP_BUILD_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo test install install-dev lint typecheck proto proto-check web web-if-npm \
-	npm-if-npm bench-small bench gpu-check clean release-check release-image release-krew
+	npm-if-npm bench-small bench gpu-check clean release-check release-image release-krew \
+	local-image
 
 # Debian's python3 without python3-venv leaves a $(VENV) without pip behind; remove
 # it, so the next run starts over, and say what to install.
@@ -29,13 +30,17 @@ $(PY):
 		echo "error: '$(PYTHON) -m venv' made no working pip (on Debian/Ubuntu:" \
 			"apt-get install python3-venv), then run make again" >&2; exit 1; }
 
-# Runtime only: what `make demo` needs.
+# Runtime only: what `make demo` needs. pip -q prints nothing for a minute or so: say so.
 $(RUN_STAMP): $(PY) pyproject.toml constraints.txt
+	@echo "Installing gpugraph and its dependencies into $(VENV) (pinned by constraints.txt);" \
+		"the first time takes a minute or so"
 	$(PIP_INSTALL) -e .
 	touch $@
 
 # Runtime plus the dev extras (tests, lint, type checking).
 $(DEV_STAMP): $(PY) pyproject.toml constraints.txt
+	@echo "Installing gpugraph and its dev extras into $(VENV) (pinned by constraints.txt);" \
+		"the first time takes a few minutes"
 	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(RUN_STAMP)
 
@@ -48,6 +53,7 @@ install-dev: $(DEV_STAMP)
 web: $(WEB_STAMP) $(MAP_STAMP)
 
 $(WEB_STAMP): web/package.json web/package-lock.json web/build.mjs
+	@echo "Building GraphiQL's and the map's browser assets (npm ci, then esbuild)"
 	cd web && $(NPM_CI) && npm run build
 
 # `npm run build` above builds the map too; this rebuilds it after an edit of its sources.
@@ -146,6 +152,22 @@ release-check: install-dev web-if-npm
 # One image for every platform, pushed: log in to the registry first (docker login).
 release-image:
 	docker buildx build --platform $(PLATFORMS) --tag $(IMAGE):$(VERSION) --push .
+
+# One image for this machine's platform, built into the local Docker engine and pushed
+# nowhere public: for a cluster without the published image (README, "Install from the
+# clone"). KIND_CLUSTER=NAME loads it into that kind cluster's nodes; PUSH=1 pushes it
+# to the registry LOCAL_IMAGE names (a local one: LOCAL_IMAGE=localhost:5001/gpugraph:dev).
+LOCAL_IMAGE ?= gpugraph:dev
+KIND_CLUSTER ?=
+PUSH ?=
+local-image:
+	DOCKER_BUILDKIT=1 docker build --tag $(LOCAL_IMAGE) .
+ifneq ($(KIND_CLUSTER),)
+	kind load docker-image $(LOCAL_IMAGE) --name $(KIND_CLUSTER)
+endif
+ifneq ($(PUSH),)
+	docker push $(LOCAL_IMAGE)
+endif
 
 # The krew archive and manifest of this version into dist/krew/.
 release-krew: install-dev
