@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.layout.imports import ROOT
+from tests.support.project import ROOT
 
 # Where filtering by hand is looked for.
 CHECKED = ("graph_schema", "api/http")
