@@ -41,8 +41,8 @@ from bench.fleet import build_fleet, node_name  # noqa: E402
 from graph_schema.context import GraphContext  # noqa: E402
 from graph_schema.interfaces import Received  # noqa: E402
 from graph_schema.schema import build_schema  # noqa: E402
-from node_resolver.allocations import node_allocations  # noqa: E402
 from node_resolver.codec import _container_to_proto, snapshot_to_proto  # noqa: E402
+from node_resolver.kubelet_devices import node_allocations  # noqa: E402
 from node_resolver.models import (  # noqa: E402
     AllocationMechanism,
     ContainerAllocations,

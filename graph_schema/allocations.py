@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from node_resolver.allocation_verdicts import AllocationVerdict, devices_verdict
 from node_resolver.models import (
     AllocationMechanism,
     ContainerAllocations,
@@ -59,15 +60,6 @@ __all__ = [
     "judge_process",
     "pod_gpu_request",
 ]
-
-
-class AllocationVerdict(enum.Enum):
-    """Whether the kubelet gave a process's container the GPU it runs on."""
-
-    ALLOCATED = "ALLOCATED"
-    NOT_ALLOCATED = "NOT_ALLOCATED"
-    NO_POD = "NO_POD"
-    UNKNOWN = "UNKNOWN"
 
 
 class AllocationSource(enum.Enum):
@@ -208,13 +200,12 @@ class AllocationTable:
             if d.mechanism is AllocationMechanism.DEVICE_PLUGIN and self._is_gpu(d.resource)
         ]
         given += [a.gpu_uuid for a in self.by_container.get(key, ()) if a.is_gpu]
-        if gpu_uuid in given:
-            return AllocationVerdict.ALLOCATED
+        # The agent's rule over these devices, then what only the API server's claims tell.
+        verdict = devices_verdict(given, gpu_uuid)
+        if verdict is not AllocationVerdict.NOT_ALLOCATED:
+            return verdict
         if key[:2] in self.unresolved_pods:
             # A claim the pod names that the cache lacks (not made yet, or already gone).
-            return AllocationVerdict.UNKNOWN
-        if None in given:
-            # A GPU device that matches none of the node's GPUs: it could be this one.
             return AllocationVerdict.UNKNOWN
         if any(a.is_gpu for a in self.by_container.get((key[0], key[1], None), ())):
             # A claim's GPU given to the pod, no container naming it: which one is unknown.

@@ -82,6 +82,20 @@ class GpuSample:
     # The /dev/nvidia<minor> number; DRA names a full GPU "gpu-<minor>".
     minor_number: int | None = None
 
+    def process_list_complete(self) -> bool:
+        """Whether ``processes`` holds every process: no error took the GPU or a list down.
+
+        The agent marks a process list it could not read (the GPU's, or a MIG
+        device's, e.g. without the mig-monitor capability) in ``field_errors``
+        under a key naming ``processes``; the SM utilization samples are not the list.
+        """
+        if self.error:
+            return False
+        return not any(
+            "processes" in key.split(".") and not key.endswith(".sm_utilization")
+            for key in self.field_errors
+        )
+
 
 @dataclass(slots=True)
 class NodeSample:

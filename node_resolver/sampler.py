@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from .allocations import node_allocations
 from .gpu_source import GpuSource
+from .kubelet_devices import node_allocations
 from .models import NodeAllocations, NodeSample, NodeSnapshot
 from .pids import PidResolver
 from .pod_resources import PodResourcesPoller

@@ -25,7 +25,6 @@ from node_resolver.metrics.containers import (
     UNATTRIBUTED_REASONS,
     ContainerKey,
     ContainerUsage,
-    process_list_complete,
     unattributed_reason,
 )
 from node_resolver.models import GpuSample, NodeSnapshot
@@ -36,7 +35,6 @@ __all__ = [
     "ContainerUsage",
     "NodeAttribution",
     "attribute_node",
-    "process_list_complete",
     "unattributed_reason",
 ]
 
@@ -71,7 +69,7 @@ def _attribute_gpu(
     lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
     # Memory in no pod is only known where every process was listed: a list
     # that failed would make it read 0 (and silence the leftover-process alert).
-    if process_list_complete(gpu):
+    if gpu.process_list_complete():
         result.unattributed[(gpu.index, gpu.uuid)] = lost
     for process in gpu.processes:
         ref = process.container
@@ -81,7 +79,9 @@ def _attribute_gpu(
         pod = joined.pod if joined is not None else None
         if pod is None:
             elsewhere = joined is not None and joined.elsewhere is not None
-            reason = "pod_on_other_node" if elsewhere else unattributed_reason(process)
+            reason = unattributed_reason(
+                in_container=ref is not None, named=process.name is not None, elsewhere=elsewhere
+            )
             lost[reason] += process.used_memory_bytes or 0
             continue
         mig = process.mig_device_uuid or ""

@@ -57,6 +57,7 @@ class OccupancyRecord:
     last_sm_utilization: int | None = None
     sm_percent_seconds: float = 0.0
     sm_seconds: float = 0.0
+    # An AllocationVerdict's value, as the agent last judged it; "" until it could tell.
     allocation_verdict: str = ""
     # The store's row id (0 until written); orders records that started together.
     id: int = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from ..allocations import ContainerVerdicts
+from ..allocation_verdicts import AllocationVerdict, ContainerVerdicts
 from ..models import GpuProcess, NodeSnapshot
 from ..pod_names import PodNames
 from .records import OccupancyRecord
@@ -124,8 +124,9 @@ class OccupancyTracker:
                         verdict = verdicts.verdict(
                             record.pod_namespace, record.pod_name, record.container_name, uuid
                         )
-                        if verdict:
-                            record.allocation_verdict = verdict
+                        # The record keeps its last verdict where this answer cannot tell.
+                        if verdict is not AllocationVerdict.UNKNOWN:
+                            record.allocation_verdict = verdict.value
             if len(seen) != len(opened):
                 self._end_unseen(seen, blind)
 

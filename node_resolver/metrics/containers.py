@@ -1,21 +1,25 @@
 """What one container's processes hold on one GPU, and why memory belongs to no pod.
 
-The server (joining processes to its cached pods) and the agent (naming them
-from the pod names the server sent it) fill the same records, which
-``families`` turns into the same series.
+The one per-container aggregation: the server (from its graph objects, whose
+processes are joined to cached pods and judged) and the agent (naming its
+processes from the pod names the server sent it) fill the same
+``NodeAttribution``, which ``families`` turns into the same series.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from ..models import GpuProcess, GpuSample
+from ..allocation_verdicts import AllocationVerdict
 
 __all__ = [
     "UNATTRIBUTED_REASONS",
     "ContainerKey",
     "ContainerUsage",
-    "process_list_complete",
+    "NodeAttribution",
+    "ProcessUsage",
     "unattributed_reason",
 ]
 
@@ -38,6 +42,20 @@ class ContainerKey:
     pod_uid: str
 
 
+class ProcessUsage(Protocol):
+    """What a container's series add up of one process (the agent's records, the graph's)."""
+
+    @property
+    def used_memory_bytes(self) -> int | None:
+        """GPU memory the process holds; None when the driver did not say."""
+        ...
+
+    @property
+    def sm_utilization(self) -> int | None:
+        """The process's SM utilization (percent); None when not sampled."""
+        ...
+
+
 @dataclass(slots=True)
 class ContainerUsage:
     """What one container's processes hold on one GPU."""
@@ -47,7 +65,7 @@ class ContainerUsage:
     sm_percent: int | None = None
     processes: int = 0
 
-    def add(self, process: GpuProcess) -> None:
+    def add(self, process: ProcessUsage) -> None:
         """Count one more process of the container."""
         self.processes += 1
         if process.used_memory_bytes is not None:
@@ -56,24 +74,53 @@ class ContainerUsage:
             self.sm_percent = (self.sm_percent or 0) + process.sm_utilization
 
 
-def unattributed_reason(process: GpuProcess) -> str:
-    """Why a process that joins no cached pod belongs to none (one of UNATTRIBUTED_REASONS)."""
-    if process.container is not None:
-        return "unknown_container"
-    # The agent names every PID it could read; no name means /proc had nothing.
-    return "host_process" if process.name is not None else "unresolved"
+def unattributed_reason(*, in_container: bool, named: bool, elsewhere: bool = False) -> str:
+    """Why a process that joins no cached pod belongs to none (one of UNATTRIBUTED_REASONS).
 
-
-def process_list_complete(gpu: GpuSample) -> bool:
-    """Whether the GPU's process list holds every process: no error took the GPU or a list down.
-
-    The agent marks a process list it could not read (the GPU's, or a MIG
-    device's, e.g. without the mig-monitor capability) in ``field_errors``
-    under a key naming ``processes``; the SM utilization samples are not the list.
+    ``in_container``: its cgroup path names a container; ``named``: the agent
+    read its name (it names every PID it could read, so no name means /proc
+    had nothing); ``elsewhere``: its cgroup names a pod bound to another node.
     """
-    if gpu.error:
-        return False
-    return not any(
-        "processes" in key.split(".") and not key.endswith(".sm_utilization")
-        for key in gpu.field_errors
-    )
+    if elsewhere:
+        return "pod_on_other_node"
+    if in_container:
+        return "unknown_container"
+    return "host_process" if named else "unresolved"
+
+
+@dataclass(slots=True)
+class NodeAttribution:
+    """One node's processes by container, its memory in no pod, and the containers on a GPU
+    they were not given: what one node's container and memory series are rendered from."""
+
+    # Why memory is in no pod, every reason present for every GPU counted.
+    reasons: Sequence[str] = UNATTRIBUTED_REASONS
+    containers: dict[ContainerKey, ContainerUsage] = field(default_factory=dict)
+    # (gpu index, gpu uuid) -> reason -> bytes, for GPUs whose process list is complete;
+    # a GPU whose list is not has no entry (its memory in no pod is not known).
+    unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
+    # (namespace, pod, container, gpu uuid) of named containers judged NOT_ALLOCATED
+    # (UNKNOWN is never counted).
+    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
+
+    def gpu(self, index: int, uuid: str, *, complete: bool) -> dict[str, int]:
+        """Start a GPU: its memory in no pod by reason, to add to (counted only if ``complete``)."""
+        lost = dict.fromkeys(self.reasons, 0)
+        if complete:
+            self.unattributed[(index, uuid)] = lost
+        return lost
+
+    def add(self, key: ContainerKey, process: ProcessUsage) -> bool:
+        """Count a process of the container; True for the container's first on this device."""
+        usage = self.containers.get(key)
+        first = usage is None
+        if usage is None:
+            usage = self.containers[key] = ContainerUsage()
+        usage.add(process)
+        return first
+
+    def judge(self, key: ContainerKey, verdict: AllocationVerdict) -> None:
+        """The container's verdict on the key's GPU: counted where it is NOT_ALLOCATED."""
+        # The kubelet lists containers by name: a container known by no name is never judged.
+        if verdict is AllocationVerdict.NOT_ALLOCATED and key.container:
+            self.unallocated.add((key.namespace, key.pod, key.container, key.gpu_uuid))

@@ -14,11 +14,11 @@ multiply the series with every restart, and stays in GraphQL.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..models import GpuSample
-from .containers import ContainerKey, ContainerUsage
+from .containers import ContainerKey, ContainerUsage, NodeAttribution
 
 __all__ = [
     "CONTAINER_LABELS",
@@ -28,6 +28,7 @@ __all__ = [
     "UNALLOCATED_LABELS",
     "UNATTRIBUTED_LABELS",
     "UNREQUESTED_LABELS",
+    "GpuReadings",
     "GpuSeries",
 ]
 
@@ -58,6 +59,31 @@ DCGM_LABELS = (
     "namespace",
     "pod",
 )
+
+
+class GpuReadings(Protocol):
+    """A GPU's own readings, as the agent's sample and the server's graph object both hold them."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def mig_enabled(self) -> bool | None: ...
+    @property
+    def memory_used_bytes(self) -> int | None: ...
+    @property
+    def memory_total_bytes(self) -> int | None: ...
+    @property
+    def utilization_gpu(self) -> int | None: ...
+    @property
+    def temperature_c(self) -> int | None: ...
+    @property
+    def power_usage_watts(self) -> float | None: ...
+    @property
+    def power_limit_watts(self) -> float | None: ...
 
 
 def _gauge(name: str, documentation: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
@@ -198,10 +224,17 @@ class GpuSeries:
             for reason, used in reasons.items():
                 self.unattributed.add_metric([node, str(index), uuid, reason], float(used))
 
+    def add_attribution(self, node: str, attributed: NodeAttribution) -> None:
+        """``node``'s container series, memory in no pod, and containers on GPUs not given them."""
+        self.add_containers(node, attributed.containers)
+        self.add_unattributed(node, attributed.unattributed)
+        for namespace, pod, container, gpu_uuid in sorted(attributed.unallocated):
+            self.unallocated.add_metric([namespace, pod, container, node, gpu_uuid], 1.0)
+
     def add_gpus(
         self,
         node: str,
-        gpus: Iterable[GpuSample],
+        gpus: Iterable[GpuReadings],
         driver: str,
         containers: Mapping[ContainerKey, ContainerUsage],
     ) -> None:
@@ -212,7 +245,7 @@ class GpuSeries:
     def _add_gpu(
         self,
         node: str,
-        gpu: GpuSample,
+        gpu: GpuReadings,
         driver: str,
         containers: Mapping[ContainerKey, ContainerUsage],
     ) -> None:
@@ -236,7 +269,7 @@ class GpuSeries:
     def _add_dcgm(
         self,
         node: str,
-        gpu: GpuSample,
+        gpu: GpuReadings,
         driver: str,
         containers: Mapping[ContainerKey, ContainerUsage],
     ) -> None:

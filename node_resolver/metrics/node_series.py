@@ -12,12 +12,12 @@ unreadable PIDs do.
 
 A named container on a GPU the kubelet's PodResources answer says it was not
 given gets ``gpugraph_container_gpu_unallocated``, judged as the occupancy log
-judges it (``allocations.ContainerVerdicts``): only where that answer decides,
-so never for a container known by its pod UID alone.
+judges it (``allocation_verdicts.ContainerVerdicts``): only where that answer
+decides, so never for a container known by its pod UID alone.
 
-The series are ``families``' (the server's names and labels). Rendering
-happens once per snapshot and name table; each scrape adds only the
-snapshot's age.
+The aggregation is ``containers``' and the series ``families``' (the
+server's, names and labels alike). Rendering happens once per snapshot and
+name table; each scrape adds only the snapshot's age.
 """
 
 from __future__ import annotations
@@ -25,32 +25,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from ..allocations import ContainerVerdicts
+from ..allocation_verdicts import ContainerVerdicts
 from ..models import GpuSample, NodeSnapshot
 from ..pod_names import PodName, PodNames
-from .containers import ContainerKey, ContainerUsage, process_list_complete, unattributed_reason
+from .containers import ContainerKey, NodeAttribution, unattributed_reason
 from .exposition import render_gauges
 from .families import GpuSeries
 
-__all__ = ["NODE_REASONS", "NodeAttribution", "NodeSeries", "attribute_on_node"]
+__all__ = ["NODE_REASONS", "NodeSeries", "attribute_on_node"]
 
 # The reasons an agent can tell by itself; whether a cgroup's pod is bound to
 # another node only the server's cache knows (such a process keeps its UID).
 NODE_REASONS = ("host_process", "unknown_container", "unresolved")
-
-
-@dataclass(slots=True)
-class NodeAttribution:
-    """One snapshot's processes, by container, and the memory in no pod."""
-
-    containers: dict[ContainerKey, ContainerUsage] = field(default_factory=dict)
-    # (gpu index, gpu uuid) -> reason -> bytes, for GPUs whose process list is complete.
-    unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
-    # (namespace, pod, container, gpu uuid) of named containers on a GPU the kubelet's
-    # answer says they were not given (NOT_ALLOCATED; where it cannot tell, nothing).
-    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
 
 
 def _by_container(pod_names: PodNames) -> dict[str, PodName]:
@@ -64,10 +51,8 @@ def _attribute_gpu(
     verdicts: ContainerVerdicts,
     result: NodeAttribution,
 ) -> None:
-    lost = dict.fromkeys(NODE_REASONS, 0)
     # As on the server: memory in no pod is only known where every process was listed.
-    if process_list_complete(gpu):
-        result.unattributed[(gpu.index, gpu.uuid)] = lost
+    lost = result.gpu(gpu.index, gpu.uuid, complete=gpu.process_list_complete())
     for process in gpu.processes:
         ref = process.container
         container_id = ref.container_id if ref is not None else ""
@@ -78,7 +63,10 @@ def _attribute_gpu(
         else:
             pod = by_container.get(container_id) if container_id else None
             if pod is None:
-                lost[unattributed_reason(process)] += process.used_memory_bytes or 0
+                reason = unattributed_reason(
+                    in_container=ref is not None, named=process.name is not None
+                )
+                lost[reason] += process.used_memory_bytes or 0
                 continue
             pod_uid = pod.uid
         key = ContainerKey(
@@ -90,20 +78,13 @@ def _attribute_gpu(
             pod.containers.get(container_id, "") if pod is not None else "",
             pod_uid,
         )
-        usage = result.containers.get(key)
-        if usage is None:
-            usage = result.containers[key] = ContainerUsage()
-            # The kubelet lists containers by name: a container known by its UID alone has none.
-            if key.container and (
-                verdicts.verdict(key.namespace, key.pod, key.container, gpu.uuid) == "NOT_ALLOCATED"
-            ):
-                result.unallocated.add((key.namespace, key.pod, key.container, gpu.uuid))
-        usage.add(process)
+        if result.add(key, process) and key.container:
+            result.judge(key, verdicts.verdict(key.namespace, key.pod, key.container, gpu.uuid))
 
 
 def attribute_on_node(snapshot: NodeSnapshot, pod_names: PodNames) -> NodeAttribution:
     """Every process of ``snapshot`` by container, named from ``pod_names`` where it can be."""
-    result = NodeAttribution()
+    result = NodeAttribution(NODE_REASONS)
     by_container = _by_container(pod_names)
     verdicts = ContainerVerdicts(snapshot.allocations)
     for gpu in snapshot.sample.gpus:
@@ -148,10 +129,7 @@ class NodeSeries:
         node = snapshot.node_name
         attributed = attribute_on_node(snapshot, self._pod_names)
         series = GpuSeries()
-        series.add_containers(node, attributed.containers)
-        series.add_unattributed(node, attributed.unattributed)
+        series.add_attribution(node, attributed)
         sample = snapshot.sample
         series.add_gpus(node, sample.gpus, sample.driver_version or "", attributed.containers)
-        for namespace, pod, container, gpu_uuid in sorted(attributed.unallocated):
-            series.unallocated.add_metric([namespace, pod, container, node, gpu_uuid], 1.0)
         return render_gauges([*series.node_families(), series.unallocated])

@@ -22,7 +22,7 @@ from .models import (
 )
 from .pod_resources import KubeletContainer
 
-__all__ = ["DRA_GPU_DRIVER", "ContainerVerdicts", "GpuIndex", "node_allocations"]
+__all__ = ["DRA_GPU_DRIVER", "GpuIndex", "node_allocations"]
 
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 _DRA_DEVICE = re.compile(r"gpu-(\d+)(-mig-.*)?")
@@ -96,27 +96,3 @@ def node_allocations(
         )
         out.append(ContainerAllocations(c.namespace, c.pod, c.container, tuple(devices)))
     return NodeAllocations(available=True, containers=tuple(out), age_seconds=age_seconds)
-
-
-class ContainerVerdicts:
-    """The kubelet's verdict for a container on a GPU, looked up per process of a scan."""
-
-    def __init__(self, allocations: NodeAllocations | None) -> None:
-        available = allocations is not None and allocations.available
-        self.containers = allocations.containers if allocations is not None and available else ()
-        self._devices = {(c.namespace, c.pod, c.container): c.devices for c in self.containers}
-
-    def verdict(self, namespace: str, pod: str, container: str, gpu_uuid: str) -> str | None:
-        """ "ALLOCATED", "NOT_ALLOCATED", or None where the kubelet's record cannot tell.
-
-        None: no data, the container unlisted, or one of its devices matching
-        no GPU (the server, which also reads DRA claims and slices, says more).
-        """
-        devices = self._devices.get((namespace, pod, container))
-        if devices is None:
-            return None
-        if any(d.gpu_uuid == gpu_uuid for d in devices):
-            return "ALLOCATED"
-        if any(d.gpu_uuid is None for d in devices):
-            return None
-        return "NOT_ALLOCATED"
