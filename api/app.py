@@ -76,7 +76,7 @@ def create_app(
     metrics.watch_cluster(cluster)
     limit_tracebacks()
     request_timeout = settings.request_timeout
-    # The one allocation join's inputs, shared by GraphQL, /gpu-pods and /metrics.
+    # The one allocation join's inputs, which GraphQL's objects (so /gpu-pods and /metrics) read.
     rules = AllocationRules(dra=dra, gpus=settings.gpus)
     schema = build_schema(
         settings.limits,
@@ -108,12 +108,14 @@ def create_app(
             503, {"status": "not ready", "reason": "waiting for the first list of pods and nodes"}
         )
 
+    # GraphQL's objects of each snapshot, which /gpu-pods and /metrics reshape.
+    views = schema.state.views
     gpu_metrics = GpuMetricsExporter(
         cluster,
         snapshots,
         timeout=settings.request_timeout,
         dcgm_names=settings.metrics_dcgm_names,
-        rules=rules,
+        views=views,
     )
 
     async def metrics_endpoint(request: Request) -> Response:
@@ -125,7 +127,7 @@ def create_app(
     def view_of(request: Request) -> VisibleCluster:
         return VisibleCluster(cluster, request_scope(request, auth))
 
-    gpu_pods = gpu_pods_endpoint(snapshots, view_of, timeout=settings.request_timeout, rules=rules)
+    gpu_pods = gpu_pods_endpoint(snapshots, view_of, views, timeout=settings.request_timeout)
 
     async def gpu_pods_counted(request: Request) -> Response:
         response = await gpu_pods(request)

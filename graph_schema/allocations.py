@@ -447,11 +447,13 @@ class LazyTable:
 
     def get(self) -> AllocationTable:
         """The table, built now if it was not yet."""
-        if self._table is None:
+        table = self._table
+        if table is None:
+            # ``/metrics`` renders in a worker thread beside the loop's resolvers: two
+            # first uses may both build it, each the same table, and one is kept.
             assert self._args is not None
-            self._table = allocation_table(*self._args)
-            self._args = None
-        return self._table
+            table = self._table = allocation_table(*self._args)
+        return table
 
     def verdict(
         self, pod: PodRecord | None, in_pod: bool, container_id: str | None, gpu_uuid: str

@@ -69,6 +69,12 @@ class NodeJoin:
             return None
         return join_pod(self.cluster, self.node_name, None, container_id)
 
+    def elsewhere(self, pod_uid: str | None, container_id: str | None) -> bool:
+        """Whether a process that joins no pod here names a pod bound to another node."""
+        return (
+            join_process(self.cluster, self.node_name, pod_uid, container_id).elsewhere is not None
+        )
+
 
 def _named_pod(cluster: Cluster, pod_uid: str | None, container_id: str | None) -> PodRecord | None:
     """The cached pod a process's cgroup path names: by its pod UID, else its container ID.

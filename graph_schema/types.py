@@ -265,6 +265,8 @@ class Gpu:
     )
     # The node's allocations, joined on first use; ``allocations`` shows the caller's share.
     allocations_of_node: strawberry.Private[LazyTable | None] = None
+    # Whether the agent listed every process (no error took the GPU or a list down).
+    process_list_complete: strawberry.Private[bool] = True
 
     @classmethod
     async def resolve_reference(cls, info: Info, uuid: str) -> Gpu | None:
@@ -342,6 +344,8 @@ class GpuProcess:
         description="The pod it belongs to, joined on pod UID, falling back to container ID; "
         "null when the pod is not in the cache (a host process, or a pod already gone)."
     )
+    # No pod: its cgroup names a pod bound to another node (never that pod's, see joins).
+    pod_elsewhere: strawberry.Private[bool] = False
 
     @strawberry.field(
         description="Whether its container was given this GPU (or a MIG device on it)."

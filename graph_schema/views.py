@@ -1,5 +1,10 @@
 """Gpu and GpuProcess graph objects built from a node snapshot, once per snapshot.
 
+The only walk of a snapshot's GPUs and processes on the server: GraphQL's
+resolvers, ``/gpu-pods`` and ``/metrics`` all reshape these objects, each
+caller's share through the visibility seam (``ViewCache.visible_gpus``), so a
+process is joined to its pod and judged against its node's allocations once.
+
 The cache also keeps the sizes its current snapshots report (GPUs per node,
 processes per GPU), for the cost estimate: a node's figures leave when its
 snapshot is replaced, released or goes unread, so one busy moment does not
@@ -24,10 +29,12 @@ from .allocations import (
     LazyTable,
     allocation_table,
 )
+from .errors import NodeSampleError
 from .interfaces import Cluster
 from .joins import NodeJoin
 from .scalars import JSON
 from .types import Gpu, GpuProcess, MigDevice, Pod
+from .visibility import VisibleCluster
 
 
 class PodJoiner:
@@ -104,12 +111,16 @@ def build_gpu(
         processes=processes,
         node_name=node_name,
         allocations_of_node=table,
+        process_list_complete=sample.process_list_complete(),
     )
     for p in sample.processes:
         ref = p.container
         container_id = (ref.container_id or None) if ref else None
         pod_uid = (ref.pod_uid or None) if ref else None
         pod = joiner.pod(pod_uid, container_id)
+        elsewhere = False
+        if pod is None and (pod_uid or container_id):
+            elsewhere = joiner.join.elsewhere(pod_uid, container_id)
         processes.append(
             GpuProcess(
                 pid=p.pid,
@@ -124,6 +135,7 @@ def build_gpu(
                 cmdline=p.cmdline,
                 gpu=gpu,
                 pod=pod,
+                pod_elsewhere=elsewhere,
             )
         )
     return gpu
@@ -319,6 +331,21 @@ class ViewCache:
         self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods, allocations, sizes)
         self._count(node_name, sizes)
         return gpus
+
+    def visible_gpus(
+        self, view: VisibleCluster, node_name: str, snapshot: NodeSnapshot
+    ) -> list[Gpu]:
+        """The node's GPUs as ``view``'s caller sees them; NodeSampleError when it read none.
+
+        The one way from a snapshot to what a caller is shown, for the resolvers,
+        ``/gpu-pods`` and ``/metrics`` alike: the shared objects, through the seam.
+        """
+        sample = snapshot.sample
+        if sample.error and not sample.gpus:
+            raise NodeSampleError(node_name, sample.error)
+        # Joined on the whole cache: a process in another tenant's pod must not
+        # pass for one of the caller's; the view withholds it afterwards.
+        return view.gpus(node_name, self.gpus(node_name, snapshot, view.raw))
 
     def peaks(self) -> SizePeaks:
         """The largest sizes among the snapshots built within the last ``horizon`` seconds."""

@@ -1,57 +1,44 @@
 """Who holds a node's GPUs: per container, per pod, and memory that belongs to no pod.
 
-The join is GraphQL's (``graph_schema.joins.join_pod``), so Prometheus and
-GraphQL attribute every process to the same pod. Nothing here knows
-Prometheus; ``families`` turns the result into series. The records it fills
-(``ContainerKey``, ``ContainerUsage``) are the agent's too, declared in
-``node_resolver.metrics.containers``.
+A reshaping of the node's graph objects (``graph_schema.views``: each process
+already joined to its pod and judged, exactly as GraphQL shows it) into the
+per-container aggregation the agents' own series use too
+(``node_resolver.metrics.containers``), plus what only the server knows: the
+GPUs each pod's processes use, against its request. Nothing here knows
+Prometheus; ``families`` turns the result into series.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from graph_schema.allocations import (
-    AllocationRules,
-    AllocationTable,
-    AllocationVerdict,
-    allocation_table,
-    judge_process,
-)
-from graph_schema.interfaces import Cluster
-from graph_schema.joins import join_process
 from graph_schema.records import PodRecord
+from graph_schema.types import Gpu
 from node_resolver.metrics.containers import (
     UNATTRIBUTED_REASONS,
     ContainerKey,
     ContainerUsage,
+    NodeAttribution,
     unattributed_reason,
 )
-from node_resolver.models import GpuSample, NodeSnapshot
 
 __all__ = [
     "UNATTRIBUTED_REASONS",
     "ContainerKey",
     "ContainerUsage",
-    "NodeAttribution",
+    "NodeUse",
     "attribute_node",
-    "unattributed_reason",
 ]
 
 
 @dataclass(slots=True)
-class NodeAttribution:
-    """One node's snapshot, attributed."""
+class NodeUse:
+    """One node's GPUs, attributed: the agents' aggregation, and each pod's devices."""
 
-    containers: dict[ContainerKey, ContainerUsage] = field(default_factory=dict)
-    # (gpu index, gpu uuid) -> reason -> bytes, every reason present for every GPU
-    # whose process list is complete; a GPU whose list is not has no entry.
-    unattributed: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)
+    attributed: NodeAttribution = field(default_factory=NodeAttribution)
     # pod uid -> (pod, the GPUs or MIG devices its processes use)
     pod_devices: dict[str, tuple[PodRecord, set[str]]] = field(default_factory=dict)
-    # (namespace, pod, container, gpu uuid) of containers running on a GPU they were not given
-    # (the allocation verdict NOT_ALLOCATED; UNKNOWN is never counted).
-    unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
 
 
 def _container_name(pod: PodRecord, container_id: str | None) -> str:
@@ -59,65 +46,40 @@ def _container_name(pod: PodRecord, container_id: str | None) -> str:
     return "" if container is None else container.name
 
 
-def _attribute_gpu(
-    cluster: Cluster,
-    node_name: str,
-    gpu: GpuSample,
-    result: NodeAttribution,
-    table: AllocationTable,
-) -> None:
-    lost = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
-    # Memory in no pod is only known where every process was listed: a list
-    # that failed would make it read 0 (and silence the leftover-process alert).
-    if gpu.process_list_complete():
-        result.unattributed[(gpu.index, gpu.uuid)] = lost
-    for process in gpu.processes:
-        ref = process.container
-        container_id = (ref.container_id or None) if ref else None
-        pod_uid = (ref.pod_uid or None) if ref else None
-        joined = join_process(cluster, node_name, pod_uid, container_id) if ref else None
-        pod = joined.pod if joined is not None else None
-        if pod is None:
-            elsewhere = joined is not None and joined.elsewhere is not None
-            reason = unattributed_reason(
-                in_container=ref is not None, named=process.name is not None, elsewhere=elsewhere
+def attribute_node(gpus: Iterable[Gpu]) -> NodeUse:
+    """Every process of a node's GPUs (``ViewCache``'s objects) by container, or counted
+    as no pod's; each container judged by its first process's verdict (its container's)."""
+    use = NodeUse()
+    attributed, pod_devices = use.attributed, use.pod_devices
+    for gpu in gpus:
+        # Memory in no pod is only known where every process was listed: a list
+        # that failed would make it read 0 (and silence the leftover-process alert).
+        lost = attributed.gpu(gpu.index, gpu.uuid, complete=gpu.process_list_complete)
+        for process in gpu.processes:
+            pod = process.pod
+            if pod is None:
+                reason = unattributed_reason(
+                    in_container=process.container_id is not None or process.pod_uid is not None,
+                    named=process.name is not None,
+                    elsewhere=process.pod_elsewhere,
+                )
+                lost[reason] += process.used_memory_bytes or 0
+                continue
+            record = pod.record
+            mig = process.mig_device_uuid or ""
+            key = ContainerKey(
+                gpu.index,
+                gpu.uuid,
+                mig,
+                record.namespace,
+                record.name,
+                _container_name(record, process.container_id),
+                record.uid,
             )
-            lost[reason] += process.used_memory_bytes or 0
-            continue
-        mig = process.mig_device_uuid or ""
-        key = ContainerKey(
-            gpu.index,
-            gpu.uuid,
-            mig,
-            pod.namespace,
-            pod.name,
-            _container_name(pod, container_id),
-            pod.uid,
-        )
-        usage = result.containers.get(key)
-        if usage is None:
-            usage = result.containers[key] = ContainerUsage()
-        usage.add(process)
-        entry = result.pod_devices.get(pod.uid)
-        if entry is None:
-            entry = result.pod_devices[pod.uid] = (pod, set())
-        entry[1].add(mig or gpu.uuid)
-        if judge_process(table, pod, process, gpu.uuid) is AllocationVerdict.NOT_ALLOCATED:
-            result.unallocated.add((pod.namespace, pod.name, key.container, gpu.uuid))
-
-
-def attribute_node(
-    cluster: Cluster, node_name: str, snapshot: NodeSnapshot, rules: AllocationRules | None = None
-) -> NodeAttribution:
-    """Every process of ``snapshot``, fetched from ``node_name``'s agent, joined to its pod
-    (bound to that node) and container, or counted as no pod's.
-
-    Each process is judged against the node's allocations by the join GraphQL uses.
-    """
-    result = NodeAttribution()
-    table = allocation_table(
-        snapshot.node_name, snapshot, cluster, rules if rules is not None else AllocationRules()
-    )
-    for gpu in snapshot.sample.gpus:
-        _attribute_gpu(cluster, node_name, gpu, result, table)
-    return result
+            if attributed.add(key, process):
+                attributed.judge(key, process.allocation())
+            entry = pod_devices.get(record.uid)
+            if entry is None:
+                entry = pod_devices[record.uid] = (record, set())
+            entry[1].add(mig or gpu.uuid)
+    return use

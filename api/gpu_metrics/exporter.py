@@ -3,7 +3,11 @@
 The snapshots come from the same source GraphQL reads (the agent pool), so a
 scrape joins calls in flight and reuses snapshots within ``--snapshot-ttl``:
 however often Prometheus scrapes, each agent sees at most one call per TTL.
-The fetches run concurrently on the event loop; the join and the text
+Each snapshot's graph objects come from GraphQL's ``ViewCache`` too, through
+the visibility seam, so a scrape joins and judges no process GraphQL has not
+(or will not): the objects of a node are built on the event loop as its
+answer lands (one node at a time, as a kept-warm snapshot's are), or found
+built. The fetches run concurrently; the allocation join and the text
 rendering, which grow with the cluster, run in a worker thread so a scrape of
 1,000 nodes does not hold the loop that serves GraphQL. Scrapes that find the
 very snapshots the last one rendered (within the TTL: a Prometheus HA pair,
@@ -15,9 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from graph_schema.allocations import AllocationRules
+from graph_schema.errors import NodeSampleError
 from graph_schema.interfaces import AgentUnavailableError, Cluster, SnapshotSource
 from graph_schema.records import NodeRecord
+from graph_schema.scope import EVERYTHING
+from graph_schema.views import ViewCache
+from graph_schema.visibility import VisibleCluster
 from node_resolver.metrics.exposition import render_gauges
 
 from .families import NodeResult, SnapshotCollector
@@ -45,10 +52,11 @@ class GpuMetricsExporter:
         *,
         timeout: float,
         dcgm_names: bool = False,
-        rules: AllocationRules | None = None,
+        views: ViewCache | None = None,
     ) -> None:
         self._cluster = cluster
-        self._rules = rules
+        # GraphQL's, in a server (its allocation rules with it); a test's own otherwise.
+        self._views = views if views is not None else ViewCache()
         self._snapshots = snapshots
         self._timeout = timeout
         self._dcgm_names = dcgm_names
@@ -56,7 +64,7 @@ class GpuMetricsExporter:
         self._rendering = asyncio.Lock()
         self._last: tuple[list[NodeResult], bytes] | None = None
 
-    async def _fetch(self, node: str) -> NodeResult:
+    async def _fetch(self, node: str, view: VisibleCluster) -> NodeResult:
         try:
             received = await asyncio.wait_for(self._snapshots.fetch(node), self._timeout)
         except (AgentUnavailableError, TimeoutError):
@@ -65,25 +73,31 @@ class GpuMetricsExporter:
             # One node's failure costs its series, never the scrape.
             log.warning("GPU metrics: fetching node %s failed", node, exc_info=True)
             return NodeResult(node, None)
-        return NodeResult(node, received.snapshot, received.age_seconds)
+        snapshot = received.snapshot
+        try:
+            gpus = self._views.visible_gpus(view, node, snapshot)
+        except NodeSampleError:
+            gpus = []  # the agent answered and read no GPU: agent_up 1, no GPU series
+        return NodeResult(node, snapshot, received.age_seconds, gpus)
 
     async def collect(self) -> list[NodeResult]:
-        """Every GPU node's snapshot (or its absence), fetched concurrently.
+        """Every GPU node's snapshot (or its absence) and its GPUs, fetched concurrently.
 
         Nothing before the cache's first full list: with pods still missing,
         every process would count as memory in no pod, and alerts would fire.
         """
-        if not self._cluster.ready:
+        # /metrics is authorized as a whole ("get" on the /metrics URL, asked by
+        # the auth middleware), never per namespace: a caller let in sees it all.
+        view = VisibleCluster(self._cluster, EVERYTHING)
+        if not view.ready:
             return []
-        nodes = [n.name for n in self._cluster.nodes() if is_gpu_node(n)]
-        return list(await asyncio.gather(*(self._fetch(n) for n in nodes)))
+        nodes = [n.name for n in view.nodes() if is_gpu_node(n)]
+        return list(await asyncio.gather(*(self._fetch(n, view) for n in nodes)))
 
     def render_results(self, results: list[NodeResult]) -> bytes:
         """The text exposition of ``results`` (CPU-bound: call it off the event loop)."""
         # generate_latest's bytes, at a fraction of its cost (node_resolver/metrics/exposition.py).
-        collector = SnapshotCollector(
-            self._cluster, results, dcgm_names=self._dcgm_names, rules=self._rules
-        )
+        collector = SnapshotCollector(results, dcgm_names=self._dcgm_names, rules=self._views.rules)
         return render_gauges(collector.collect())
 
     async def render(self) -> bytes:

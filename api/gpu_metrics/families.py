@@ -2,20 +2,20 @@
 
 The series themselves (names, help texts, labels) are declared once, in
 ``node_resolver.metrics.families``, which the agents' own ``/metrics``
-renders too; this module fills them from the server's join of every node's
-processes to its cached pods.
+renders too; this module fills them from each node's graph objects, whose
+processes the server joined to its cached pods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from graph_schema.allocations import AllocationRules, pod_gpu_request
-from graph_schema.interfaces import Cluster
+from graph_schema.types import Gpu
 from node_resolver.metrics.families import GpuSeries
 from node_resolver.models import NodeSnapshot
 
@@ -31,29 +31,26 @@ class NodeResult:
     node: str
     snapshot: NodeSnapshot | None
     age_seconds: float = 0.0
+    # The snapshot's GPUs as graph objects (``ViewCache``'s, through the seam).
+    gpus: Sequence[Gpu] = ()
 
 
-def _add_node(
-    series: GpuSeries, cluster: Cluster, result: NodeResult, rules: AllocationRules
-) -> None:
+def _add_node(series: GpuSeries, result: NodeResult, rules: AllocationRules) -> None:
     """The node's series: agent_up always, the rest only from a snapshot."""
     node = result.node
     series.agent_up.add_metric([node], 1.0 if result.snapshot is not None else 0.0)
     if result.snapshot is None:
         return
     series.snapshot_age.add_metric([node], result.age_seconds)
-    sample = result.snapshot.sample
-    attributed = attribute_node(cluster, node, result.snapshot, rules)
-    series.add_containers(node, attributed.containers)
-    series.add_unattributed(node, attributed.unattributed)
-    for pod, devices in attributed.pod_devices.values():
+    use = attribute_node(result.gpus)
+    series.add_attribution(node, use.attributed)
+    for pod, devices in use.pod_devices.values():
         beyond = len(devices) - (pod_gpu_request(pod, rules) or 0)
         # Only while positive: one series per GPU pod would mostly say 0.
         if beyond > 0:
             series.unrequested.add_metric([pod.namespace, pod.name, node], float(beyond))
-    for namespace, pod_name, container, gpu_uuid in sorted(attributed.unallocated):
-        series.unallocated.add_metric([namespace, pod_name, container, node, gpu_uuid], 1.0)
-    series.add_gpus(node, sample.gpus, sample.driver_version or "", attributed.containers)
+    driver = result.snapshot.sample.driver_version or ""
+    series.add_gpus(node, result.gpus, driver, use.attributed.containers)
 
 
 class SnapshotCollector(Collector):
@@ -61,13 +58,11 @@ class SnapshotCollector(Collector):
 
     def __init__(
         self,
-        cluster: Cluster,
         results: list[NodeResult],
         *,
         dcgm_names: bool = False,
         rules: AllocationRules | None = None,
     ) -> None:
-        self._cluster = cluster
         self._results = results
         self._dcgm_names = dcgm_names
         self._rules = rules if rules is not None else AllocationRules()
@@ -76,5 +71,5 @@ class SnapshotCollector(Collector):
         """Every family, each node's series in node order."""
         series = GpuSeries(self._dcgm_names)
         for result in self._results:
-            _add_node(series, self._cluster, result, self._rules)
+            _add_node(series, result, self._rules)
         yield from series.all()

@@ -19,16 +19,16 @@ Values the GPU could not report are ``null`` rather than a misleading zero.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from graph_schema.allocations import AllocationRules, allocation_table, judge_process
+from graph_schema.errors import NodeSampleError
 from graph_schema.interfaces import AgentUnavailableError, SnapshotSource
-from graph_schema.joins import NodeJoin
+from graph_schema.types import Gpu
+from graph_schema.views import ViewCache
 from graph_schema.visibility import VisibleCluster
-from node_resolver.models import NodeSnapshot
 
 from .responses import json_response
 
@@ -41,47 +41,36 @@ def _error(status: int, message: str, **details: object) -> Response:
     return json_response(status, {"error": message, **details})
 
 
-def gpu_pods_response(
-    view: VisibleCluster,
-    node_name: str,
-    snapshot: NodeSnapshot,
-    rules: AllocationRules | None = None,
-) -> dict[str, object]:
-    """The original ``GetGpuPodsResponse`` JSON for ``node_name``'s snapshot, as ``view`` sees it.
+def gpu_pods_response(gpus: Sequence[Gpu]) -> dict[str, object]:
+    """The original ``GetGpuPodsResponse`` JSON of a node's GPUs as the caller sees them.
 
-    A caller without ``list nodes`` gets only the GPUs running one of its pods.
+    ``gpus`` come from ``ViewCache.visible_gpus``: joined, judged and filtered
+    as GraphQL's are, so a caller without ``list nodes`` gets only the GPUs
+    running one of its pods.
     """
-    table = allocation_table(
-        snapshot.node_name, snapshot, view.raw, rules if rules is not None else AllocationRules()
-    )
     gpu_pods: dict[str, dict[str, list[dict[str, object]]]] = {}
     gpu_infos: dict[str, dict[str, object]] = {}
-    # Joined on the whole cache, as the graph joins: a process in another
-    # tenant's pod must not pass for one of the caller's.
-    join = NodeJoin(view.raw, node_name)
-    for gpu in snapshot.sample.gpus:
-        info: dict[str, object] = {
+    for gpu in gpus:
+        gpu_infos[gpu.uuid] = {
             "uuid": gpu.uuid,
             "gpuName": gpu.name,
             "usageGpu": gpu.utilization_gpu,
         }
         entries: list[dict[str, object]] = []
         for process in gpu.processes:
-            ref = process.container
-            pod = None if ref is None else join.pod(ref.pod_uid, ref.container_id)
-            if pod is None or not view.sees_namespace(pod.namespace):
+            pod = process.pod
+            if pod is None:
                 continue
             used = process.used_memory_bytes
-            entry: dict[str, object] = {
-                "pid": process.pid,
-                "processName": process.name,
-                "UsedGpuMemory": None if used is None else used // MIB,
-                "pod": pod.name,
-                "allocation": judge_process(table, pod, process, gpu.uuid).value,
-            }
-            entries.append(entry)
-        if view.sees_gpu(len(entries)):
-            gpu_infos[gpu.uuid] = info
+            entries.append(
+                {
+                    "pid": process.pid,
+                    "processName": process.name,
+                    "UsedGpuMemory": None if used is None else used // MIB,
+                    "pod": pod.name,
+                    "allocation": process.allocation().value,
+                }
+            )
         if entries:
             gpu_pods[gpu.uuid] = {"pidPods": entries}
     return {"GpuPods": gpu_pods, "GpuInfos": gpu_infos}
@@ -90,11 +79,11 @@ def gpu_pods_response(
 def gpu_pods_endpoint(
     snapshots: SnapshotSource,
     view_of: Callable[[Request], VisibleCluster],
+    views: ViewCache,
     *,
     timeout: float = 10.0,
-    rules: AllocationRules | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
-    """The ``/gpu-pods`` endpoint over a snapshot source.
+    """The ``/gpu-pods`` endpoint over a snapshot source and the graph objects built from it.
 
     ``view_of`` gives the request's caller's view of the cluster cache; a pod
     it may not see is answered like one that does not exist.
@@ -140,14 +129,11 @@ def gpu_pods_endpoint(
                 f"the agent on node {pod.node_name!r} did not answer in time",
                 node=pod.node_name,
             )
-        snapshot = received.snapshot
-        if snapshot.sample.error and not snapshot.sample.gpus:
-            return _error(
-                502,
-                f"the agent on node {pod.node_name!r} cannot read its GPUs: "
-                f"{snapshot.sample.error}",
-                node=pod.node_name,
-            )
-        return json_response(200, gpu_pods_response(cluster, pod.node_name, snapshot, rules))
+        try:
+            gpus = views.visible_gpus(cluster, pod.node_name, received.snapshot)
+        except NodeSampleError as exc:
+            # GraphQL's words for it: "GPU sampling failed on node 'N': <the agent's error>".
+            return _error(502, str(exc), node=pod.node_name)
+        return json_response(200, gpu_pods_response(gpus))
 
     return gpu_pods

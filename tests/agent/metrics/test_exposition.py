@@ -50,8 +50,8 @@ def test_the_same_bytes_as_generate_latest_for_the_servers_series(dcgm: bool) ->
     world = World()
     exporter = world.exporter(dcgm_names=dcgm)
     results = asyncio.run(exporter.collect())
-    families = list(SnapshotCollector(world.cluster, results, dcgm_names=dcgm).collect())
-    again = list(SnapshotCollector(world.cluster, results, dcgm_names=dcgm).collect())
+    families = list(SnapshotCollector(results, dcgm_names=dcgm).collect())
+    again = list(SnapshotCollector(results, dcgm_names=dcgm).collect())
     assert render_gauges(families) == reference(again)
 
 

@@ -15,6 +15,8 @@ from api.gpu_metrics import GpuMetricsExporter
 from api.gpu_metrics.attribution import UNATTRIBUTED_REASONS
 from api.metrics import Metrics
 from graph_schema.records import NodeRecord
+from graph_schema.views import ViewCache
+from graph_schema.visibility import VisibleCluster
 from node_resolver.models import NodeSnapshot
 from tests.support.graph import (
     GiB,
@@ -353,6 +355,21 @@ def test_scrapes_of_the_same_snapshots_share_one_rendering(world: World) -> None
     third = asyncio.run(exporter.render())
     assert third is not first
     assert not where(parse(third), "gpugraph_gpu_info", node="gpu-b", gpu="1")
+
+
+def test_a_scrape_counts_the_join_graphql_made_of_the_same_snapshot(world: World) -> None:
+    """One walk of a snapshot: /metrics reshapes the objects GraphQL's resolvers read."""
+    views = ViewCache()
+    received = asyncio.run(world.snapshots.fetch("gpu-a"))
+    # A query reads the node: its processes are joined to the pods cached now.
+    shown = views.visible_gpus(VisibleCluster(world.cluster), "gpu-a", received.snapshot)
+    (chat1,) = [p for g in shown for p in g.processes if p.pod and p.pod.name == "chat-1"]
+    # The cache moves on; until the node's next snapshot both answers keep that join.
+    world.cluster.remove_pod("inference", "chat-1")
+    s = parse(asyncio.run(world.exporter(views=views).render()))
+    name = "gpugraph_container_gpu_memory_used_bytes"
+    assert value(s, name, pod="chat-1") == chat1.used_memory_bytes
+    assert views.visible_gpus(VisibleCluster(world.cluster), "gpu-a", received.snapshot) is shown
 
 
 class _Discovery:

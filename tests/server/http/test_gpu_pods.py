@@ -8,8 +8,11 @@ import pytest
 
 from api.http.gpu_pods import gpu_pods_response
 from graph_schema.scope import Scope
+from graph_schema.views import ViewCache
 from graph_schema.visibility import VisibleCluster
+from node_resolver.fake_nvml import write_fake_nvml
 from tests.support.graph import SmallWorld, gpu_uuid
+from tests.support.polling import eventually_async
 from tests.support.server import GraphTestCluster, Served, serving
 
 
@@ -130,6 +133,23 @@ async def test_an_unreachable_agent_is_a_502_naming_the_node(
     assert fine.status_code == 200
 
 
+async def test_an_agent_that_reads_no_gpu_is_a_502_in_graphqls_words(
+    cluster: GraphTestCluster, server: Served
+) -> None:
+    failing = {"gpus": [], "error": "NVML_ERROR_DRIVER_NOT_LOADED"}
+    write_fake_nvml(cluster.agents["node-1"].nvml_path, failing)
+
+    async def refused() -> object:
+        response = await server.client.get("/gpu-pods", params={"worker_id": "trainer-0"})
+        return response if response.status_code == 502 else None
+
+    response = await eventually_async(refused)
+    assert response.json() == {
+        "error": "GPU sampling failed on node 'node-1': NVML_ERROR_DRIVER_NOT_LOADED",
+        "node": "node-1",
+    }
+
+
 @pytest.mark.parametrize(
     ("scope", "infos", "pids"),
     [
@@ -147,7 +167,7 @@ async def test_the_answer_shows_what_the_callers_view_may_see(
     world = SmallWorld()
     received = await world.agents.fetch("node-a")
     view = VisibleCluster(world.cluster, scope)
-    answer = gpu_pods_response(view, "node-a", received.snapshot)
+    answer = gpu_pods_response(ViewCache().visible_gpus(view, "node-a", received.snapshot))
     assert list(answer["GpuInfos"]) == [gpu_uuid("node-a", i) for i in infos]  # type: ignore[call-overload]
     gpu_pods = answer["GpuPods"]
     assert isinstance(gpu_pods, dict)
