@@ -116,6 +116,7 @@ def create_app(
         timeout=settings.request_timeout,
         dcgm_names=settings.metrics_dcgm_names,
         views=views,
+        pacer=schema.state.pacer,
     )
 
     async def metrics_endpoint(request: Request) -> Response:

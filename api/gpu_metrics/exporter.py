@@ -6,10 +6,11 @@ however often Prometheus scrapes, each agent sees at most one call per TTL.
 Each snapshot's graph objects come from GraphQL's ``ViewCache`` too, through
 the visibility seam, so a scrape joins and judges no process GraphQL has not
 (or will not): the objects of a node are built on the event loop as its
-answer lands (one node at a time, as a kept-warm snapshot's are), or found
-built. The fetches run concurrently; the allocation join and the text
-rendering, which grow with the cluster, run in a worker thread so a scrape of
-1,000 nodes does not hold the loop that serves GraphQL. Scrapes that find the
+answer lands (paced like GraphQL's own work, so many answers landing at once
+do not hold the loop for all of their nodes), or found built. The fetches run
+concurrently; the allocation join and the text rendering, which grow with the
+cluster, run in a worker thread so a scrape of 1,000 nodes does not hold the
+loop that serves GraphQL. Scrapes that find the
 very snapshots the last one rendered (within the TTL: a Prometheus HA pair,
 or a scrape racing another) get its text instead of rendering it again.
 """
@@ -21,6 +22,7 @@ import logging
 
 from graph_schema.errors import NodeSampleError
 from graph_schema.interfaces import AgentUnavailableError, Cluster, SnapshotSource
+from graph_schema.pacing import Pacer
 from graph_schema.records import NodeRecord
 from graph_schema.scope import EVERYTHING
 from graph_schema.views import ViewCache
@@ -53,10 +55,13 @@ class GpuMetricsExporter:
         timeout: float,
         dcgm_names: bool = False,
         views: ViewCache | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self._cluster = cluster
-        # GraphQL's, in a server (its allocation rules with it); a test's own otherwise.
+        # GraphQL's, in a server (its allocation rules and its pacer with it); a test's own
+        # otherwise.
         self._views = views if views is not None else ViewCache()
+        self._pacer = pacer if pacer is not None else Pacer()
         self._snapshots = snapshots
         self._timeout = timeout
         self._dcgm_names = dcgm_names
@@ -74,6 +79,9 @@ class GpuMetricsExporter:
             log.warning("GPU metrics: fetching node %s failed", node, exc_info=True)
             return NodeResult(node, None)
         snapshot = received.snapshot
+        pacer = self._pacer
+        if pacer.due():
+            await pacer.pace()
         try:
             gpus = self._views.visible_gpus(view, node, snapshot)
         except NodeSampleError:
