@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Lifespan
 
-from graph_schema.allocations import AllocationRules, DraCatalog
+from graph_schema.allocation_join import AllocationRules, DraCatalog
 from graph_schema.cache_status import cache_age
 from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.interfaces import Cluster, SnapshotSource

@@ -19,7 +19,7 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
-from .allocations import AllocationRules, AllocationTable
+from .allocation_join import AllocationRules, AllocationTable
 from .errors import NodeSampleError, ResultBudgetError
 from .interfaces import (
     AgentUnavailableError,

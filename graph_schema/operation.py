@@ -14,7 +14,7 @@ from graphql import GraphQLError
 
 from node_resolver.models import NodeSnapshot
 
-from .allocations import AllocationRules, AllocationTable
+from .allocation_join import AllocationRules, AllocationTable
 from .interfaces import ClusterView, HistorySource, Received, SnapshotSource
 from .scope import Viewer
 

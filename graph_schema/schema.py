@@ -22,7 +22,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, ExecutionResult, Info, StreamExecutionResult
 
 from .admission import CostAdmission, SizeGauge
-from .allocations import AllocationRules
+from .allocation_join import AllocationRules
 from .context import GraphContext
 from .errors import GraphUserError, ResultBudgetError, in_response_order, is_internal
 from .limits import SchemaLimits, SubscriptionLimiter

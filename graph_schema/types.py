@@ -22,7 +22,7 @@ from strawberry.types import Info
 from node_resolver.history.records import HistoryQuery, OccupancyRecord
 from node_resolver.models import AllocationMechanism
 
-from .allocations import (
+from .allocation_join import (
     Allocation,
     AllocationRule,
     AllocationSource,

@@ -22,7 +22,7 @@ from strawberry.utils.str_converters import to_camel_case
 
 from node_resolver.models import GpuSample, NodeSnapshot
 
-from .allocations import (
+from .allocation_join import (
     AllocationRules,
     AllocationSource,
     AllocationTable,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from graph_schema.allocations import AllocationRules, pod_gpu_request
+from graph_schema.allocation_join import AllocationRules, pod_gpu_request
 from graph_schema.types import Gpu
 from node_resolver.metrics.families import GpuSeries
 from node_resolver.models import NodeSnapshot

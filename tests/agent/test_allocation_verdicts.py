@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from graph_schema import allocations as server
-from graph_schema.allocations import AllocationRules, allocation_table, judge_process
+from graph_schema import allocation_join as server
+from graph_schema.allocation_join import AllocationRules, allocation_table, judge_process
 from node_resolver.allocation_verdicts import AllocationVerdict, ContainerVerdicts
 from node_resolver.models import (
     AllocationMechanism,

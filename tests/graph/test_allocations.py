@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from api.kube.dra_cache import DraCache
-from graph_schema.allocations import (
+from graph_schema.allocation_join import (
     AllocationRules,
     AllocationSource,
     AllocationVerdict,

@@ -14,7 +14,9 @@ UID), containers by name, GPUs by UUID; a MIG device belongs to its parent
 GPU. A DRA device both routes report is kept once.
 
 How a process's verdict is decided (``docs/allocation.md`` says the same for
-operators):
+operators). The verdicts and the rule over a container's GPU devices are the
+agent's (``node_resolver.allocation_verdicts``); the server extends that rule
+with what only it knows: which resource names are GPUs, and the claims.
 
 - ``NO_POD``: the process is in no container, or in a container of no pod.
 - ``UNKNOWN``: the node has no allocation data (``NONE``); the process's pod is
