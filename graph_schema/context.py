@@ -180,6 +180,17 @@ class GraphContext:
         self.cluster = VisibleCluster(self.raw_cluster, self.scope)
         self.result_items = 0
 
+    def finish(self) -> None:
+        """End the operation: let go of its loaders and their answers.
+
+        A loader's futures hold the nodes' failures, whose tracebacks hold the
+        frames of the fields that awaited them, which hold this context: a cycle
+        through every node that failed, even where a field caught the failure.
+        """
+        self._snapshot_loader = None
+        self._gpu_loader = None
+        self._by_pod.clear()
+
     async def pace(self) -> None:
         """Let other requests run when this operation has held the loop long enough."""
         await self.state.pacer.pace()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from graphql import GraphQLError
@@ -122,3 +122,27 @@ def in_response_order(data: Any, errors: Sequence[GraphQLError]) -> list[GraphQL
         return tuple(positions)
 
     return sorted(errors, key=position)
+
+
+def forget_tracebacks(errors: Iterable[BaseException]) -> None:
+    """Drop the tracebacks of ``errors`` and of the exceptions behind them, once logged.
+
+    A traceback holds every frame its exception passed through, and those hold
+    the operation (its context, loaders and errors list) that holds the
+    exception: a reference cycle that only the cyclic collector frees, and the
+    server runs it rarely (``api/lifecycle/gc_tuning.py``), so every failing
+    query would leave its frames behind until then. Responses never show a
+    traceback; the log has written it by the time an operation ends.
+    """
+    pending = list(errors)
+    seen: set[int] = set()
+    while pending:
+        error = pending.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        error.__traceback__ = None
+        original = getattr(error, "original_error", None)
+        for behind in (original, error.__cause__, error.__context__):
+            if isinstance(behind, BaseException):
+                pending.append(behind)

@@ -95,7 +95,9 @@ class SnapshotLoader(DataLoader[str, Received]):
         try:
             received = await self.source.fetch(node_name)
         except AgentUnavailableError as exc:
-            return exc
+            # The node's answer, kept in this loader's future for every field that asks
+            # for it: without the frames it was raised through, which hold this loader.
+            return exc.with_traceback(None)
         except Exception as exc:
             # The client learns which node failed; the details stay in the log.
             logger.exception("fetching the snapshot of node %r failed", node_name)

@@ -24,7 +24,13 @@ from strawberry.types import ExecutionContext, ExecutionResult, Info, StreamExec
 from .admission import CostAdmission, SizeGauge
 from .allocation_join import AllocationRules
 from .context import GraphContext
-from .errors import GraphUserError, ResultBudgetError, in_response_order, is_internal
+from .errors import (
+    GraphUserError,
+    ResultBudgetError,
+    forget_tracebacks,
+    in_response_order,
+    is_internal,
+)
 from .limits import SchemaLimits, SubscriptionLimiter
 from .parsing import ThreadedParse
 from .query import Query
@@ -41,18 +47,29 @@ FEDERATION_VERSION = "2.5"
 
 
 class ContextPerOperation(SchemaExtension):
-    """Gives every operation a GraphContext of its own, forked from the request's.
+    """Gives every operation a GraphContext of its own, forked from the request's, and ends it.
 
     strawberry makes one context per WebSocket, shared by all its operations;
     a fork per operation keeps their loaders, errors and budgets apart, so a
     query on a long-lived socket reads fresh snapshots like one over HTTP.
+    The last extension to finish (the first listed): by then every error is
+    logged, so the operation's errors forget their tracebacks and the fork its
+    loaders, and a failing query leaves no reference cycle behind.
     """
 
     def on_operation(self) -> Iterator[None]:
         ctx = self.execution_context.context
-        if isinstance(ctx, GraphContext):
-            self.execution_context.context = ctx.fork()
-        yield
+        fork = ctx.fork() if isinstance(ctx, GraphContext) else None
+        if fork is not None:
+            self.execution_context.context = fork
+        try:
+            yield
+        finally:
+            if fork is not None:
+                fork.finish()
+            # Those graphql-core raised, masked ones included, and those in the result.
+            forget_tracebacks(self.execution_context.pre_execution_errors or ())
+            forget_tracebacks(getattr(self.execution_context.result, "errors", None) or ())
 
 
 class PartialErrors(SchemaExtension):
@@ -146,6 +163,16 @@ class GraphSchema(strawberry.federation.Schema):
             next(resolved) if problem is None else GraphUserError(problem) for problem in problems
         ]
         return results
+
+    async def execute(self, *args: Any, **kwargs: Any) -> ExecutionResult:
+        """strawberry's execution; its errors, logged, without their tracebacks.
+
+        An extension that raises (the time limit) fails the operation after
+        ``ContextPerOperation`` has ended it: its error is in no result until now.
+        """
+        result = await super().execute(*args, **kwargs)
+        forget_tracebacks(result.errors or ())
+        return result
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None

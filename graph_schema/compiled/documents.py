@@ -34,7 +34,13 @@ from strawberry.types import ExecutionResult
 
 from ..admission import admit
 from ..context import GraphContext
-from ..errors import GraphUserError, ResultBudgetError, in_response_order, is_internal
+from ..errors import (
+    GraphUserError,
+    ResultBudgetError,
+    forget_tracebacks,
+    in_response_order,
+    is_internal,
+)
 from .codegen import attach_generated_functions
 from .plan import (
     Fallback,
@@ -166,6 +172,20 @@ class CompiledDocuments:
         ctx = context.fork()
         # The plan never cancels one field under another: no shields on shared loads.
         ctx.shield_loads = False
+        try:
+            return await self._run(entry, operation_name, variables, ctx)
+        finally:
+            # Over, its errors final: no reference cycle through them (errors.forget_tracebacks).
+            ctx.finish()
+
+    async def _run(
+        self,
+        entry: _Document,
+        operation_name: str | None,
+        variables: dict[str, Any] | None,
+        ctx: GraphContext,
+    ) -> ExecutionResult | None:
+        assert entry.document is not None and entry.operation is not None
         if not ctx.cluster.ready:
             return None
         coerced = get_variable_values(
@@ -193,7 +213,10 @@ class CompiledDocuments:
             data = await run.execute(plan)
         except (Fallback, ResultBudgetError) as exc:
             logger.debug("strawberry answers instead of the plan: %s", exc)
+            forget_tracebacks([exc])
             return None
+        finally:
+            forget_tracebacks([*run.errors, *ctx.partial_errors])
         errors = [*run.errors, *ctx.partial_errors]
         if any(is_internal(e) for e in errors):
             return None

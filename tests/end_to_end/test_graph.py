@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+from types import FrameType, TracebackType
 from typing import Any
 
 import pytest
@@ -253,3 +255,53 @@ async def test_federation_sdl_and_entities_over_http(cluster: GraphTestCluster) 
         "processes": [{"pid": 2001, "pod": {"name": "trainer-0"}}],
     }
     assert missing is None
+
+
+# Queries that fail on node-1's agent: a list over nodes, one node's fields, a GPU
+# search, and a field that reads the node's snapshot but answers without it.
+FAILING_ON_NODE_1 = (
+    "{ gpus { uuid } }",
+    "{ nodes { name gpus { uuid } agent { reachable error } } }",
+    '{ node(name: "node-1") { name gpuCount allocationSource } }',
+    '{ gpu(uuid: "GPU-node-9-9") { uuid } }',
+)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "strawberry"])
+async def test_queries_failing_on_a_down_node_leave_no_reference_cycles(
+    cluster: GraphTestCluster, compiled: bool
+) -> None:
+    # An exception kept with its traceback holds the frames it passed through, and
+    # they hold the operation that holds the exception: garbage only the cyclic
+    # collector frees, which the server runs rarely (api/lifecycle/gc_tuning.py).
+    settings = cluster.settings(snapshot_ttl=0, compiled_execution=compiled)
+    async with serving(settings) as server:
+        await cluster.agents["node-1"].stop()
+        # Plans, parses, views and channels are made once: before counting.
+        for query in FAILING_ON_NODE_1:
+            await server.query(query)
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(10):
+                for query in FAILING_ON_NODE_1:
+                    result = await server.query(query)
+                    assert "node-1" in str(result.get("errors")), (query, result)
+            gc.collect()
+            garbage = list(gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    frames = [
+        f"{o.f_code.co_name} in {o.f_code.co_filename}" for o in garbage if isinstance(o, FrameType)
+    ]
+    assert not frames, frames[:20]
+    assert not [o for o in garbage if isinstance(o, TracebackType)]
+    errors = [o for o in garbage if isinstance(o, BaseException)]
+    if compiled:
+        assert not errors, errors[:5]
+    else:
+        # graphql-core's execution context refers to itself (its async helpers are
+        # its own bound methods), so each strawberry operation, failing or not, is
+        # freed by the collector, and its errors with it: without their frames.
+        assert all(e.__traceback__ is None for e in errors)
