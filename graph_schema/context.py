@@ -215,11 +215,7 @@ class GraphContext:
 
     def node_gpus(self, node_name: str, snapshot: NodeSnapshot) -> list[Gpu]:
         """A node's GPUs as the caller sees them; NodeSampleError when the node read none."""
-        sample = snapshot.sample
-        if sample.error and not sample.gpus:
-            raise NodeSampleError(node_name, sample.error)
-        shared = self.state.views.gpus(node_name, snapshot, self.raw_cluster)
-        return self.cluster.gpus(node_name, shared)
+        return self.state.views.visible_gpus(self.cluster, node_name, snapshot)
 
     async def gpus(self, node_name: str) -> list[Gpu]:
         """The node's GPUs as the caller sees them, built once per snapshot."""
