@@ -17,15 +17,20 @@ asks for ``/metrics`` too); unauthenticated 4 MiB messages and a health-watch
 flood against a standalone ``gpugraph agent``, with a gRPC probe calling
 GetSnapshot with the agent's token, and the agent's peak RSS (VmHWM).
 
+Issue 31's usage flood runs its own ``serve --auth kubernetes`` and a real
+agent whose occupancy log holds 200,000 records: research-token ``gpuUsage``
+queries with varied ``since`` while the admin reads a node's history, and how
+many of the admin's answered within the agent deadline.
+
 Issue 31's name push runs a standalone agent whose occupancy log is bounded at
 1 MiB and holds 314 ended records, pushes pods with the longest names (59 KB
 messages) with the agent's token, then asks history pages: the largest the
 log's files got, its ended records before and after, the agent's peak RSS.
 
-Issue 31's usage flood runs its own ``serve --auth kubernetes`` and a real
-agent whose occupancy log holds 200,000 records: research-token ``gpuUsage``
-queries with varied ``since`` while the admin reads a node's history, and how
-many of the admin's answered within the agent deadline.
+Issue 31's failing queries run 45,000 queries of every pod's processes (30 of
+the 40 pods are on the 3 of 4 nodes that have no agent) against a ``serve --auth
+kubernetes`` through strawberry, and another through the compiled plan: the
+server's RSS at each tenth of the run.
 
 Run ``python bench/hostile.py`` (the demo's size, 4 nodes x 8 GPUs, full
 repetitions) or ``--small`` (fewer repetitions, for CI).
@@ -915,6 +920,103 @@ async def name_push(workdir: Path, small: bool, statuses: list[int]) -> tuple[li
     return outcomes[1:], agent.logs()
 
 
+# -- issue 31: queries that fail on down nodes, and the server's RSS over a long run
+
+# Every pod's processes: an error for each of the 30 pods on a node without an agent. Each
+# worker sends its own document, so that no two requests share an execution.
+FAILING = (
+    "query Failing{worker} {{ pods {{ namespace name gpuProcesses {{ pid usedMemoryBytes }} }} }}"
+)
+
+
+async def failing_run(url: str, token: str, pid: int, count: int, workers: int = 8) -> str:
+    """``count`` queries of every pod's processes, ``workers`` at a time; how many came
+    back with the down nodes' errors, and the server's RSS at each tenth."""
+    step = max(1, count // 10)
+    samples = [rss_mb(pid)]
+    sent = failed = 0
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=bearer(token)) as client:
+
+        async def worker(k: int) -> None:
+            nonlocal sent, failed
+            request = body(FAILING.format(worker=k))
+            headers = {"Content-Type": "application/json"}
+            for _ in range(count // workers):
+                r = await client.post("/graphql", content=request, headers=headers)
+                failed += r.status_code == 200 and "agent on node" in r.text
+                sent += 1
+                if sent % step == 0:
+                    samples.append(rss_mb(pid))
+
+        await asyncio.gather(*(worker(k) for k in range(workers)))
+    rss = ", ".join(f"{s:.0f}" for s in samples)
+    return f"{sent:,} answered, {failed:,} with the nodes' errors; RSS at each tenth, MB: {rss}"
+
+
+async def failing_queries(
+    workdir: Path, small: bool, statuses: list[int]
+) -> tuple[list[Outcome], str]:
+    """Issue 31's failing queries: 45,000 (3,000 with --small) against ``serve --auth
+    kubernetes`` whose node-0 has an agent (8 GPUs, 4 processes each) and whose 3 other
+    nodes have none, through strawberry and through the compiled plan, each server from
+    its start; the outcomes and the servers' logs."""
+    from node_resolver.fake_nvml import write_fake_nvml
+    from tests.support.agents import gpu_json, nvml_json, start_agent_process
+
+    workdir = workdir / "failing-queries"
+    workdir.mkdir()
+    count = 3_000 if small else 45_000
+    nvml = workdir / "nvml.json"
+    processes = [
+        [{"pid": 4000 + 4 * i + j, "usedMemoryBytes": 1 << 30, "type": "COMPUTE"} for j in range(4)]
+        for i in range(8)
+    ]
+    write_fake_nvml(nvml, nvml_json([gpu_json(i, processes[i]) for i in range(8)]))
+    agent = start_agent_process(
+        nvml, log_path=workdir / "agent.log", node_name="node-0", host="127.0.0.2", interval=1.0
+    )
+    port = agent.address.rsplit(":", 1)[1]
+    stub = hostile_targets.stub_api_server(workdir)
+    try:
+        runs = [
+            await failing_on(stub, workdir / path, count, statuses, "--agent-port", port, *flags)
+            for path, flags in (("strawberry", ["--no-compiled-execution"]), ("compiled", []))
+        ]
+    finally:
+        stub.stop()
+        agent.stop()
+    return [outcome for outcome, _ in runs], "".join(log for _, log in runs)
+
+
+async def failing_on(
+    stub: hostile_targets.StubProcess, workdir: Path, count: int, statuses: list[int], *flags: str
+) -> tuple[Outcome, str]:
+    """``failing_run`` on one server started with ``flags``; its outcome and log."""
+    workdir.mkdir()
+    served = hostile_targets.serve_process(stub, workdir, *flags)
+    admin = stub.tokens["admin"]
+    pid = served.process.pid
+    probe, process = start_probe(probe_process, served.url, admin)
+    path = "strawberry" if "--no-compiled-execution" in flags else "compiled"
+    try:
+        await run_probed(
+            "warm-up", lambda: warm_up(served.url, admin), probe, pid, "serve", statuses
+        )
+        outcome = await run_probed(
+            f"{count:,} queries failing on 3 of 4 nodes ({path})",
+            lambda: failing_run(served.url, admin, pid, count),
+            probe,
+            pid,
+            "serve --auth",
+            statuses,
+        )
+        probe.send("exit")
+        process.join(10)
+    finally:
+        served.stop()
+    return outcome, served.output()
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f}"
 
@@ -988,7 +1090,12 @@ async def main() -> None:
         logs = {"demo": "".join(demo.output), "serve": serve_log, "agent": agent_log}
         logs["usage-flood serve"] = flood_log
         names, logs["name-push agent"] = await name_push(Path(workdir), args.small, statuses)
-        report([*outcomes, *served, *agent, *flood, *names], before, after, statuses, logs)
+        failing, logs["failing-queries serve"] = await failing_queries(
+            Path(workdir), args.small, statuses
+        )
+        report(
+            [*outcomes, *served, *agent, *flood, *names, *failing], before, after, statuses, logs
+        )
         print(await asyncio.to_thread(top_against_drip, args.small))
 
 

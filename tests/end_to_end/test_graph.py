@@ -257,10 +257,11 @@ async def test_federation_sdl_and_entities_over_http(cluster: GraphTestCluster) 
     assert missing is None
 
 
-# Queries that fail on node-1's agent: a list over nodes, one node's fields, a GPU
-# search, and a field that reads the node's snapshot but answers without it.
+# Queries that fail on node-1's agent: lists over nodes and pods, one node's fields, a
+# GPU search, and a field that reads the node's snapshot but answers without it.
 FAILING_ON_NODE_1 = (
     "{ gpus { uuid } }",
+    "{ pods { name gpuProcesses { pid } } }",
     "{ nodes { name gpus { uuid } agent { reachable error } } }",
     '{ node(name: "node-1") { name gpuCount allocationSource } }',
     '{ gpu(uuid: "GPU-node-9-9") { uuid } }',
