@@ -110,14 +110,16 @@ class StalenessSource(Protocol):
 class AgentUnavailableError(Exception):
     """A node's agent could not answer; the message names the node, where it was asked, and why.
 
-    A person reads the sentence first ("unreachable at ADDR"); the transport's own
-    text (gRPC's status and details), for whoever digs, comes after it. Clients
-    (``gpugraph top``, the map) strip "agent on node 'n' unavailable: " and show the rest.
+    A person reads the sentence first ("agent on node 'n' unreachable at ADDR"); the
+    transport's own text (gRPC's status and details), for whoever digs, comes after
+    it. Without an address (the agent answered, but with an error) it reads "agent on
+    node 'n' unavailable: REASON". Clients (``gpugraph top``, the map) strip "agent on
+    node 'n' " (and "unavailable: ") and show the rest.
     """
 
     def __init__(self, node_name: str, reason: str, *, address: str | None = None) -> None:
-        detail = reason if address is None else f"unreachable at {address}: {reason}"
-        super().__init__(f"agent on node {node_name!r} unavailable: {detail}")
+        detail = f"unavailable: {reason}" if address is None else f"unreachable at {address}: {reason}"
+        super().__init__(f"agent on node {node_name!r} {detail}")
         self.node_name = node_name
         self.reason = reason
         self.address = address

@@ -183,7 +183,7 @@ async def test_a_dead_agent_costs_only_its_own_node_and_is_seen_again_after_rest
         (error,) = result["errors"]
         assert error["path"] == ["nodes", 1, "gpus"]
         # What happened, to which node and where, then gRPC's own words.
-        said = f"agent on node 'node-1' unavailable: unreachable at {address}: UNAVAILABLE: "
+        said = f"agent on node 'node-1' unreachable at {address}: UNAVAILABLE: "
         assert error["message"].startswith(said), error["message"]
         assert nodes["node-1"]["agent"]["error"] == error["message"]
         assert "Traceback" not in error["message"]

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ClusterModel, describeGpu } from "../../web/map/src/model.js";
+import { ClusterModel, describeGpu, downReason } from "../../web/map/src/model.js";
 
 const GIB = 1024 ** 3;
 
@@ -116,6 +116,14 @@ test("a node missing from a tick goes down with its error, keeps its tiles, and 
   const back = model.applyTick([gpu("GPU-2a", 0, [])], []);
   assert.deepEqual(back.nodesChanged, ["n2"]);
   assert.equal(model.nodes.get("n2").down, false);
+});
+
+test("a down node's reason drops the words naming the node, in either of the server's forms", () => {
+  const unreachable = "agent on node 'n2' unreachable at 10.0.0.2:50051: UNAVAILABLE: refused";
+  assert.equal(downReason("n2", unreachable), "unreachable at 10.0.0.2:50051: UNAVAILABLE: refused");
+  assert.equal(downReason("n2", "agent on node 'n2' unavailable: bad token"), "bad token");
+  // Another node's message, or one of another shape, is kept whole.
+  assert.equal(downReason("n1", unreachable), unreachable);
 });
 
 test("GPUs the map does not know ask for a new snapshot", () => {

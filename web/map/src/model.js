@@ -75,7 +75,7 @@ function detailSignature(gpu) {
   return `${gpu.name}|${processes.join(",")}`;
 }
 
-// "agent on node 'gpu-node-3' unavailable: ..." names its node in quotes.
+// "agent on node 'gpu-node-3' unreachable at ...: ..." names its node in quotes.
 function errorFor(errors, node) {
   const quoted = `'${node}'`;
   const error = errors.find((e) => String(e.message).includes(quoted));
@@ -83,12 +83,14 @@ function errorFor(errors, node) {
 }
 
 /**
- * Why a node is down, without "agent on node 'x' unavailable: ": the page
- * already names the node and says its agent is down.
+ * Why a node is down, without "agent on node 'x' " (and "unavailable: "): the
+ * page already names the node and says its agent is down.
  */
 export function downReason(node, message) {
-  const prefix = `agent on node '${node}' unavailable: `;
-  return message.startsWith(prefix) ? message.slice(prefix.length) : message;
+  const prefix = `agent on node '${node}' `;
+  if (!message.startsWith(prefix)) return message;
+  const rest = message.slice(prefix.length);
+  return rest.startsWith("unavailable: ") ? rest.slice("unavailable: ".length) : rest;
 }
 
 export class ClusterModel {
