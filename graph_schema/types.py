@@ -330,7 +330,9 @@ class GpuProcess:
     pid: int = strawberry.field(description="The host PID.")
     name: str | None
     process_type: str | None = strawberry.field(
-        name="type", description="COMPUTE, GRAPHICS or BOTH."
+        name="type",
+        description="Which NVML process lists it is in: COMPUTE, GRAPHICS, BOTH (compute and "
+        "graphics), MPS (an MPS client) or MPS_GRAPHICS (an MPS client with graphics too).",
     )
     used_memory_bytes: Bytes | None
     sm_utilization: int | None

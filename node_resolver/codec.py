@@ -38,6 +38,8 @@ _TYPE_TO_PROTO = {
     ProcessType.COMPUTE: agent_pb2.PROCESS_TYPE_COMPUTE,
     ProcessType.GRAPHICS: agent_pb2.PROCESS_TYPE_GRAPHICS,
     ProcessType.BOTH: agent_pb2.PROCESS_TYPE_BOTH,
+    ProcessType.MPS: agent_pb2.PROCESS_TYPE_MPS,
+    ProcessType.MPS_GRAPHICS: agent_pb2.PROCESS_TYPE_MPS_GRAPHICS,
 }
 # An unspecified type (an older or newer agent) reads as compute, NVML's common case.
 _TYPE_FROM_PROTO = {value: kind for kind, value in _TYPE_TO_PROTO.items()} | {

@@ -18,8 +18,9 @@ The one exception is a process's ``type``: NVML always knows which list a
 process came from, so a missing type means COMPUTE, the list almost every
 CUDA process is in.
 Numbers must fit what the agent's protobuf carries (utilizations are 0-100).
-A PID listed twice on one GPU (and MIG device) is merged as NVML's compute and
-graphics lists are: one entry, of type BOTH when the types differ. A GPU whose
+A PID listed twice on one GPU (and MIG device) is merged as NVML's compute,
+graphics and MPS lists are: one entry, whose type names every list (BOTH for
+COMPUTE and GRAPHICS, MPS_GRAPHICS for MPS and GRAPHICS). A GPU whose
 ``error`` is a string looks exactly like a GPU on which NVML returned that
 error; ``fieldErrors`` does the same for single fields.
 """
@@ -299,7 +300,8 @@ class _Parser:
             process_type = ProcessType(kind)
         except ValueError:
             raise self.fail(
-                f"{where}.type", f"expected COMPUTE, GRAPHICS or BOTH, got {kind!r}"
+                f"{where}.type",
+                f"expected one of {', '.join(t.value for t in ProcessType)}, got {kind!r}",
             ) from None
         return GpuProcess(
             pid=self.required(data, "pid", int, where),

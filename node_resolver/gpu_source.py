@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from .models import GpuProcess, NodeSample, ProcessType
+from .models import GpuProcess, NodeSample
 
 
 class GpuSource(Protocol):
@@ -27,7 +27,7 @@ class GpuSource(Protocol):
 
 
 def merge_processes(processes: Iterable[GpuProcess]) -> list[GpuProcess]:
-    """One entry per PID and MIG device: a PID in two lists becomes BOTH, keeping known values."""
+    """One entry per PID and MIG device, its type naming every list it is in, known values kept."""
     merged: dict[tuple[int, str | None], GpuProcess] = {}
     for process in processes:
         key = (process.pid, process.mig_device_uuid)
@@ -35,9 +35,8 @@ def merge_processes(processes: Iterable[GpuProcess]) -> list[GpuProcess]:
         if seen is None:
             merged[key] = process
             continue
-        if seen.type is not process.type:
-            seen.type = ProcessType.BOTH
-        # Both lists report the process's memory on this device; keep what is known.
+        seen.type = seen.type.merged(process.type)
+        # Every list reports the process's memory on this device; keep what is known.
         if process.used_memory_bytes is not None:
             seen.used_memory_bytes = max(seen.used_memory_bytes or 0, process.used_memory_bytes)
         if seen.sm_utilization is None:

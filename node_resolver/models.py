@@ -13,11 +13,35 @@ from dataclasses import dataclass, field
 
 
 class ProcessType(enum.Enum):
-    """Which NVML process list a PID was found in."""
+    """Which NVML process lists a PID was found in."""
 
     COMPUTE = "COMPUTE"
     GRAPHICS = "GRAPHICS"
+    # Compute and graphics.
     BOTH = "BOTH"
+    # An MPS client: in the MPS list, perhaps among compute processes too (nvidia-smi's M, M+C).
+    MPS = "MPS"
+    # An MPS client with a graphics context as well.
+    MPS_GRAPHICS = "MPS_GRAPHICS"
+
+    def merged(self, other: ProcessType) -> ProcessType:
+        """The type of a PID found both as ``self`` and as ``other`` on one device."""
+        lists = _LISTS[self] | _LISTS[other]
+        if "mps" in lists:
+            return ProcessType.MPS_GRAPHICS if "graphics" in lists else ProcessType.MPS
+        if "graphics" in lists:
+            return ProcessType.BOTH if "compute" in lists else ProcessType.GRAPHICS
+        return ProcessType.COMPUTE
+
+
+# The lists each type stands for; an MPS client's compute context is implied.
+_LISTS: dict[ProcessType, frozenset[str]] = {
+    ProcessType.COMPUTE: frozenset({"compute"}),
+    ProcessType.GRAPHICS: frozenset({"graphics"}),
+    ProcessType.BOTH: frozenset({"compute", "graphics"}),
+    ProcessType.MPS: frozenset({"mps"}),
+    ProcessType.MPS_GRAPHICS: frozenset({"mps", "graphics"}),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,10 +53,25 @@ GPU_FATAL_ERRORS = frozenset(
 # samples at all; pynvml raises it as an error all the same.
 NVML_SUCCESS = 0
 
+# Under MPS, clients are listed by their own call (R450 and later), not among compute processes.
+MPS_LIST = "nvmlDeviceGetMPSComputeRunningProcesses"
 # The process lists, each with the field its failure is reported under.
 PROCESS_LISTS = (
     (ProcessType.COMPUTE, "compute", "nvmlDeviceGetComputeRunningProcesses"),
     (ProcessType.GRAPHICS, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+    (ProcessType.MPS, "mps", MPS_LIST),
+)
+# What the MPS list answers where no MPS client can run or the driver predates the call: no
+# client is missing, so the GPU's process list stays complete. The first two mean the driver.
+MPS_ABSENT = frozenset({"FUNCTION_NOT_FOUND", "LIBRARY_MISMATCH", "NOT_SUPPORTED"})
+
+# Per-process utilization: R550's call first; Blackwell answers only it, and older drivers
+# only the legacy one.
+UTILIZATION_INFO = "nvmlDeviceGetProcessesUtilizationInfo"
+# What R550's call answers when the legacy call may still have the samples: not on this
+# driver, not for this GPU, or not in the struct version this nvidia-ml-py writes.
+UTILIZATION_INFO_ABSENT = frozenset(
+    {"FUNCTION_NOT_FOUND", "NOT_SUPPORTED", "ARGUMENT_VERSION_MISMATCH"}
 )
 
 # The name nvidia-ml-py dlopens on Linux.
@@ -149,6 +164,13 @@ class NvmlGpuSource:
             self._nvml, "NVMLLibraryMismatchError", _NeverRaisedError
         )
         self._legacy_process_lists = False
+        # Stops asking for MPS clients once the driver shows it has no such call.
+        self._mps_listed = True
+        # R550's utilization call, until the driver shows it lacks it; GPUs it does not serve.
+        self._utilization_info: Callable[..., Any] | None = getattr(
+            self._nvml, UTILIZATION_INFO, None
+        )
+        self._legacy_utilization_gpus: set[int] = set()
         self._memory_v2 = getattr(self._nvml, "nvmlMemory_v2", None)
         # (GPU index, error) pairs already logged, so a broken GPU is logged once, not per scan.
         self._logged: set[tuple[int, str]] = set()
@@ -370,17 +392,39 @@ class NvmlGpuSource:
     def _processes(
         self, gpu: GpuSample, handle: Any, *, field: str, mig_device_uuid: str | None
     ) -> list[GpuProcess]:
-        found = [
-            GpuProcess(
-                pid=int(info.pid),
-                type=kind,
-                used_memory_bytes=_u64(info.usedGpuMemory),
-                mig_device_uuid=mig_device_uuid,
-            )
-            for kind, list_name, function in PROCESS_LISTS
-            for info in self._process_list(gpu, f"{field}.{list_name}", function, handle) or ()
-        ]
+        found = []
+        for kind, list_name, function in PROCESS_LISTS:
+            where = f"{field}.{list_name}"
+            if function == MPS_LIST:
+                listed = self._mps_clients(gpu, where, handle)
+            else:
+                listed = self._process_list(gpu, where, function, handle)
+            found += [
+                GpuProcess(
+                    pid=int(info.pid),
+                    type=kind,
+                    used_memory_bytes=_u64(info.usedGpuMemory),
+                    mig_device_uuid=mig_device_uuid,
+                )
+                for info in listed or ()
+            ]
         return merge_processes(found)
+
+    def _mps_clients(self, gpu: GpuSample, field: str, handle: Any) -> Any:
+        """The device's MPS clients; none, without an error, where there can be none."""
+        if not self._mps_listed:
+            return None
+        if self._process_reader is None and not hasattr(self._nvml, MPS_LIST):
+            self._mps_listed = False  # an nvidia-ml-py without the call
+            return None
+        listed = self._process_list(gpu, field, MPS_LIST, handle)
+        error = gpu.field_errors.get(field)
+        if error in MPS_ABSENT:
+            del gpu.field_errors[field]
+            if error != "NOT_SUPPORTED":
+                log.info("this NVML driver (%s) cannot list MPS clients", self.driver_version)
+                self._mps_listed = False
+        return listed
 
     def _process_list(self, gpu: GpuSample, field: str, function: str, handle: Any) -> Any:
         nvml = self._nvml
@@ -421,19 +465,26 @@ class NvmlGpuSource:
 
     def _sm_utilization(self, gpu: GpuSample, handle: Any) -> dict[int, int]:
         """Latest SM utilization per PID from NVML samples newer than the window."""
-        nvml = self._nvml
         # NVML returns only samples taken after this CPU timestamp (microseconds).
         since = max(0, int((self._clock() - self._window) * 1_000_000))
-        try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
-        except nvml.NVMLError as exc:
-            name = self.error_name(exc)
-            if name == "NOT_FOUND" or getattr(exc, "value", None) == NVML_SUCCESS:
-                return {}  # an idle GPU: no samples in the window
-            if name in GPU_FATAL_ERRORS:
-                raise _GpuFailedError(name) from exc
+        info = self._utilization_info
+        if gpu.index in self._legacy_utilization_gpus:
+            info = None
+        samples: Any = ()
+        error: str | None = None
+        if info is not None:
+            samples, error = self._utilization_samples(info, handle, since)
+            if error in UTILIZATION_INFO_ABSENT:
+                self._stop_asking_utilization_info(gpu.index, error)
+        if info is None or error is not None:
+            legacy = self._nvml.nvmlDeviceGetProcessUtilization
+            samples, legacy_error = self._utilization_samples(legacy, handle, since)
+            # Where R550's call failed for a reason of its own, that reason is the news.
+            if legacy_error is None or error is None or error in UTILIZATION_INFO_ABSENT:
+                error = legacy_error
+        if error is not None:
             if gpu.processes:
-                gpu.field_errors["processes.sm_utilization"] = name
+                gpu.field_errors["processes.sm_utilization"] = error
             return {}
         latest: dict[int, tuple[int, int]] = {}
         for entry in samples:
@@ -445,6 +496,31 @@ class NvmlGpuSource:
             if seen is None or stamp >= seen[0]:
                 latest[pid] = (stamp, sm)
         return {pid: sm for pid, (_, sm) in latest.items()}
+
+    def _utilization_samples(
+        self, call: Callable[..., Any], handle: Any, since: int
+    ) -> tuple[Any, str | None]:
+        """``call``'s samples since ``since`` (none on an idle GPU), or the error it answered."""
+        try:
+            return call(handle, since), None
+        except self._nvml.NVMLError as exc:
+            name = self.error_name(exc)
+            if name == "NOT_FOUND" or getattr(exc, "value", None) == NVML_SUCCESS:
+                return (), None  # an idle GPU: no samples in the window
+            if name in GPU_FATAL_ERRORS:
+                raise _GpuFailedError(name) from exc
+            return (), name
+
+    def _stop_asking_utilization_info(self, index: int, error: str) -> None:
+        """Read GPU ``index`` (every GPU, on a driver without R550's call) the legacy way."""
+        if error == "FUNCTION_NOT_FOUND":
+            log.info("this NVML driver (%s) predates %s", self.driver_version, UTILIZATION_INFO)
+            self._utilization_info = None
+        else:
+            log.info(
+                "GPU %d answers %s with %s; asking the legacy call", index, UTILIZATION_INFO, error
+            )
+            self._legacy_utilization_gpus.add(index)
 
 
 def _library_failure() -> str:

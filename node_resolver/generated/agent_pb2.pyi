@@ -14,6 +14,8 @@ class ProcessType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROCESS_TYPE_COMPUTE: _ClassVar[ProcessType]
     PROCESS_TYPE_GRAPHICS: _ClassVar[ProcessType]
     PROCESS_TYPE_BOTH: _ClassVar[ProcessType]
+    PROCESS_TYPE_MPS: _ClassVar[ProcessType]
+    PROCESS_TYPE_MPS_GRAPHICS: _ClassVar[ProcessType]
 
 class UsageGroup(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -38,6 +40,8 @@ PROCESS_TYPE_UNSPECIFIED: ProcessType
 PROCESS_TYPE_COMPUTE: ProcessType
 PROCESS_TYPE_GRAPHICS: ProcessType
 PROCESS_TYPE_BOTH: ProcessType
+PROCESS_TYPE_MPS: ProcessType
+PROCESS_TYPE_MPS_GRAPHICS: ProcessType
 USAGE_GROUP_UNSPECIFIED: UsageGroup
 USAGE_GROUP_NAMESPACE: UsageGroup
 USAGE_GROUP_POD: UsageGroup

@@ -121,6 +121,14 @@ def test_the_wire_names_the_process_type_and_container() -> None:
     assert not pb.gpus[0].processes[1].container_id
 
 
+@pytest.mark.parametrize("kind", list(ProcessType))
+def test_every_process_type_survives_the_wire(kind: ProcessType) -> None:
+    # MPS clients among them: an agent that read NVML's MPS list says so.
+    gpu = GpuSample(index=0, uuid="GPU-0", processes=[GpuProcess(pid=7, type=kind)])
+    snapshot = NodeSnapshot("n", NodeSample(gpus=[gpu]), 0.0)
+    assert over_the_wire(snapshot, now=0.0).sample.gpus[0].processes[0].type is kind
+
+
 def test_an_unspecified_type_from_another_agent_reads_as_compute() -> None:
     pb = agent_pb2.Snapshot(node_name="n", gpus=[agent_pb2.Gpu(processes=[agent_pb2.Process()])])
     decoded = snapshot_from_proto(pb)

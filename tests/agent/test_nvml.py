@@ -371,3 +371,39 @@ def test_a_driver_without_init_with_flags_is_named_as_too_old() -> None:
         "cannot start NVML: libnvidia-ml.so.1 lacks nvmlInitWithFlags: the NVIDIA driver is "
         "older than the R450 gpugraph needs"
     )
+
+
+def test_a_driver_without_r550s_utilization_call_is_asked_once_then_read_the_legacy_way() -> None:
+    sim = FakeGpu("GPU-a", processes=[FakeProcess(100)], samples=[(100, int(NOW * 1e6), 40)])
+    nvml = StandInNvml([sim])
+    asked: list[int] = []
+
+    def utilization_info(handle: Handle, timeStamp: int) -> list[Any]:
+        # pynvml looks the symbol up on each call; a driver before R550 has none.
+        asked.append(timeStamp)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    vars(nvml.module)["nvmlDeviceGetProcessesUtilizationInfo"] = utilization_info
+    source = NvmlGpuSource(nvml.module, clock=lambda: NOW)
+    for _ in range(2):
+        (gpu,) = source.sample().gpus
+        assert [(p.pid, p.sm_utilization) for p in gpu.processes] == [(100, 40)]
+        assert "processes.sm_utilization" not in gpu.field_errors
+    assert len(asked) == 1 and nvml.calls.count("nvmlDeviceGetProcessUtilization") == 2
+
+
+def test_a_driver_without_the_mps_call_is_asked_once_and_its_lists_stay_complete() -> None:
+    nvml = StandInNvml([FakeGpu("GPU-a", processes=[FakeProcess(100)])])
+    asked: list[Handle] = []
+
+    def mps_clients(handle: Handle) -> list[Any]:
+        asked.append(handle)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    vars(nvml.module)["nvmlDeviceGetMPSComputeRunningProcesses"] = mps_clients
+    source = NvmlGpuSource(nvml.module, clock=lambda: NOW)
+    for _ in range(2):
+        (gpu,) = source.sample().gpus
+        assert [p.pid for p in gpu.processes] == [100] and gpu.process_list_complete()
+        assert "processes.mps" not in gpu.field_errors
+    assert len(asked) == 1

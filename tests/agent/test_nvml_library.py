@@ -165,15 +165,15 @@ def test_a_driver_without_v2_process_lists_costs_only_the_lists(tmp_path: Path) 
     }
 
 
-def test_sm_utilization_is_the_latest_sample_inside_the_window(tmp_path: Path) -> None:
-    samples = [
-        (100, NOW_US - 2_000_010, 99),  # before the 2 s window
-        (100, NOW_US - 900_000, 20),
-        (100, NOW_US - 100_000, 35),
-        (200, NOW_US - 500_000, 70),
-    ]
+# CURRENT reads R550's nvmlDeviceGetProcessesUtilizationInfo; the others lack it and read
+# the legacy nvmlDeviceGetProcessUtilization.
+@pytest.mark.parametrize("variant", LISTING_VARIANTS)
+def test_sm_utilization_is_the_latest_sample_inside_the_window(
+    tmp_path: Path, variant: Variant
+) -> None:
+    samples = UTILIZATION_SAMPLES
     node = FakeNode([FakeGpu("GPU-a", processes=MIXED, samples=samples)])
-    gpu = one_gpu(run(tmp_path, node, now=NOW, window=2.0))
+    gpu = one_gpu(run(tmp_path, node, variant, now=NOW, window=2.0))
     assert {p["pid"]: p["sm_utilization"] for p in gpu["processes"]} == {
         100: 35,
         200: 70,
@@ -181,9 +181,110 @@ def test_sm_utilization_is_the_latest_sample_inside_the_window(tmp_path: Path) -
     }
     # Only samples older than the window: an idle GPU, not an error.
     old_only = FakeNode([FakeGpu("GPU-a", processes=MIXED, samples=samples[:1])])
-    idle = one_gpu(run(tmp_path, old_only, now=NOW, window=2.0))
+    idle = one_gpu(run(tmp_path, old_only, variant, now=NOW, window=2.0))
     assert all(p["sm_utilization"] is None for p in idle["processes"])
     assert "processes.sm_utilization" not in idle["field_errors"]
+
+
+# -- MPS clients and per-process utilization on current drivers --------------------------
+
+# An MPS server (compute only) and its clients: one only in the MPS list, one in the compute
+# list too (nvidia-smi's M+C, with the larger memory figure kept), one with graphics as well.
+MPS_NODE = [
+    FakeProcess(50, 300 << 20),
+    FakeProcess(60, GIB, compute=False, mps=True),
+    FakeProcess(61, 2 * GIB, mps=True),
+    FakeProcess(62, None, compute=False, graphics=True, mps=True),
+    FakeProcess(100, 2 * GIB, compute=True, graphics=True),
+]
+EXPECTED_MPS = {
+    50: ("COMPUTE", 300 << 20),
+    60: ("MPS", GIB),
+    61: ("MPS", 2 * GIB),
+    62: ("MPS_GRAPHICS", None),
+    100: ("BOTH", 2 * GIB),
+}
+
+
+@pytest.mark.parametrize("variant", LISTING_VARIANTS)
+def test_mps_clients_are_listed_beside_compute_and_graphics_with_their_type(
+    tmp_path: Path, variant: Variant
+) -> None:
+    whole = FakeGpu("GPU-a", processes=MPS_NODE)
+    mig = FakeGpu(
+        "GPU-m",
+        mig_mode=1,
+        mig=[FakeMig("MIG-a", gi=1, processes=[FakeProcess(70, GIB, compute=False, mps=True)])],
+    )
+    first, second = run(tmp_path, FakeNode([whole, mig]), variant).scans[0]["gpus"]
+    assert processes(first) == EXPECTED_MPS
+    assert set(first["field_errors"]) == {"mig_enabled"}
+    assert [(p["pid"], p["type"], p["mig_device_uuid"]) for p in second["processes"]] == [
+        (70, "MPS", "MIG-a")
+    ]
+
+
+def test_the_mps_list_fails_as_a_list_where_it_can_and_is_empty_where_mps_cannot_run(
+    tmp_path: Path,
+) -> None:
+    denied = FakeGpu("GPU-denied", processes=MPS_NODE)
+    denied.errors = {"nvmlDeviceGetMPSComputeRunningProcesses": NO_PERMISSION}
+    no_mps = FakeGpu("GPU-nomps", processes=[FakeProcess(50)])
+    no_mps.errors = {"nvmlDeviceGetMPSComputeRunningProcesses": NOT_SUPPORTED}
+    first, second = run(tmp_path, FakeNode([denied, no_mps])).scans[0]["gpus"]
+    # A client may be missing: the list is incomplete, not idle.
+    assert first["field_errors"] == {
+        "mig_enabled": "NOT_SUPPORTED",
+        "processes.mps": "NO_PERMISSION",
+    }
+    assert processes(first) == {
+        50: ("COMPUTE", 300 << 20),
+        61: ("COMPUTE", 2 * GIB),
+        62: ("GRAPHICS", None),
+        100: ("BOTH", 2 * GIB),
+    }
+    # A device where MPS cannot run has no client to miss.
+    assert second["field_errors"] == {"mig_enabled": "NOT_SUPPORTED"}
+    assert processes(second) == {50: ("COMPUTE", GIB)}
+
+
+UTILIZATION_SAMPLES = [
+    (100, NOW_US - 2_000_010, 99),  # before the 2 s window
+    (100, NOW_US - 900_000, 20),
+    (100, NOW_US - 100_000, 35),
+    (200, NOW_US - 500_000, 70),
+]
+
+
+def sm_of(gpu: dict[str, Any]) -> dict[int, int | None]:
+    return {p["pid"]: p["sm_utilization"] for p in gpu["processes"]}
+
+
+@pytest.mark.parametrize("blackwell", [False, True])
+def test_r550s_call_reads_per_process_utilization_where_the_legacy_one_is_not_supported(
+    tmp_path: Path, blackwell: bool
+) -> None:
+    # On Blackwell, R570 drivers answer the legacy call NOT_SUPPORTED.
+    sim = FakeGpu("GPU-b", processes=MIXED, samples=UTILIZATION_SAMPLES, blackwell=blackwell)
+    gpu = one_gpu(run(tmp_path, FakeNode([sim]), now=NOW, window=2.0))
+    assert sm_of(gpu) == {100: 35, 200: 70, 300: None}
+    assert set(gpu["field_errors"]) == {"mig_enabled"}
+
+
+def test_the_legacy_utilization_call_answers_where_r550s_does_not(tmp_path: Path) -> None:
+    sim = FakeGpu("GPU-a", processes=MIXED, samples=UTILIZATION_SAMPLES)
+    sim.errors = {"nvmlDeviceGetProcessesUtilizationInfo": NOT_SUPPORTED}
+    both_refuse = FakeGpu("GPU-b", processes=MIXED, samples=UTILIZATION_SAMPLES, blackwell=True)
+    both_refuse.errors = {"nvmlDeviceGetProcessesUtilizationInfo": UNKNOWN}
+    # Two scans: a GPU whose new call is not supported is read the legacy way from then on.
+    result = run(tmp_path, FakeNode([sim, both_refuse]), now=NOW, window=2.0, scans=2)
+    for scan in result.scans:
+        first, second = scan["gpus"]
+        assert sm_of(first) == {100: 35, 200: 70, 300: None}
+        assert set(first["field_errors"]) == {"mig_enabled"}
+        # Neither call answers: the failure is said, and the processes are still listed.
+        assert sm_of(second) == {100: None, 200: None, 300: None}
+        assert second["field_errors"]["processes.sm_utilization"] == "UNKNOWN"
 
 
 def test_mig_devices_and_their_processes(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ slot -1 meaning the whole GPU; memory -1 is NVML's "not available")::
     gpu UUID TOTAL USED RESERVED UTIL_GPU UTIL_MEM TEMP_C POWER_MW LIMIT_MW MIG_MODE LOST NAME...
     slots GPU COUNT
     mig GPU SLOT UUID GI CI TOTAL USED
-    proc GPU SLOT c|g PID MEMORY
+    proc GPU SLOT c|g|m PID MEMORY    (m: an MPS client, in the MPS list)
     sample GPU PID TIMESTAMP_US SM
+    blackwell GPU                     (the legacy per-process utilization is NOT_SUPPORTED)
     error GPU SLOT FUNCTION CODE      (GPU -1: node-wide, e.g. nvmlDeviceGetCount_v2)
 
 A line that does not parse, or one past the library's fixed capacity (e.g. 256
@@ -63,7 +64,8 @@ UNKNOWN = 999
 class Variant(enum.Enum):
     """Which driver generation the library's exported symbols imitate."""
 
-    CURRENT = "CURRENT"  # _v3 process lists with 24-byte entries, MemoryInfo_v2
+    # _v3 process lists with 24-byte entries, MemoryInfo_v2, ProcessesUtilizationInfo (R550)
+    CURRENT = "CURRENT"
     OLD = "OLD"  # no _v3, no MemoryInfo_v2
     R535 = "R535"  # early R535: _v3 writing 32-byte entries
     R430 = "R430"  # as OLD, and no _v2 process lists: only the unversioned v1 ones
@@ -81,6 +83,8 @@ class FakeProcess:
     memory: int | None = 1 << 30
     compute: bool = True
     graphics: bool = False
+    # Listed by nvmlDeviceGetMPSComputeRunningProcesses: an MPS client.
+    mps: bool = False
 
 
 @dataclass
@@ -113,6 +117,8 @@ class FakeGpu:
     limit_mw: int = 700000
     mig_mode: int | None = None  # None: not MIG-capable
     lost: bool = False
+    # The legacy nvmlDeviceGetProcessUtilization answers NOT_SUPPORTED, as on Blackwell.
+    blackwell: bool = False
     processes: list[FakeProcess] = field(default_factory=list)
     # (pid, timestamp in microseconds, SM %)
     samples: list[tuple[int, int, int]] = field(default_factory=list)
@@ -146,6 +152,8 @@ class FakeNode:
                 f"{int(gpu.lost)} {gpu.name}"
             )
             out += _device_lines(index, -1, gpu.processes, gpu.errors)
+            if gpu.blackwell:
+                out.append(f"blackwell {index}")
             out += [f"sample {index} {pid} {ts} {sm}" for pid, ts, sm in gpu.samples]
             out.append(f"slots {index} {len(gpu.mig)}")
             for slot, mig in enumerate(gpu.mig):
@@ -176,7 +184,7 @@ def _device_lines(
     out = []
     for process in processes:
         memory = -1 if process.memory is None else process.memory
-        for kind, listed in (("c", process.compute), ("g", process.graphics)):
+        for kind, listed in (("c", process.compute), ("g", process.graphics), ("m", process.mps)):
             if listed:
                 out.append(f"proc {gpu} {slot} {kind} {process.pid} {memory}")
     out += [f"error {gpu} {slot} {fn} {code}" for fn, code in errors.items()]

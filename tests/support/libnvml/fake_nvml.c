@@ -7,13 +7,18 @@
  *
  * Driver variants are compile-time, because what differs is which symbols the
  * library exports:
- *   FAKE_NVML_CURRENT  _v3 process lists (24-byte entries), MemoryInfo_v2, and
- *                      nvmlDeviceGetRunningProcessDetailList (R535.98 and later)
+ *   FAKE_NVML_CURRENT  _v3 process lists (24-byte entries), MemoryInfo_v2,
+ *                      nvmlDeviceGetRunningProcessDetailList (R535.98 and later) and
+ *                      nvmlDeviceGetProcessesUtilizationInfo (R550 and later)
  *   FAKE_NVML_OLD      no _v3 and no MemoryInfo_v2 (R470-era drivers)
  *   FAKE_NVML_R430     as OLD, and no _v2 process lists either (before R450)
  *   FAKE_NVML_R535     _v3 writing 32-byte entries (usedGpuCcProtectedMemory
  *                      appended), with nvmlDeviceGetConfComputeMemSizeInfo but no
  *                      nvmlDeviceGetRunningProcessDetailList (535.43 to 535.86)
+ * Every variant lists MPS clients beside compute and graphics processes, in each
+ * version it lists those. A GPU marked `blackwell` answers the legacy
+ * nvmlDeviceGetProcessUtilization with NOT_SUPPORTED, as R570 drivers do on
+ * Blackwell, so only nvmlDeviceGetProcessesUtilizationInfo reads its samples.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +69,17 @@ typedef struct {
     unsigned long long timeStamp;
     unsigned int smUtil, memUtil, encUtil, decUtil;
 } nvmlProcessUtilizationSample_t;
+typedef struct {
+    unsigned long long timeStamp;
+    unsigned int pid, smUtil, memUtil, encUtil, decUtil, jpgUtil, ofaUtil;
+} nvmlProcessUtilizationInfo_v1_t;
+typedef struct {
+    unsigned int version, processSamplesCount;
+    unsigned long long lastSeenTimeStamp;
+    nvmlProcessUtilizationInfo_v1_t *procUtilArray;
+} nvmlProcessesUtilizationInfo_v1_t;
+#define NVML_PROCESSES_UTILIZATION_INFO_V1 \
+    ((unsigned int)(sizeof(nvmlProcessesUtilizationInfo_v1_t) | (1 << 24)))
 
 #define NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
 #define MAX_GPUS 64
@@ -91,6 +107,7 @@ struct gpu {
     unsigned int util_gpu, util_mem, temperature, power_mw, limit_mw;
     int mig_mode; /* -1: not MIG-capable */
     int lost;
+    int blackwell; /* the legacy per-process utilization call answers NOT_SUPPORTED */
     int nmigs;
     struct device migs[MAX_MIGS];
     int nsamples;
@@ -182,8 +199,14 @@ static int parse_line(char *line) {
         long long mem;
         if (sscanf(rest, "%d %d %c %u %lld", &gpu, &mig, &kind, &pid, &mem) != 5) return -1;
         struct device *d = device_at(gpu, mig);
-        if (!d || d->nprocs >= MAX_PROCS || (kind != 'c' && kind != 'g')) return -1;
+        if (!d || d->nprocs >= MAX_PROCS || !strchr("cgm", kind)) return -1;
         d->procs[d->nprocs++] = (struct proc){kind, pid, mem < 0 ? NOT_AVAILABLE : (unsigned long long)mem};
+        return 0;
+    }
+    if (!strcmp(word, "blackwell")) {
+        int gpu;
+        if (sscanf(rest, "%d", &gpu) != 1 || !device_at(gpu, -1)) return -1;
+        cfg.gpus[gpu].blackwell = 1;
         return 0;
     }
     if (!strcmp(word, "sample")) {
@@ -485,6 +508,11 @@ static nvmlReturn_t list_processes(const char *function, void *device, char kind
         void *device, unsigned int *count, entry *infos) {                                  \
         return list_processes("nvmlDeviceGetGraphicsRunningProcesses", device, 'g', count, \
                               infos, sizeof(entry));                                        \
+    }                                                                                       \
+    EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses##suffix(                   \
+        void *device, unsigned int *count, entry *infos) {                                  \
+        return list_processes("nvmlDeviceGetMPSComputeRunningProcesses", device, 'm',      \
+                              count, infos, sizeof(entry));                                 \
     }
 
 PROCESS_LISTS(, nvmlProcessInfo_v1_t)
@@ -520,6 +548,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(void *device,
     ENTER(device);
     if (mig_enabled(device)) return NVML_ERROR_NOT_SUPPORTED;
     const struct gpu *g = &cfg.gpus[((struct device *)device)->gpu];
+    if (g->blackwell) return NVML_ERROR_NOT_SUPPORTED;
     unsigned int fresh = 0;
     for (int i = 0; i < g->nsamples; i++) fresh += g->samples[i].timeStamp > since;
     /* No sample newer than `since`: an idle GPU. */
@@ -534,3 +563,37 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(void *device,
     *count = n;
     return NVML_SUCCESS;
 }
+
+#if !defined(FAKE_NVML_OLD) && !defined(FAKE_NVML_R535)
+/*
+ * R550's per-process utilization: the same samples as the legacy call, in a
+ * versioned struct. processSamplesCount in is the array's capacity, out the
+ * number written (or needed, with INSUFFICIENT_SIZE); lastSeenTimeStamp is `since`.
+ */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(void *device,
+                                                          nvmlProcessesUtilizationInfo_v1_t *info) {
+    ENTER(device);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != NVML_PROCESSES_UTILIZATION_INFO_V1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (mig_enabled(device)) return NVML_ERROR_NOT_SUPPORTED;
+    const struct gpu *g = &cfg.gpus[((struct device *)device)->gpu];
+    unsigned long long since = info->lastSeenTimeStamp;
+    unsigned int fresh = 0;
+    for (int i = 0; i < g->nsamples; i++) fresh += g->samples[i].timeStamp > since;
+    if (fresh == 0) return NVML_ERROR_NOT_FOUND;
+    if (!info->procUtilArray || info->processSamplesCount < fresh) {
+        info->processSamplesCount = fresh;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned int n = 0;
+    for (int i = 0; i < g->nsamples; i++) {
+        const nvmlProcessUtilizationSample_t *s = &g->samples[i];
+        if (s->timeStamp <= since) continue;
+        info->procUtilArray[n++] = (nvmlProcessUtilizationInfo_v1_t){
+            s->timeStamp, s->pid, s->smUtil, s->memUtil, s->encUtil, s->decUtil, 0, 0};
+    }
+    info->processSamplesCount = n;
+    return NVML_SUCCESS;
+}
+#endif
