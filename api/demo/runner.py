@@ -44,7 +44,7 @@ from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
 from .cluster.kubelet import FakeKubelet
 from .gpus import GPU_NAME, fake_nvml_document
-from .history import (
+from .history_scenario import (
     DELETED_NODE,
     DELETED_POD,
     FINISHED_POD,
@@ -381,9 +381,11 @@ class Demo:
 
         c = self.config
         cluster = self.cluster
+        # Every node counts, the allocation nodes' smaller ones too.
+        gpus = sum(len(node.gpus) for node in cluster.nodes)
         lines = [
             "",
-            f"gpugraph demo: {c.nodes} nodes x {c.gpus_per_node} fake {GPU_NAME} GPUs, "
+            f"gpugraph demo: {len(cluster.nodes)} nodes, {gpus} fake {GPU_NAME} GPUs, "
             f"changing every {c.interval:g}s",
         ]
         for node in self.cluster.nodes:

@@ -72,6 +72,11 @@ CLUSTER = """
 def test_banner_names_graphiql_and_three_queries(demo: RunningDemo) -> None:
     text = demo.text()
     assert f"{demo.url}/graphql" in text
+    # Its count is of the nodes it lists: the allocation nodes' 2 GPUs each included.
+    listed = re.findall(r"^  (gpu-\S+) +127\.0\.0\.\d+:\d+ +agent", text, flags=re.M)
+    assert len(listed) == NODES + len(ALLOCATION_NODES)
+    gpus = NODES * GPUS + 2 * len(ALLOCATION_NODES)
+    assert f"gpugraph demo: {len(listed)} nodes, {gpus} fake NVIDIA H200 GPUs," in text
     # What is notable about the cluster, named so the user can look for it.
     assert re.search(r"^  agent down +gpu-node-3\b", text, flags=re.M)
     assert re.search(r"^  unrequested +pod research/notebook-alice\b", text, flags=re.M)
