@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
+import platform
 import select
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from graph_schema.types import format_cuda_version  # noqa: E402
 from node_resolver.cli import LISTENING  # noqa: E402
 from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.models import NodeSample  # noqa: E402
@@ -73,6 +76,23 @@ def say(message: str) -> None:
     print(f"gpu-check: {message}", flush=True)
 
 
+def version_of(package: str) -> str:
+    """``package``'s installed version, or "not installed" (the check also runs from a clone)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def software_summary() -> str:
+    """What runs the check, so that a report says which gpugraph and which nvidia-ml-py it tried."""
+    return (
+        f"gpugraph {version_of('gpugraph')}, nvidia-ml-py {version_of('nvidia-ml-py')}, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()} "
+        f"{platform.machine()}"
+    )
+
+
 def driver_summary() -> str | None:
     """The driver and GPUs NVML sees, or None (after saying why) without a usable driver."""
     try:
@@ -88,7 +108,8 @@ def driver_summary() -> str | None:
         say(f"NVML started (driver {sample.driver_version}) but lists no GPU: {sample.error}")
         return None
     names = ", ".join(f"{gpu.index}: {gpu.name} {gpu.uuid}" for gpu in sample.gpus)
-    return f"driver {sample.driver_version}, CUDA {sample.cuda_driver_version}; GPUs {names}"
+    cuda = format_cuda_version(sample.cuda_driver_version)
+    return f"driver {sample.driver_version}, CUDA {cuda}; GPUs {names}"
 
 
 def start_worker(alloc_mib: int) -> tuple[subprocess.Popen[str], str] | None:
@@ -180,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.5, help="the agent's scan interval")
     args = parser.parse_args(argv)
 
+    say(software_summary())
     summary = driver_summary()
     if summary is None:
         return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -81,3 +82,25 @@ def test_without_cuda_it_cannot_start_a_gpu_process_and_says_so(tmp_path: Path) 
     assert result.returncode == 3, result.stdout + result.stderr
     assert "cannot allocate GPU memory with libcuda.so.1" in result.stdout
     assert "cannot start a GPU process" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_docs_nvml_md_shows_the_lines_it_prints(tmp_path: Path, sleeper: int) -> None:
+    # The documented run: the fake library's GPU, and --pid of a process it reports.
+    text = (REPO_ROOT / "docs" / "nvml.md").read_text()
+    shown = re.search(r"the lines are:\n\n```text\n(.*?)```", text, re.S)
+    assert shown is not None
+    gpu = FakeGpu(
+        "GPU-5e1c6c2a-35ab-52a8-94e7-0bd4a1d1ec0e", processes=[FakeProcess(sleeper, 300 << 20)]
+    )
+    config = FakeNode([gpu], driver="550.90.07").write(tmp_path / "nvml.conf")
+    result = gpu_check(build_library(), config, "--pid", str(sleeper))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    def alike(lines: str) -> list[str]:
+        # A PID and what ran the check differ from run to run; the shape of the line does not.
+        versions = r"gpugraph \S+, nvidia-ml-py \S+, Python \S+, \S+ \S+ \S+$"
+        lines = re.sub(r"PID \d+", "PID P", lines)
+        return [re.sub(versions, "VERSIONS", line) for line in lines.splitlines()]
+
+    assert alike(result.stdout) == alike(shown[1])
+    assert alike(shown[1])[0] == "gpu-check: VERSIONS"
