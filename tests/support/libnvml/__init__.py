@@ -24,6 +24,9 @@ slot -1 meaning the whole GPU; memory -1 is NVML's "not available")::
     blackwell GPU                     (the legacy per-process utilization is NOT_SUPPORTED)
     error GPU SLOT FUNCTION CODE      (GPU -1: node-wide, e.g. nvmlDeviceGetCount_v2)
 
+NVML events come from another file, appended to while the library runs
+(``events.py``, ``FAKE_NVML_EVENTS``).
+
 A line that does not parse, or one past the library's fixed capacity (e.g. 256
 processes per device), fails the load with ``UNKNOWN`` and a line on stderr.
 """
@@ -46,6 +49,8 @@ from typing import Any
 from tests.support import require
 
 SOURCE = Path(__file__).with_name("fake_nvml.c")
+# Included by SOURCE: NVML's event API and PCI bus IDs (see ``events.py``).
+EVENTS_SOURCE = Path(__file__).with_name("fake_nvml_events.c")
 LIBRARY_NAME = "libnvidia-ml.so.1"
 CONFIG_ENV = "FAKE_NVML_CONFIG"
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -211,7 +216,8 @@ def build_library(variant: Variant = Variant.CURRENT) -> Path:
     assert cc is not None
     flags = ["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden"]
     # The flags count with the source, so that changing either rebuilds.
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    sources = SOURCE.read_bytes() + EVENTS_SOURCE.read_bytes()
+    digest = hashlib.sha256(sources + " ".join(flags).encode()).hexdigest()[:16]
     directory = (
         Path(tempfile.gettempdir()) / f"gpugraph-libnvml-{digest}-{os.getuid()}" / variant.value
     )

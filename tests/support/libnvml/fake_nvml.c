@@ -597,3 +597,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(void *device,
     return NVML_SUCCESS;
 }
 #endif
+
+/* NVML events (and PCI bus IDs), in a file of their own. */
+#include "fake_nvml_events.c"
