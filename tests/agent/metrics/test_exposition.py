@@ -6,7 +6,12 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -55,11 +60,21 @@ def test_the_same_bytes_as_generate_latest_for_the_servers_series(dcgm: bool) ->
     assert render_gauges(families) == reference(again)
 
 
-def test_anything_but_a_plain_gauge_is_refused() -> None:
-    from prometheus_client.core import CounterMetricFamily
+def test_counters_are_the_same_bytes_as_generate_latest() -> None:
+    def counters() -> list[Metric]:
+        c = CounterMetricFamily("x_seconds", 'a "counter"', labels=["z", "a"])
+        c.add_metric(["new\nline", "1"], 2.5)
+        c.add_metric(["plain", "2"], 0.0)
+        return [c, GaugeMetricFamily("g", "a gauge", value=1)]
 
+    assert render_gauges(counters()) == reference(counters())
+
+
+def test_anything_but_a_plain_gauge_or_counter_is_refused() -> None:
     with pytest.raises(ValueError):
-        render_gauges([CounterMetricFamily("c", "a counter", value=1)])
+        render_gauges([CounterMetricFamily("c", "created too", value=1, created=1.0)])
+    with pytest.raises(ValueError):
+        render_gauges([SummaryMetricFamily("s", "a summary", count_value=1, sum_value=1)])
     bad = GaugeMetricFamily("g", "bad label", labels=["a-b"])
     bad.add_metric(["v"], 1)
     with pytest.raises(ValueError):
