@@ -85,13 +85,22 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="S",
     )
+    agents.add_argument(
+        "--snapshot-keep-warm",
+        type=_keep_warm,
+        default=d.snapshot_keep_warm,
+        metavar="auto|S",
+        help="fetch nodes read by repeated queries again ahead of their next read: auto, "
+        "within --snapshot-refresh-budget; S: every node read within S seconds, whatever "
+        "it costs; 0: only when a query asks (default auto)",
+    )
     defaulted(
         agents,
-        "--snapshot-keep-warm",
-        "fetch nodes read within this many seconds again before their snapshot expires "
-        "(0: only when a query asks)",
+        "--snapshot-refresh-budget",
+        "share of one core that keep-warm's background fetches may use, with "
+        "--snapshot-keep-warm auto",
         type=float,
-        metavar="S",
+        metavar="CORES",
     )
     limits = parser.add_argument_group("limits")
     defaulted(limits, "--max-depth", "deepest query nesting allowed", type=int, metavar="N")
@@ -251,6 +260,16 @@ def _names(value: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("expected at least one name")
     return names
+
+
+def _keep_warm(value: str) -> float | None:
+    """``--snapshot-keep-warm``: ``auto`` (None, the adaptive policy) or seconds."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or seconds, got {value!r}") from None
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterable
+from typing import Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,12 +20,42 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from graph_schema.interfaces import Cluster, StalenessSource
 from node_resolver.version import version
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+class KeepWarmReport(Protocol):
+    """What the keep-warm policy (api.agents.keep_warm.KeepWarm) tells /metrics."""
+
+    @property
+    def mode(self) -> str:
+        """adaptive, fixed or off."""
+        ...
+
+    @property
+    def budget(self) -> float:
+        """The share of one core refreshes may use."""
+        ...
+
+    @property
+    def spent_seconds(self) -> float:
+        """CPU seconds spent on refreshes so far."""
+        ...
+
+    def kept_count(self) -> int:
+        """Nodes kept warm now."""
+        ...
+
+    def interval(self) -> float:
+        """The shortest interval between two refreshes of a node now."""
+        ...
+
+
+__all__ = ["CONTENT_TYPE_LATEST", "KeepWarmReport", "Metrics"]
 
 # prometheus_client adds a *_created series (the Unix time it was made) beside every
 # counter and histogram: a second series per label set that no dashboard or alert
@@ -118,6 +150,10 @@ class Metrics:
 
             self.cache_staleness.set_function(staleness)
 
+    def watch_keep_warm(self, policy: KeepWarmReport) -> None:
+        """Export what the keep-warm policy decides and what it costs, read at each scrape."""
+        self.registry.register(_KeepWarmCollector(policy))
+
     def forget_node(self, node_name: str) -> None:
         """Drop the node's series (it left the cluster), so they do not pile up."""
         for outcome in _AGENT_CALL_OUTCOMES:
@@ -127,3 +163,37 @@ class Metrics:
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format."""
         return generate_latest(self.registry)
+
+
+class _KeepWarmCollector(Collector):
+    """The keep-warm policy's decisions, so an operator sees what background refresh costs."""
+
+    def __init__(self, policy: KeepWarmReport) -> None:
+        self._policy = policy
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        """Nodes kept warm, CPU seconds spent refreshing, the interval and the budget."""
+        policy = self._policy
+        yield GaugeMetricFamily(
+            "gpugraph_keep_warm_nodes",
+            "Nodes whose snapshots are fetched in the background ahead of their next read.",
+            value=float(policy.kept_count()),
+        )
+        yield CounterMetricFamily(
+            "gpugraph_keep_warm_refresh_seconds",
+            "CPU seconds the server spent on background refreshes (the call's own steps, "
+            "decoding, building the graph objects).",
+            value=policy.spent_seconds,
+        )
+        yield GaugeMetricFamily(
+            "gpugraph_keep_warm_interval_seconds",
+            "The shortest interval between two background refreshes of a node now: the "
+            "TTL's share when the budget covers every node read, longer when it does not.",
+            value=policy.interval() if policy.mode != "off" else math.nan,
+        )
+        yield GaugeMetricFamily(
+            "gpugraph_keep_warm_budget_cores",
+            "The share of one core background refreshes may use (--snapshot-refresh-budget); "
+            "0 when refreshing is off or fixed by --snapshot-keep-warm.",
+            value=policy.budget if policy.mode == "adaptive" else 0.0,
+        )

@@ -16,6 +16,8 @@ from graph_schema.limits import (
 from graph_schema.selectors import LabelSelectorError, parse_label_selector
 from node_resolver.address import AGENT_PORT, join_host_port
 
+from .agents.keep_warm import DEFAULT_BUDGET
+
 __all__ = ["AuthMode", "DiscoveryMode", "Settings", "SettingsError"]
 
 DiscoveryMode = Literal["node-ip", "pod-ip"]
@@ -43,10 +45,13 @@ class Settings:
     agent_timeout: float = 2.0
     agent_token_file: Path | None = None
     snapshot_ttl: float = 1.0
-    # Nodes read within this many seconds are fetched again before their snapshot
-    # expires, so queries do not wait for the fan-out (0, the default: only when a
-    # query asks, so each agent sees at most one call per TTL; see docs/scaling.md).
-    snapshot_keep_warm: float = 0.0
+    # Which nodes are fetched again ahead of their next read, so queries do not wait
+    # for the fan-out. None (auto, the default): nodes read by repeated queries, within
+    # ``snapshot_refresh_budget``; seconds: every node read within them, whatever it
+    # costs; 0: only when a query asks (see docs/scaling.md).
+    snapshot_keep_warm: float | None = None
+    # The share of one core that auto keep-warm's background fetches may use.
+    snapshot_refresh_budget: float = DEFAULT_BUDGET
     # Query limits.
     max_depth: int = _LIMITS.max_depth
     max_aliases: int = _LIMITS.max_aliases
@@ -111,8 +116,10 @@ class Settings:
                 problems.append(f"{_flag(name)} must be positive")
         if not 0 <= self.snapshot_ttl < math.inf:
             problems.append("snapshot-ttl must not be negative")
-        if not 0 <= self.snapshot_keep_warm < math.inf:
-            problems.append("snapshot-keep-warm must not be negative")
+        if self.snapshot_keep_warm is not None and not 0 <= self.snapshot_keep_warm < math.inf:
+            problems.append("snapshot-keep-warm must be auto or not negative")
+        if not 0 < self.snapshot_refresh_budget < math.inf:
+            problems.append("snapshot-refresh-budget must be positive")
         if self.agent_timeout >= self.request_timeout:
             problems.append(
                 f"agent-timeout ({self.agent_timeout:g} s) must be shorter than "

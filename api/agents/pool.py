@@ -12,12 +12,14 @@ requests to one node reach its agent once. Each caller has a budget of reads
 in flight (``caller_reads``), so one tenant's flood of varied history queries
 waits its own turn instead of filling every agent's readers.
 
-With ``keep_warm`` set, the fan-out leaves the query path: a node read in the
-last ``keep_warm`` seconds is fetched again in the background before its
-snapshot expires, so a dashboard's query finds every snapshot in memory and
-younger than the TTL. Readers keep the current snapshot while the refresh is
-in flight; one that arrives after it expired joins the refresh. Nodes nobody
-reads stop being refreshed, and cost nothing.
+Kept warm (the default), the fan-out leaves the query path: a node read by
+repeated queries is fetched again in the background ahead of its next read,
+so a dashboard's query finds every snapshot in memory. Which nodes, and how
+often, within a CPU budget, is ``keep_warm.KeepWarm``'s decision; the pool
+tells it each read and each refresh's CPU. Readers keep the current snapshot
+while the refresh is in flight; one that arrives after it expired joins the
+refresh. Nodes nobody reads stop being refreshed, and cost nothing; a node
+in backoff is not refreshed until a read finds its agent again.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ..metrics import Metrics
 from ..shared_calls import Keep, SharedCalls
 from .caller_reads import CallerReads
 from .discovery import AddressUnknownError, Discovery
+from .keep_warm import DEFAULT_BUDGET, REFRESH_AT, KeepWarm, OwnCpu
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -66,9 +69,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# With keep-warm on, a snapshot is fetched again when it is this share of the TTL
-# old: early enough that the new one lands before the old expires.
-REFRESH_AT = 0.6
 # Background refreshes in flight at once. Refreshes that land together run their
 # decoding back to back on the event loop; in small batches a query's own steps
 # take their turn between them instead of after a thousand of them.
@@ -160,7 +160,8 @@ class AgentPool:
         metrics: Metrics | None = None,
         client_factory: ClientFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
-        keep_warm: float = 0.0,
+        keep_warm: float | None = None,
+        refresh_budget: float = DEFAULT_BUDGET,
         history_reads_per_caller: int = DEFAULT_MAX_HISTORY_READS_PER_CALLER,
         history_reads_per_node: int = DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE,
     ) -> None:
@@ -186,17 +187,17 @@ class AgentPool:
         self._usage: SharedCalls[tuple[object, ...], Usage] = SharedCalls(clock=clock)
         self.history_reads = CallerReads(history_reads_per_caller, history_reads_per_node)
         self._closed = False
-        if keep_warm < 0:
-            raise ValueError(f"keep-warm time must not be negative, got {keep_warm}")
-        # Refresh ahead: a node read within ``keep_warm`` seconds is fetched again
-        # before its snapshot expires, so queries read it without waiting.
-        self.keep_warm = keep_warm
-        self._last_read: dict[str, float] = {}
+        # Refresh ahead: which nodes, how often (None: adaptive, within the budget;
+        # seconds: nodes read within them, at REFRESH_AT of the TTL; 0: never).
+        self.keep_warm = KeepWarm(
+            ttl=ttl, window=keep_warm, budget=refresh_budget, timeout=timeout, clock=clock
+        )
         self._refresh_timers: dict[str, asyncio.TimerHandle] = {}
         self._refresh_slots = asyncio.Semaphore(REFRESH_CONCURRENCY)
         self._refresh_listeners: list[RefreshListener] = []
         if metrics is not None:
             metrics.agents_backing_off.set_function(lambda: float(self._backoff.backing_off()))
+            metrics.watch_keep_warm(self.keep_warm)
 
     def on_refreshed(self, listener: RefreshListener) -> None:
         """Call ``listener`` with each snapshot a background refresh brings, before any
@@ -221,12 +222,11 @@ class AgentPool:
                 self._count("backoff")
                 raise self._skipped(node_name, *blocked)
 
-        if self.keep_warm > 0 and self.ttl > 0:
-            self._last_read[node_name] = self._clock()
+        self.keep_warm.read(node_name)
         stamped = await self._calls.get(
             node_name,
             lambda: self._call(node_name),
-            self._keep,
+            self._keeper(node_name),
             before_call=unless_backing_off,
             observe=self._count,
             name=f"agent-call-{node_name}",
@@ -235,8 +235,14 @@ class AgentPool:
         # built from it are cached by identity (see graph_schema.views).
         return Received(stamped.snapshot, max(0.0, self._clock() - stamped.received_at))
 
-    def _keep(self, stamped: _Stamped, started: float, ended: float) -> Keep:
-        return Keep(stamped.received_at, self.ttl)
+    def _keeper(self, node_name: str) -> Callable[[_Stamped, float, float], Keep]:
+        """How long the node's snapshot is served: the TTL, or longer while the budget
+        spaces its refreshes further apart (its age says so)."""
+
+        def keep(stamped: _Stamped, started: float, ended: float) -> Keep:
+            return Keep(stamped.received_at, self.keep_warm.hold(node_name))
+
+        return keep
 
     async def _call(self, node_name: str) -> _Stamped:
         try:
@@ -286,21 +292,18 @@ class AgentPool:
         return _Stamped(snapshot, self._clock())
 
     def _schedule_refresh(self, node_name: str) -> None:
-        """Fetch the node again at REFRESH_AT of the TTL, while it is read."""
-        if self.keep_warm <= 0 or self.ttl <= 0 or self._closed:
+        """Fetch the node again when the keep-warm policy says, while it is read."""
+        if not self.keep_warm.enabled or self._closed:
             return
         previous = self._refresh_timers.pop(node_name, None)
         if previous is not None:
             previous.cancel()
-        last = self._last_read.get(node_name)
-        if last is None or self._clock() - last > self.keep_warm:
-            # Nobody read it for a while: let its snapshot expire as without refresh.
-            self._last_read.pop(node_name, None)
+        delay = self.keep_warm.next_refresh(node_name)
+        if delay is None:
+            # Not read repeatedly, or not within the budget: let its snapshot expire.
             return
         loop = asyncio.get_running_loop()
-        self._refresh_timers[node_name] = loop.call_later(
-            self.ttl * REFRESH_AT, self._refresh, node_name
-        )
+        self._refresh_timers[node_name] = loop.call_later(delay, self._refresh, node_name)
 
     def _refresh(self, node_name: str) -> None:
         self._refresh_timers.pop(node_name, None)
@@ -310,13 +313,20 @@ class AgentPool:
         self._calls.refresh(
             node_name,
             lambda: self._refreshed(node_name),
-            self._keep,
+            self._keeper(node_name),
             name=f"agent-refresh-{node_name}",
         )
 
     async def _refreshed(self, node_name: str) -> _Stamped:
         async with self._refresh_slots:
-            stamped = await self._call(node_name)
+            cpu = OwnCpu()
+            try:
+                return await cpu.run(self._refresh_once(node_name))
+            finally:
+                self.keep_warm.spent(cpu.seconds)
+
+    async def _refresh_once(self, node_name: str) -> _Stamped:
+        stamped = await self._call(node_name)
         for listener in self._refresh_listeners:
             try:
                 listener(node_name, stamped.snapshot)
@@ -478,7 +488,7 @@ class AgentPool:
         )
 
     def _stop_refreshing(self, node_name: str) -> None:
-        self._last_read.pop(node_name, None)
+        self.keep_warm.forget(node_name)
         timer = self._refresh_timers.pop(node_name, None)
         if timer is not None:
             timer.cancel()

@@ -624,3 +624,15 @@ def test_agent_reads_the_kubelets_pod_resources_socket_read_only(chart: helm.Cha
     off = pod_spec(render(chart, {"agent": {"podResources": {"enabled": False}}}), "DaemonSet")
     assert flag(off["containers"][0]["args"], "--pod-resources-socket") == ""
     assert all(v["name"] != "pod-resources" for v in off["volumes"])
+
+
+def test_keep_warm_is_adaptive_by_default_and_the_fixed_flag_stays_an_override(
+    chart: helm.Chart,
+) -> None:
+    args = container(render(chart, {}), "Deployment")["args"]
+    assert flag(args, "--snapshot-keep-warm") == "auto"
+    assert flag(args, "--snapshot-refresh-budget") == "0.25"
+    values = {"server": {"snapshotKeepWarm": 60, "snapshotRefreshBudget": 0.5}}
+    args = container(render(chart, values), "Deployment")["args"]
+    assert flag(args, "--snapshot-keep-warm") == "60"
+    assert flag(args, "--snapshot-refresh-budget") == "0.5"

@@ -39,6 +39,11 @@ def test_defaults_match_the_issue() -> None:
     assert settings.agent_port == 50051
     assert settings.agent_timeout == 2.0
     assert settings.snapshot_ttl == 1.0
+    # Kept warm by default, adaptively, within a quarter of one core.
+    assert settings.snapshot_keep_warm is None
+    assert settings.snapshot_refresh_budget == 0.25
+    assert parse_serve("--snapshot-keep-warm", "AUTO").snapshot_keep_warm is None
+    assert parse_serve("--snapshot-keep-warm", "0").snapshot_keep_warm == 0.0
     assert (settings.max_depth, settings.max_aliases, settings.max_tokens) == (12, 30, 5000)
     assert settings.max_body_bytes == 1_048_576
     assert settings.max_result_items == 150_000 == SchemaLimits().max_result_items
@@ -81,6 +86,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--auth-cache-ttl", "12",
         "--metrics-dcgm-names",
         "--snapshot-keep-warm", "30",
+        "--snapshot-refresh-budget", "0.5",
         "--no-metrics-gpu-series",
         "--no-compiled-execution",
     )  # fmt: skip
@@ -115,6 +121,7 @@ def test_every_flag_reaches_the_settings(tmp_path: Path) -> None:
         auth_cache_ttl=12.0,
         metrics_dcgm_names=True,
         snapshot_keep_warm=30.0,
+        snapshot_refresh_budget=0.5,
         metrics_gpu_series=False,
         compiled_execution=False,
     )
@@ -145,6 +152,9 @@ def test_every_serve_flag_sets_the_settings_field_of_its_name() -> None:
         ),
         (["--log-level", "verbose"], "invalid choice"),
         (["--snapshot-ttl", "-1"], "must not be negative"),
+        (["--snapshot-keep-warm", "soon"], "expected auto or seconds, got 'soon'"),
+        (["--snapshot-keep-warm", "-5"], "snapshot-keep-warm must be auto or not negative"),
+        (["--snapshot-refresh-budget", "0"], "snapshot-refresh-budget must be positive"),
         (["--max-depth", "0"], "must be at least 1"),
         (["--agent-port", "70000"], "between 1 and 65535"),
         (["--cors-origin", "https://a.example.com/app"], "cors-origin"),

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import re
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -688,3 +691,95 @@ async def test_background_refreshes_run_a_bounded_number_at_a_time() -> None:
 def test_keep_warm_must_not_be_negative() -> None:
     with pytest.raises(SettingsError, match="snapshot-keep-warm"):
         Settings(snapshot_keep_warm=-1)
+
+
+class ShiftedClock:
+    """The monotonic clock plus whatever the test adds: reads seconds apart without
+    waiting for them, while the pool's timers still run on the event loop."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.shift
+
+
+async def test_by_default_a_node_read_by_repeated_queries_is_refreshed_ahead_of_its_next_read(
+    agents: list[AgentNode],
+) -> None:
+    agent, once = agents[:2]
+    clock = ShiftedClock()
+    metrics = Metrics()
+    # No keep-warm flag: the adaptive policy.
+    pool = AgentPool(
+        NodeIpDiscovery(cache_with_nodes(*agents), agent.port),
+        ttl=0.1,
+        metrics=metrics,
+        clock=clock,
+    )
+    try:
+        await pool.fetch(agent.name)
+        await pool.fetch(once.name)
+        # A query's poll, 0.2 s later: a repeated read, the snapshot long expired.
+        clock.shift += 0.2
+        await pool.fetch(agent.name)
+        assert agent.calls == 2
+        # Nobody asks again, yet the pool fetches the node anew ahead of the next read...
+        await eventually_async(lambda: agent.calls >= 3)
+        calls = agent.calls
+        later = await pool.fetch(agent.name)
+        # ...which finds it in memory, younger than the TTL.
+        assert agent.calls == calls
+        assert later.held_seconds < 0.1
+        # The node read once is left to expire.
+        assert once.calls == 1
+        assert once.name not in pool._refresh_timers
+        text = metrics.render().decode()
+        assert "gpugraph_keep_warm_nodes 1.0" in text
+        assert "gpugraph_keep_warm_interval_seconds 0.06" in text
+        assert "gpugraph_keep_warm_budget_cores 0.25" in text
+        spent = re.search(r"^gpugraph_keep_warm_refresh_seconds_total (\S+)$", text, re.M)
+        assert spent is not None and float(spent.group(1)) > 0
+    finally:
+        await pool.close()
+    assert not pool._refresh_timers
+
+
+async def test_a_kept_warm_agent_that_goes_down_is_not_refreshed_while_it_backs_off() -> None:
+    cluster = graph.MemoryCluster()
+    cluster.add_node(graph.node_record("node-a", ip="10.0.0.1"))
+    client = FakeClient(graph.snapshot("node-a", [graph.gpu_sample("node-a", 0)]))
+    clock = ShiftedClock()
+    pool = AgentPool(
+        NodeIpDiscovery(cluster, 50051),
+        ttl=0.1,
+        backoff=Backoff(initial=60.0, clock=clock),
+        client_factory=lambda target, token: client,
+        clock=clock,
+    )
+    try:
+        await pool.fetch("node-a")
+        clock.shift += 0.2
+        await pool.fetch("node-a")
+        await eventually_async(lambda: client.calls >= 3)
+        client.up = False
+        # The next refresh fails: the node backs off, and no refresh is scheduled...
+        await eventually_async(lambda: client.calls >= 4)
+        await eventually_async(lambda: "node-a" not in pool._refresh_timers)
+        assert client.calls == 4
+        # ...and a read in the backoff is refused without a call, and schedules none.
+        clock.shift += 0.2
+        with pytest.raises(AgentUnavailableError, match="next retry in"):
+            await pool.fetch("node-a")
+        assert client.calls == 4
+        assert "node-a" not in pool._refresh_timers
+    finally:
+        await pool.close()
+
+
+def test_keep_warm_settings_are_checked() -> None:
+    assert Settings().snapshot_keep_warm is None
+    with pytest.raises(SettingsError, match="snapshot-refresh-budget"):
+        Settings(snapshot_refresh_budget=0)
+    with pytest.raises(SettingsError, match="snapshot-refresh-budget"):
+        Settings(snapshot_refresh_budget=math.nan)

@@ -1,0 +1,431 @@
+"""Which nodes the agent pool refreshes ahead of their next read, and how often.
+
+A query that finds a node's snapshot older than the TTL waits for that node's
+agent, and a whole-cluster query waits for the slowest of N agents. Fetching
+snapshots in the background, before queries ask, takes that wait off the
+query path, at a price in server CPU paid whether or not a query comes. This
+module decides what to pay for, so that the default is fast without tuning:
+
+- only nodes read by repeated queries are kept warm (a node read once, or not
+  for a few of its read periods, is dropped and costs nothing);
+- a node is refreshed ahead of its next expected read: one refresh per read
+  for a poller slower than the TTL, one per ``REFRESH_AT`` of the TTL for
+  faster readers, so what a read finds is younger than the TTL;
+- the refreshes' measured CPU stays within a budget (a share of one core):
+  when the nodes read outgrow it, the most often read nodes' refreshes are
+  spaced out until the total fits, and their snapshots are served until the
+  next refresh lands, older than the TTL, which each answer's age says
+  (``Received``); past ``MAX_STRETCH`` seconds the least read nodes are
+  dropped instead, and fetched when read, as without keep-warm.
+
+``--snapshot-keep-warm S`` is the fixed override: every node read within
+``S`` seconds is refreshed at ``REFRESH_AT`` of the TTL, whatever it costs;
+``0`` turns refreshing off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import types
+import zlib
+from collections.abc import Callable, Coroutine, Generator
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "MAX_STRETCH",
+    "REFRESH_AT",
+    "KeepWarm",
+    "OwnCpu",
+    "Plan",
+]
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# A snapshot is fetched again when it is this share of the TTL old: early enough
+# that the new one lands before the old expires.
+REFRESH_AT = 0.6
+# The share of one core background refreshing may use by default.
+DEFAULT_BUDGET = 0.25
+# The longest the budget may space a node's refreshes before nodes are dropped
+# instead: past it, a kept-warm snapshot would be too old to be worth serving.
+MAX_STRETCH = 30.0
+# A refresh for a reader slower than the TTL starts this share of the TTL before
+# its next read is expected: what it brings is younger than the TTL when read,
+# and a whole cluster's refreshes have most of a TTL to land.
+LEAD = 0.8
+# Reads closer together than this are one burst (concurrent queries, a query's
+# own retries), not a repeated read.
+MIN_GAP = 0.05
+# Reads further apart than this are not "repeated": a node read every few minutes
+# is cheaper to fetch when read than to keep warm.
+MAX_PERIOD = 300.0
+# A node stays warm while read within this many of its read periods.
+LINGER_PERIODS = 3.0
+# Until a refresh has been measured: what one cost where it was first measured.
+INITIAL_COST = 0.0006
+# Weight of the newest read gap and the newest refresh cost in their running means.
+_SMOOTHING = 0.3
+# How often the plan is worked out again (reads and costs move it).
+REPLAN_EVERY = 1.0
+
+Mode = Literal["adaptive", "fixed", "off"]
+Regime = Literal["idle", "within-ttl", "stretched", "dropping"]
+
+
+@dataclass(slots=True)
+class _Reads:
+    last: float
+    period: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the policy decided: how many nodes it keeps warm, and how often."""
+
+    regime: Regime
+    # Nodes kept warm when the plan was worked out.
+    kept: int
+    # The shortest interval between two refreshes of a node; a stretched node's
+    # snapshot is served up to this plus the agent timeout old.
+    interval: float
+    # Refreshes' CPU per second the plan expects, in cores.
+    demand: float
+    # Nodes read further apart than this are not kept: a rule, so that a node read
+    # repeatedly since the plan is kept at once, and counted at the next plan...
+    cutoff: float = math.inf
+    # ...and, where the budget drops nodes, those it chose at the cutoff (many nodes
+    # read by the same queries are read equally often).
+    chosen: frozenset[str] = frozenset()
+
+
+class KeepWarm:
+    """The keep-warm policy over an injected clock; the pool tells it reads and refresh costs."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float,
+        window: float | None = None,
+        budget: float = DEFAULT_BUDGET,
+        timeout: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if window is not None and window < 0:
+            raise ValueError(f"keep-warm time must not be negative, got {window}")
+        if not budget > 0:
+            raise ValueError(f"keep-warm budget must be positive, got {budget}")
+        self.ttl = ttl
+        self.window = window
+        self.budget = budget
+        self.timeout = timeout
+        self._clock = clock
+        self.mode: Mode = (
+            "off" if ttl <= 0 or window == 0 else "adaptive" if window is None else "fixed"
+        )
+        self._reads: dict[str, _Reads] = {}
+        self.cost = INITIAL_COST
+        # CPU seconds every measured refresh took, in all (the /metrics counter).
+        self.spent_seconds = 0.0
+        self._plan = Plan("idle", 0, self.base_interval, 0.0)
+        self._planned_at = -math.inf
+        self._told: Plan | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is ever refreshed in the background."""
+        return self.mode != "off"
+
+    @property
+    def base_interval(self) -> float:
+        """The refresh interval that keeps a snapshot younger than the TTL."""
+        return self.ttl * REFRESH_AT
+
+    def announce(self) -> None:
+        """Log what the policy does, once, as the server starts."""
+        log.info("%s", self.describe())
+
+    def describe(self) -> str:
+        """What the policy does, in a sentence."""
+        if self.mode == "off":
+            why = "--snapshot-ttl 0" if self.ttl <= 0 else "--snapshot-keep-warm 0"
+            return f"keep-warm off ({why}): nodes are fetched when a query reads them"
+        if self.mode == "fixed":
+            return (
+                f"keep-warm fixed (--snapshot-keep-warm {self.window:g}): nodes read within "
+                f"{self.window:g} s are fetched every {self.base_interval:g} s, whatever it costs"
+            )
+        return (
+            f"keep-warm adaptive: nodes read by repeated queries are fetched ahead of their "
+            f"next read, within {self.budget:.0%} of one core (--snapshot-refresh-budget); "
+            f"answers are at most {self.ttl:g} s old (--snapshot-ttl) unless the budget "
+            f"spaces refreshes further apart, which their age says"
+        )
+
+    # ------------------------------------------------------------- what it hears
+
+    def read(self, node_name: str) -> None:
+        """A query read the node."""
+        if self.mode == "off":
+            return
+        now = self._clock()
+        reads = self._reads.get(node_name)
+        if reads is None:
+            self._reads[node_name] = _Reads(now)
+            return
+        gap = now - reads.last
+        if gap < MIN_GAP:
+            return
+        reads.last = now
+        if gap > MAX_PERIOD:
+            reads.period = None
+        elif reads.period is None:
+            reads.period = gap
+        else:
+            reads.period += _SMOOTHING * (gap - reads.period)
+
+    def spent(self, seconds: float) -> None:
+        """A background refresh took ``seconds`` of CPU."""
+        self.spent_seconds += seconds
+        self.cost += _SMOOTHING * (seconds - self.cost)
+
+    def forget(self, node_name: str) -> None:
+        """The node left the cluster."""
+        self._reads.pop(node_name, None)
+
+    # --------------------------------------------------------- what it decides
+
+    def next_refresh(self, node_name: str) -> float | None:
+        """Seconds from now until the node's next refresh; None: let it expire."""
+        if self.mode == "off":
+            return None
+        now = self._clock()
+        reads = self._reads.get(node_name)
+        if reads is None:
+            return None
+        if self.mode == "fixed":
+            assert self.window is not None
+            if now - reads.last > self.window:
+                del self._reads[node_name]
+                return None
+            return self.base_interval
+        if not self._live(reads, now):
+            if reads.period is not None:
+                # Read no more: start over, so one later read does not make it warm.
+                del self._reads[node_name]
+            return None
+        plan = self.plan()
+        period = reads.period
+        assert period is not None
+        if not _kept(plan, node_name, period):
+            return None
+        every = max(plan.interval, self.base_interval)
+        if period <= every:
+            # Read at least as often as it is refreshed: every interval.
+            if every == self.base_interval:
+                return every
+            # Spaced out by the budget: on a grid of its own, so that the nodes one
+            # query read together are refreshed spread over the interval, not at once.
+            offset = every * (zlib.crc32(node_name.encode()) / 2**32)
+            delay = every - (now - offset) % every
+            return delay if delay >= self.base_interval else delay + every
+        # Read less often: one refresh per read, started LEAD of the TTL before the
+        # next read expected after this refresh lands.
+        lead = self.ttl * LEAD
+        expected = reads.last + period
+        while expected - lead <= now + MIN_GAP:
+            expected += period
+        return expected - lead - now
+
+    def hold(self, node_name: str) -> float:
+        """How long a snapshot of the node that lands now is served."""
+        if self.mode != "adaptive":
+            return self.ttl
+        plan = self._plan
+        reads = self._reads.get(node_name)
+        if (
+            plan.interval > self.base_interval
+            and reads is not None
+            and reads.period is not None
+            and reads.period <= plan.interval
+            and _kept(plan, node_name, reads.period)
+        ):
+            # The budget spaced its refreshes past the TTL: the kept snapshot is served
+            # until the next one lands, an interval and at most a timeout from now,
+            # its age saying how old.
+            return max(self.ttl, plan.interval + self.timeout)
+        return self.ttl
+
+    def kept_count(self) -> int:
+        """Nodes kept warm now."""
+        if self.mode == "fixed":
+            now = self._clock()
+            assert self.window is not None
+            return sum(1 for r in self._reads.values() if now - r.last <= self.window)
+        if self.mode == "off":
+            return 0
+        return self.plan().kept
+
+    def interval(self) -> float:
+        """The shortest interval between two refreshes of a node, in force now."""
+        if self.mode == "adaptive":
+            return self.plan().interval
+        return self.base_interval
+
+    def plan(self) -> Plan:
+        """The nodes kept warm and their interval, worked out at most every REPLAN_EVERY."""
+        now = self._clock()
+        if now - self._planned_at >= REPLAN_EVERY:
+            self._planned_at = now
+            self._plan = self._work_out(now)
+            self._tell(self._plan)
+        return self._plan
+
+    def _live(self, reads: _Reads, now: float) -> bool:
+        period = reads.period
+        return period is not None and now - reads.last <= LINGER_PERIODS * period
+
+    def _work_out(self, now: float) -> Plan:
+        stale = [
+            name
+            for name, reads in self._reads.items()
+            if reads.period is not None and not self._live(reads, now)
+        ] + [
+            name
+            for name, reads in self._reads.items()
+            if reads.period is None and now - reads.last > MAX_PERIOD
+        ]
+        for name in stale:
+            del self._reads[name]
+        live = sorted(
+            (reads.period, name)
+            for name, reads in self._reads.items()
+            if reads.period is not None and self._live(reads, now)
+        )
+        base = self.base_interval
+        if not live:
+            return Plan("idle", 0, base, 0.0)
+        cost = self.cost
+        # Each node's refresh interval as its reads ask: its period, but no shorter
+        # than what keeps it within the TTL.
+        wanted = [max(base, period) for period, _ in live]
+        demand = sum(cost / r for r in wanted)
+        if demand <= self.budget:
+            return Plan("within-ttl", len(live), base, demand)
+        # Space out the shortest intervals first (water-filling): with ``floor`` as the
+        # shortest, node i refreshes every max(wanted[i], floor).
+        floor = _floor_for(wanted, cost, self.budget)
+        if floor <= MAX_STRETCH:
+            return Plan("stretched", len(live), floor, self.budget)
+        # Even at MAX_STRETCH the budget does not cover them: keep the most often read.
+        chosen: list[str] = []
+        spend = 0.0
+        cutoff = 0.0
+        for r, (period, name) in zip(wanted, live, strict=True):
+            share = cost / max(r, MAX_STRETCH)
+            if spend + share > self.budget:
+                break
+            chosen.append(name)
+            spend += share
+            cutoff = period
+        return Plan("dropping", len(chosen), MAX_STRETCH, spend, cutoff, frozenset(chosen))
+
+    def _tell(self, plan: Plan) -> None:
+        """Log the plan when its regime changes, or its interval by half or more."""
+        told = self._told
+        if plan.regime == "idle" and (told is None or told.regime == "idle"):
+            return
+        if (
+            told is not None
+            and told.regime == plan.regime
+            and 2 / 3 <= plan.interval / told.interval <= 1.5
+            and (plan.regime != "dropping" or 2 / 3 <= (plan.kept + 1) / (told.kept + 1) <= 1.5)
+        ):
+            return
+        self._told = plan
+        cost_ms = self.cost * 1000
+        if plan.regime == "idle":
+            log.info("keep-warm: no node is read repeatedly; none is kept warm")
+        elif plan.regime == "within-ttl":
+            log.info(
+                "keep-warm: nodes read repeatedly are kept warm within the %g s TTL (%d so "
+                "far, %.2f ms of CPU per refresh, %.1f%% of one core of a %.0f%% budget)",
+                self.ttl, plan.kept, cost_ms, plan.demand * 100, self.budget * 100,
+            )  # fmt: skip
+        elif plan.regime == "stretched":
+            log.info(
+                "keep-warm: %d nodes read repeatedly cost more than %.0f%% of one core to keep "
+                "within the %g s TTL (%.2f ms per refresh): refreshing them every %.1f s, "
+                "their answers up to %.1f s old",
+                plan.kept, self.budget * 100, self.ttl, cost_ms, plan.interval,
+                plan.interval + self.timeout,
+            )  # fmt: skip
+        else:
+            log.info(
+                "keep-warm: the %.0f%% budget keeps %d of the nodes read repeatedly warm, "
+                "every %.0f s (%.2f ms per refresh); the others are fetched when read",
+                self.budget * 100, plan.kept, plan.interval, cost_ms,
+            )  # fmt: skip
+
+
+def _kept(plan: Plan, node_name: str, period: float) -> bool:
+    """Whether ``plan`` keeps a node read every ``period`` seconds warm."""
+    if plan.regime != "dropping":
+        return True
+    return period < plan.cutoff or node_name in plan.chosen
+
+
+def _floor_for(wanted: list[float], cost: float, budget: float) -> float:
+    """The shortest interval F with sum(cost / max(w, F)) == budget; ``wanted`` ascending."""
+    # With the first k intervals raised to F: k * cost / F + tail == budget.
+    tail = sum(cost / w for w in wanted)
+    for k in range(1, len(wanted) + 1):
+        tail -= cost / wanted[k - 1]
+        room = budget - tail
+        if room > 0:
+            floor = k * cost / room
+            upper = wanted[k] if k < len(wanted) else math.inf
+            if floor <= upper:
+                return max(floor, wanted[k - 1])
+    return math.inf
+
+
+class OwnCpu:
+    """The CPU a coroutine takes in its own steps, not the other tasks' it waits beside.
+
+    A refresh's cost is its decoding and graph building on the event loop; its wall
+    time also holds the agent's answer in transit and whatever else ran meanwhile.
+    """
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    @types.coroutine
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
+        """Await ``coroutine``, adding the thread CPU of each of its steps to ``seconds``."""
+        send: Any = None
+        thrown: BaseException | None = None
+        while True:
+            started = time.thread_time()
+            try:
+                step = coroutine.throw(thrown) if thrown is not None else coroutine.send(send)
+            except StopIteration as done:
+                self.seconds += time.thread_time() - started
+                return cast(T, done.value)
+            except BaseException:
+                self.seconds += time.thread_time() - started
+                raise
+            self.seconds += time.thread_time() - started
+            try:
+                send = yield step
+                thrown = None
+            except BaseException as exc:  # a cancellation, passed on to the coroutine
+                send = None
+                thrown = exc
