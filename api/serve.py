@@ -76,6 +76,7 @@ def build_pool(settings: Settings, cluster: Cluster, metrics: Metrics | None = N
         ttl=settings.snapshot_ttl,
         metrics=metrics,
         keep_warm=settings.snapshot_keep_warm,
+        refresh_budget=settings.snapshot_refresh_budget,
         # Each caller's budget of history reads: one tenant's flood waits its own turn.
         history_reads_per_caller=settings.max_history_reads_per_caller,
         history_reads_per_node=settings.max_history_reads_per_caller_per_node,
@@ -155,6 +156,7 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
         views.gpus(node_name, snapshot, cache)
 
     pool.on_refreshed(build_views)
+    pool.keep_warm.announce()
     # Agents learn their pods' names from the watch, so their history names pods.
     pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop())
     stop_naming = cache.subscribe(pod_names.on_change)
