@@ -67,7 +67,7 @@ from websockets.typing import Subprotocol  # noqa: E402
 
 from bench import hostile_targets  # noqa: E402
 from bench.hostile_targets import rss_mb  # noqa: E402
-from tests.support import demo_process, history  # noqa: E402
+from tests.support import demo_process, forged_cursors  # noqa: E402
 
 TRIVIAL = '{ node(name: "gpu-node-0") { name } }'
 WARM_UP = "{ nodes { name gpus { uuid } } }"
@@ -328,7 +328,7 @@ def cursor_bomb(bench: Bench) -> Callable[[], Awaitable[str]]:
         'query($a: String) { gpuHistory(since: "2000-01-01T00:00:00Z", after: $a) '
         "{ edges { cursor } } }"
     )
-    forged = body(query, {"a": history.zlib_bomb_cursor()})
+    forged = body(query, {"a": forged_cursors.zlib_bomb_cursor()})
     return lambda: bench.post(forged)
 
 

@@ -40,7 +40,7 @@ from graphql import (
 from graphql.type import GraphQLNamedType, GraphQLOutputType, is_composite_type
 
 from .errors import GraphUserError
-from .history import HISTORY_LIST_LIMIT, MAX_FIRST
+from .occupancy.fan_out import HISTORY_LIST_LIMIT, MAX_FIRST
 
 __all__ = [
     "LIST_SIZES",

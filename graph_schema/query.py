@@ -3,75 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
-import time
 
 import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
-
 from .cache_status import CacheStatus
-from .errors import GraphUserError, NodeNotFoundError
-from .history import (
-    DEFAULT_FIRST,
-    MAX_FIRST,
-    Position,
-    agent_namespaces,
-    connection_page,
-    owner_of,
-    partial,
-    usage_rows,
-    window,
-)
 from .identity import Identity, identity_of
-from .interfaces import HistorySource
-from .operation import Operation
+from .occupancy import resolvers as occupancy
+from .operation import Operation, named_nodes
 from .selectors import parse_label_selector
-from .types import (
-    Gpu,
-    GpuHistoryConnection,
-    GpuHistoryEdge,
-    GpuOccupancy,
-    GpuProcess,
-    GpuUsageRow,
-    Node,
-    PageInfo,
-    Pod,
-    UsageGroupBy,
-    context_of,
-    ready_context,
-)
-
-
-def node_names(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
-    """Every visible cached node's name, or just ``node_name`` if it is (else none)."""
-    if node_name is None:
-        return [n.name for n in ctx.cluster.nodes()]
-    if ctx.cluster.node(node_name) is None:
-        return []
-    return [node_name]
-
-
-def named_nodes(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
-    """``node_names``, where a name the caller cannot see (or that no node has) is NOT_FOUND."""
-    if node_name is not None and ctx.cluster.node(node_name) is None:
-        raise NodeNotFoundError(node_name)
-    return node_names(ctx, node_name)
-
-
-def history_nodes(ctx: Operation[Gpu], node_name: str | None) -> list[str]:
-    """The nodes whose logs a history query asks: those the caller may see."""
-    return node_names(ctx, node_name)
-
-
-def history_source(ctx: Operation[Gpu]) -> HistorySource:
-    """The agents' logs, or a clear error on a server without them."""
-    source = ctx.history
-    if source is None:
-        raise GraphUserError("this server cannot read the agents' history")
-    return source
+from .types import Gpu, GpuProcess, Node, Pod, context_of, ready_context
 
 
 async def gpus_of_nodes(ctx: Operation[Gpu], info: Info, node_names: list[str]) -> list[Gpu]:
@@ -160,7 +102,7 @@ class Query:
     )
     async def gpus(self, info: Info, node_name: str | None = None) -> list[Gpu]:
         ctx = ready_context(info)
-        gpus = await gpus_of_nodes(ctx, info, named_nodes(ctx, node_name))
+        gpus = await gpus_of_nodes(ctx, info, named_nodes(ctx.cluster, node_name))
         ctx.charge(len(gpus))
         return gpus
 
@@ -174,7 +116,7 @@ class Query:
     ) -> list[GpuProcess]:
         ctx = ready_context(info)
         cluster = ctx.cluster
-        names = named_nodes(ctx, node_name)
+        names = named_nodes(ctx.cluster, node_name)
         if namespace is not None:
             # Only nodes running pods of that namespace can have its processes.
             names = sorted(
@@ -187,119 +129,5 @@ class Query:
         ctx.charge(len(processes))
         return processes
 
-    @strawberry.field(
-        description="Who held which GPU between since and until (default: now), across nodes, "
-        "oldest first, as a Relay connection: one record per process lifetime, kept after the "
-        "pod is gone. Filter by the pod's namespace and name (as recorded) and by node. "
-        f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Nodes whose agent cannot answer "
-        "are named in the response's errors and skipped."
-    )
-    async def gpu_history(
-        self,
-        info: Info,
-        since: datetime.datetime,
-        until: datetime.datetime | None = None,
-        namespace: str | None = None,
-        node_name: str | None = None,
-        pod_name: str | None = None,
-        first: int | None = None,
-        after: str | None = None,
-    ) -> GpuHistoryConnection:
-        ctx = ready_context(info)
-        count = DEFAULT_FIRST if first is None else first
-        if not 1 <= count <= MAX_FIRST:
-            raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
-        span = window(since, until)
-        start = Position.decode(after)
-        # The agents read only what the caller may see: a pod name of another tenant's
-        # answers as one that does not exist, with no record counted or positioned.
-        namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
-        if namespaces is None:
-            # Nothing the caller may see (as for a namespace that does not exist).
-            nothing = PageInfo(
-                has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
-            )
-            return GpuHistoryConnection(edges=[], page_info=nothing)
-        source = history_source(ctx)
-        query = HistoryQuery(
-            since=span.since,
-            until=span.until,
-            namespaces=namespaces,
-            pod_names=(pod_name,) if pod_name is not None else (),
-        )
-        await ctx.pace()
-        page = await connection_page(
-            source, history_nodes(ctx, node_name), query, first=count, after=start,
-            named=ctx.cluster.sees_node,
-        )  # fmt: skip
-        ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
-        shown, _ = ctx.cluster.split_owned(page.records, owner_of)
-        visible = {id(o) for o in shown}
-        edges = [
-            GpuHistoryEdge(node=GpuOccupancy.of(o.record, o.node_name), page=page, index=i)
-            for i, o in enumerate(page.records)
-            if id(o) in visible
-        ]
-        ctx.charge(len(edges))
-        return GpuHistoryConnection(
-            edges=edges,
-            page_info=PageInfo(
-                has_next_page=page.has_next_page,
-                has_previous_page=after is not None,
-                start_cursor=after,
-                end_cursor=page.end_cursor,
-            ),
-        )
-
-    @strawberry.field(
-        description="GPU-seconds and GiB-seconds of GPU memory between since and until "
-        "(default: now), summed by the agents and grouped by groupBy (none: one total row), "
-        "for chargeback. Largest first."
-    )
-    async def gpu_usage(
-        self,
-        info: Info,
-        since: datetime.datetime,
-        until: datetime.datetime | None = None,
-        group_by: list[UsageGroupBy] | None = None,
-    ) -> list[GpuUsageRow]:
-        ctx = ready_context(info)
-        span = window(since, until)
-        end = span.until if span.until is not None else time.time()
-        if end <= span.since:
-            return []
-        view = ctx.cluster
-        # Summed by the agents over the caller's records only, as gpuHistory reads them.
-        namespaces = agent_namespaces(view.owner_namespaces())
-        if namespaces is None:
-            return []
-        source = history_source(ctx)
-        query = UsageQuery(
-            since=span.since,
-            until=end,
-            group_by=frozenset(UsageGroup(g.value) for g in group_by or ()),
-            namespaces=namespaces,
-        )
-        await ctx.pace()
-
-        def visible(found: list[UsageRow]) -> list[UsageRow]:
-            # Each agent's sums by namespace, as the caller's view admits them.
-            shown, _ = view.split_owned(found, lambda row: row.namespace or None)
-            return shown
-
-        rows, errors = await usage_rows(
-            source, history_nodes(ctx, None), query, named=view.sees_node, visible=visible
-        )
-        ctx.partial_errors.extend(partial(info.path.as_list(), errors))
-        ctx.charge(len(rows))
-        return [
-            GpuUsageRow(
-                namespace=row.namespace or None,
-                pod_name=row.pod_name or None,
-                node_name=row.node_name,
-                gpu_uuid=row.gpu_uuid or None,
-                gpu_seconds=row.gpu_seconds,
-                memory_gib_seconds=row.memory_gib_seconds,
-            )
-            for row in rows
-        ]
+    gpu_history = occupancy.gpu_history_connection
+    gpu_usage = occupancy.gpu_usage

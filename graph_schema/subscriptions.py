@@ -11,7 +11,8 @@ from strawberry.types import Info
 
 from .context import GraphContext
 from .limits import clamp_interval
-from .query import gpus_of_nodes, node_names
+from .operation import named_nodes
+from .query import gpus_of_nodes
 from .types import Gpu, Pod, ready_context
 
 
@@ -34,8 +35,8 @@ def _identity(ctx: GraphContext) -> str | None:
 class Subscription:
     @strawberry.subscription(
         description="Every tick, the GPUs of one node (or of every node). Nodes whose agent "
-        "cannot answer are left out and named in that tick's errors. The interval is at "
-        "least 0.5 s."
+        "cannot answer are left out and named in that tick's errors; a nodeName the caller "
+        "cannot see (or no node has) is the error NOT_FOUND. The interval is at least 0.5 s."
     )
     async def gpu_updates(
         self, info: Info, node_name: str | None = None, interval_seconds: float | None = 2.0
@@ -49,7 +50,9 @@ class Subscription:
                 ctx.new_tick()
                 # Re-checks the caller once its reviews expire; ends when it fails.
                 await ctx.refresh_scope()
-                names = node_names(ctx, node_name)
+                # A node the caller may not see (or gone) ends the stream NOT_FOUND, as gpus
+                # answers: an empty tick would look like a node with idle GPUs.
+                names = named_nodes(ctx.cluster, node_name)
                 # The operation has a context of its own, so the errors of
                 # failing nodes go out with this tick's result.
                 gpus = await gpus_of_nodes(ctx, info, names)

@@ -8,76 +8,33 @@ node's snapshot, and they go through the operation's loader: one call per node.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import datetime
-import enum
-import weakref
-from typing import Any, cast
+from typing import cast
 
 import strawberry
-from graphql import GraphQLError
 from strawberry.types import Info
 
-from node_resolver.history.records import HistoryQuery, OccupancyRecord
-from node_resolver.models import AllocationMechanism
-
-from .allocation_join import (
-    Allocation,
+from .allocation_enums import (
+    AllocationMechanism,
     AllocationRule,
     AllocationSource,
     AllocationVerdict,
-    LazyTable,
-    pod_gpu_request,
 )
-from .errors import GraphUserError, NotReadyError
-from .history import (
-    HISTORY_LIST_LIMIT,
-    ConnectionPage,
-    Occupancy,
-    Window,
-    agent_namespaces,
-    node_history,
-    owner_of,
-    window,
-)
-from .operation import Operation
+from .allocation_join import Allocation, LazyTable, pod_gpu_request
+from .errors import GraphUserError
+from .occupancy import resolvers as occupancy
+from .operation import Operation, operation_of, ready_operation
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .scalars import JSON, Bytes
-
-strawberry.enum(
-    AllocationVerdict,
-    description="Whether the kubelet gave a process's container the GPU the process runs on "
-    "(ALLOCATED, NOT_ALLOCATED), the process is in no pod (NO_POD), or that cannot be known "
-    "(UNKNOWN: no allocation data for the node, or the pod is gone).",
-)
-strawberry.enum(
-    AllocationSource,
-    description="Where a node's allocation data comes from: the kubelet's PodResources API "
-    "(POD_RESOURCES), the API server's ResourceClaims alone (API_ONLY), or nowhere (NONE).",
-)
-strawberry.enum(
-    AllocationRule,
-    description="Which rule decided a process's allocation verdict; SPEC: no allocation "
-    "data, only the pod spec's GPU request is compared.",
-)
-strawberry.enum(
-    AllocationMechanism,
-    description="How the device was handed out: a device plugin, or Dynamic Resource Allocation.",
-)
 
 
 def context_of(info: Info) -> Operation[Gpu]:
     """The operation's context (a ``GraphContext``), as the resolvers use it."""
-    return cast("Operation[Gpu]", info.context)
+    return cast("Operation[Gpu]", operation_of(info))
 
 
 def ready_context(info: Info) -> Operation[Gpu]:
     """The operation's context for an entry point; NotReadyError until the cache fills."""
-    ctx = context_of(info)
-    if not ctx.cluster.ready:
-        raise NotReadyError
-    return ctx
+    return cast("Operation[Gpu]", ready_operation(info))
 
 
 def format_cuda_version(version: int | None) -> str | None:
@@ -206,15 +163,7 @@ class Node:
             return None
         return snapshot.history_status
 
-    @strawberry.field(
-        description="Who held this node's GPUs between since and until (default: now), oldest "
-        f"first; at most {HISTORY_LIST_LIMIT} records (gpuHistory pages past that)."
-    )
-    async def gpu_history(
-        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-    ) -> list[GpuOccupancy]:
-        shown, _ = await _history(info, self.name, _query(window(since, until)))
-        return _occupancies(info, shown)
+    gpu_history = occupancy.node_gpu_history
 
 
 @strawberry.type(description="A MIG device (GPU instance + compute instance) of a GPU.")
@@ -281,26 +230,8 @@ class Gpu:
         record = ctx.cluster.node(self.node_name)
         return Node.stub(self.node_name) if record is None else Node.from_record(record)
 
-    @strawberry.field(
-        description="Who held this GPU between since and until (default: now), oldest first: "
-        "one record per process lifetime, kept after the pod is gone. Other tenants' records "
-        f"are withheld (see hiddenHistoryCount); at most {HISTORY_LIST_LIMIT} records."
-    )
-    async def history(
-        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-    ) -> list[GpuOccupancy]:
-        shown, _ = await _gpu_history(info, self, window(since, until), everyone=False)
-        return _occupancies(info, shown)
-
-    @strawberry.field(
-        description="Records of this GPU between since and until withheld from this caller "
-        "(other tenants' processes, or processes in no pod)."
-    )
-    async def hidden_history_count(
-        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-    ) -> int:
-        _, hidden = await _gpu_history(info, self, window(since, until), everyone=True)
-        return hidden
+    history = occupancy.gpu_history
+    hidden_history_count = occupancy.gpu_hidden_history_count
 
     @strawberry.field(
         description="The devices on this GPU (it, or a MIG device of it) that the kubelet gave "
@@ -471,18 +402,7 @@ class Pod:
         ctx.charge(len(processes))
         return processes
 
-    @strawberry.field(
-        description="Its processes' lifetimes on its node's GPUs between since and until "
-        f"(default: now), oldest first; at most {HISTORY_LIST_LIMIT} records."
-    )
-    async def gpu_history(
-        self, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-    ) -> list[GpuOccupancy]:
-        if not self.node_name:
-            return []
-        query = _query(window(since, until), pod_uids=(str(self.uid),))
-        shown, _ = await _history(info, self.node_name, query)
-        return _occupancies(info, shown)
+    gpu_history = occupancy.pod_gpu_history
 
     @strawberry.field(description="GPUs where it has processes; null when the agent fails.")
     async def gpus(self, info: Info) -> list[Gpu] | None:
@@ -525,216 +445,6 @@ class Container:
         processes = [p for g in gpus for p in g.processes if p.container_id == cid]
         ctx.charge(len(processes))
         return processes
-
-
-# -- history: the agents' occupancy logs -----------------------------------------------
-
-
-@strawberry.type(description="A GPU as a history record names it (it may no longer exist).")
-class GpuRef:
-    uuid: str
-
-
-def _recorded_verdict(record: OccupancyRecord) -> AllocationVerdict:
-    if not record.pod_uid:
-        return AllocationVerdict.NO_POD
-    try:
-        return AllocationVerdict(record.allocation_verdict)
-    except ValueError:  # "" (never judged), or a value from a newer agent
-        return AllocationVerdict.UNKNOWN
-
-
-@strawberry.type(
-    description="One process's lifetime on one GPU, from its node's occupancy log: who held "
-    "the GPU, from when to when, and how much of it."
-)
-class GpuOccupancy:
-    mig_device_uuid: str | None = strawberry.field(
-        description="The MIG device it ran on, on a GPU in MIG mode."
-    )
-    pid: int = strawberry.field(description="The host PID.")
-    process_name: str | None
-    container_id: str | None
-    pod_namespace: str | None = strawberry.field(
-        description="Its pod's namespace, kept after the pod is gone; null for no pod."
-    )
-    pod_name: str | None = strawberry.field(
-        description="Its pod's name, kept after the pod is gone."
-    )
-    pod_uid: str | None
-    start: datetime.datetime = strawberry.field(description="When it was first seen on the GPU.")
-    end: datetime.datetime | None = strawberry.field(
-        description="When it was last seen on the GPU; null while it runs."
-    )
-    peak_memory_bytes: Bytes
-    mean_memory_bytes: Bytes | None = strawberry.field(description="Time-weighted mean GPU memory.")
-    mean_sm_utilization: float | None = strawberry.field(
-        description="Time-weighted mean SM utilization (percent), where NVML gives it."
-    )
-    gpu_seconds: float = strawberry.field(description="Seconds it held the GPU (start to end).")
-    allocation: AllocationVerdict = strawberry.field(
-        description="Whether the kubelet had given its container this GPU, as the agent "
-        "last judged it from the kubelet's record while it ran; UNKNOWN where it could not tell."
-    )
-    gpu_uuid: strawberry.Private[str]
-    node_name: strawberry.Private[str]
-
-    @classmethod
-    def of(cls, record: OccupancyRecord, node_name: str) -> GpuOccupancy:
-        """The graph object of one record of ``node_name``'s log."""
-        mean_memory = record.mean_memory_bytes
-        return cls(
-            mig_device_uuid=record.mig_device_uuid or None,
-            pid=record.pid,
-            process_name=record.process_name or None,
-            container_id=record.container_id or None,
-            pod_namespace=record.pod_namespace or None,
-            pod_name=record.pod_name or None,
-            pod_uid=record.pod_uid or None,
-            start=_utc(record.first_seen),
-            end=None if record.end is None else _utc(record.end),
-            peak_memory_bytes=Bytes(record.peak_memory_bytes),
-            mean_memory_bytes=None if mean_memory is None else Bytes(round(mean_memory)),
-            mean_sm_utilization=record.mean_sm_utilization,
-            gpu_seconds=record.gpu_seconds,
-            allocation=_recorded_verdict(record),
-            gpu_uuid=record.gpu_uuid,
-            node_name=node_name,
-        )
-
-    @strawberry.field(description="The GPU it ran on.")
-    def gpu(self) -> GpuRef:
-        return GpuRef(uuid=self.gpu_uuid)
-
-    @strawberry.field(description="The node whose agent recorded it.")
-    def node(self, info: Info) -> Node:
-        record = context_of(info).cluster.node(self.node_name)
-        return Node.stub(self.node_name) if record is None else Node.from_record(record)
-
-    @strawberry.field(description="The live pod; null once it is gone (podName still names it).")
-    def pod(self, info: Info) -> Pod | None:
-        if not self.pod_uid:
-            return None
-        # The caller's view: a pod it may not see is None, as a gone one is. Only a pod bound
-        # to the recording node: a cgroup naming another node's pod must not borrow it.
-        record = context_of(info).cluster.pod_by_uid(self.pod_uid)
-        if record is None or record.node_name != self.node_name:
-            return None
-        return Pod.from_record(record)
-
-
-@strawberry.type(description="One record of gpuHistory, and the cursor that resumes after it.")
-class GpuHistoryEdge:
-    node: GpuOccupancy
-    page: strawberry.Private[ConnectionPage]
-    index: strawberry.Private[int]
-
-    @strawberry.field(description="Pass as after to continue right after this record.")
-    def cursor(self) -> str:
-        return self.page.cursor_after(self.index)
-
-
-@strawberry.type(description="Where a page of a connection stands (Relay's PageInfo).")
-class PageInfo:
-    has_next_page: bool
-    has_previous_page: bool
-    start_cursor: str | None
-    end_cursor: str | None
-
-
-@strawberry.type(
-    description="Process lifetimes on GPUs across nodes, oldest first, a page at a time."
-)
-class GpuHistoryConnection:
-    edges: list[GpuHistoryEdge]
-    page_info: PageInfo
-
-
-@strawberry.enum(description="What gpuUsage sums by.")
-class UsageGroupBy(enum.Enum):
-    NAMESPACE = "NAMESPACE"
-    POD = "POD"
-    NODE = "NODE"
-    GPU = "GPU"
-
-
-@strawberry.type(description="GPU time and memory over a range, for one group (chargeback).")
-class GpuUsageRow:
-    namespace: str | None = strawberry.field(
-        description="Null when not grouped by NAMESPACE or POD, or for processes in no pod."
-    )
-    pod_name: str | None = strawberry.field(description="Null when not grouped by POD.")
-    node_name: str | None = strawberry.field(description="Null when not grouped by NODE.")
-    gpu_uuid: str | None = strawberry.field(description="Null when not grouped by GPU.")
-    gpu_seconds: float = strawberry.field(description="Seconds of GPU held, summed.")
-    memory_gib_seconds: float = strawberry.field(
-        description="GiB of GPU memory held times seconds (time-weighted mean x time), summed."
-    )
-
-
-def _utc(seconds: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-
-
-def _query(span: Window, **filters: Any) -> HistoryQuery:
-    return HistoryQuery(since=span.since, until=span.until, **filters)
-
-
-# Per operation: a GPU's records, read once for history and hiddenHistoryCount where both
-# read the same (a caller who sees every record).
-_GPU_READS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
-async def _gpu_history(
-    info: Info, gpu: Gpu, span: Window, *, everyone: bool
-) -> tuple[list[Occupancy], int]:
-    ctx = context_of(info)
-    reads = _GPU_READS.setdefault(ctx, {})
-    query = _query(span, gpu_uuids=(gpu.uuid,))
-    # history reads only the caller's records; hiddenHistoryCount counts the others.
-    namespaces = () if everyone else agent_namespaces(ctx.cluster.owner_namespaces())
-    if namespaces is None:
-        return [], 0
-    asked = dataclasses.replace(query, namespaces=namespaces)
-    key = (gpu.node_name, asked)
-    task = reads.get(key)
-    if task is None:
-        task = reads[key] = asyncio.ensure_future(_read(info, gpu.node_name, asked))
-    shown, hidden = await asyncio.shield(task)
-    return shown, hidden
-
-
-async def _history(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[Occupancy], int]:
-    """One node's records for ``query`` that the caller may see (only those are read)."""
-    namespaces = agent_namespaces(context_of(info).cluster.owner_namespaces())
-    if namespaces is None:
-        return [], 0
-    return await _read(info, node_name, dataclasses.replace(query, namespaces=namespaces))
-
-
-async def _read(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[Occupancy], int]:
-    """One node's records for ``query`` as the caller may see them, and how many it may not."""
-    ctx = context_of(info)
-    source = ctx.history
-    if source is None:
-        raise GraphUserError("this server cannot read the agents' history")
-    await ctx.pace()
-    found, truncated = await node_history(source, node_name, query)
-    if truncated:
-        ctx.partial_errors.append(
-            GraphQLError(
-                f"more than {HISTORY_LIST_LIMIT} records on node {node_name!r}; the oldest are "
-                "shown: narrow since and until, or page with gpuHistory",
-                path=info.path.as_list(),
-            )
-        )
-    shown, hidden = ctx.cluster.split_owned(found, owner_of)
-    return shown, len(hidden)
-
-
-def _occupancies(info: Info, shown: list[Occupancy]) -> list[GpuOccupancy]:
-    context_of(info).charge(len(shown))
-    return [GpuOccupancy.of(o.record, o.node_name) for o in shown]
 
 
 def _owner(allocation: Allocation) -> str | None:

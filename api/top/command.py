@@ -247,7 +247,7 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             )
             transport = HttpTransport(endpoint)
         if getattr(args, "since", None):
-            from .history import run_since
+            from .gpu_hours import run_since
 
             return run_since(args, transport, _console, sys.stdout.write)
         wide = args.output == "wide"

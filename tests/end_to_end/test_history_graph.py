@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from api.demo.cluster.manifests import pod_uid_for
-from graph_schema.history import HISTORY_LIST_LIMIT, Position
+from graph_schema.occupancy.cursor import Position
+from graph_schema.occupancy.fan_out import HISTORY_LIST_LIMIT
 from node_resolver.history.records import OccupancyRecord
 from node_resolver.history.store import HistoryStore
 from tests.end_to_end.test_auth import bearer, namespaces_in, pids_in
-from tests.support.history import old_style_cursor, zlib_bomb_cursor
+from tests.support.forged_cursors import old_style_cursor, zlib_bomb_cursor
 from tests.support.polling import eventually_async
 from tests.support.server import GIB, Gpu, GraphTestCluster, Proc, Served, serving
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.graph import SyntheticCluster, snapshot, synthetic_cluster
-from tests.support.history import HistoryAgents, occupancy, open_stores
+from tests.support.history_agents import HistoryAgents, occupancy, open_stores
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import graph_schema.subscriptions
 from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import GraphSchema, build_schema
+from graph_schema.scope import EVERYTHING, Scope
 from tests.support.graph import GiB, gpu_sample, process, snapshot, synthetic_cluster
 
 GPU_UPDATES = """subscription($node: String, $every: Float) {
@@ -98,6 +99,39 @@ async def test_a_dead_node_is_left_out_and_named_in_that_ticks_errors(
     sc.snapshots.revive(dead)
     assert len((await next_data(stream))["gpuUpdates"]) == 6
     await stream.aclose()
+
+
+@pytest.mark.parametrize(
+    ("node", "namespaces"),
+    [("node-x", None), ("node-x", {"ns-1"}), ("node-00000", {"ns-1"}), ("node-00000", set())],
+    ids=["no such node", "no such node, for a tenant", "another tenant's node", "sees nothing"],
+)
+async def test_updates_of_a_node_the_caller_cannot_see_end_not_found_as_gpus_answers(
+    ticks: list[float], node: str, namespaces: set[str] | None
+) -> None:
+    # Not empty ticks: they would look like a node whose GPUs run nothing.
+    sc = synthetic_cluster(2, gpus_per_node=1, processes_per_gpu=1)
+    schema = build_schema()
+    scope = EVERYTHING if namespaces is None else Scope(pod_namespaces=frozenset(namespaces))
+    ctx = GraphContext(sc.cluster, sc.snapshots, schema.state, scope=scope)
+    stream = await subscribe(schema, ctx, GPU_UPDATES, node=node)
+    tick = await asyncio.wait_for(stream.__anext__(), timeout=5)
+    gpus = await schema.execute(
+        "query($node: String) { gpus(nodeName: $node) { uuid } }",
+        variable_values={"node": node},
+        context_value=GraphContext(sc.cluster, sc.snapshots, schema.state, scope=scope),
+    )
+    assert gpus.errors is not None and tick.errors is not None
+    assert tick.data is None
+    assert [(e.message, e.extensions) for e in tick.errors] == [
+        (e.message, e.extensions) for e in gpus.errors
+    ]
+    assert tick.errors[0].extensions == {"code": "NOT_FOUND"}
+    # The stream ends there, and no agent was asked.
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(stream.__anext__(), timeout=5)
+    assert sc.snapshots.calls == {}
+    assert schema.state.subscriptions.active == 0
 
 
 async def test_pod_gpu_usage(ticks: list[float]) -> None:

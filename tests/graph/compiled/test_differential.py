@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strawberry.http import process_result
 
-from api.demo.history import HISTORY_QUERY
+from api.demo.history_scenario import HISTORY_QUERY
 from api.demo.queries import NO_POD, SHARED_GPU, WORKER
 from api.http import map_queries
-from api.top import history as top_history
+from api.top import gpu_hours
 from api.top import queries as top_queries
 from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.context import GraphContext
@@ -53,7 +53,7 @@ from tests.support.graph import (
     snapshot,
     synthetic_cluster,
 )
-from tests.support.history import HistoryAgents, occupancy, open_stores
+from tests.support.history_agents import HistoryAgents, occupancy, open_stores
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -411,7 +411,7 @@ def client_documents() -> list[tuple[str, str, dict[str, Any] | None]]:
     # ``top --since``: by pod, or by node (run_since's two groupings).
     since = "2026-12-01T00:00:00Z"
     top_since: list[tuple[str, str, dict[str, Any] | None]] = [
-        (f"top --since {group}", top_history.USAGE, {"since": since, "groupBy": [group]})
+        (f"top --since {group}", gpu_hours.USAGE, {"since": since, "groupBy": [group]})
         for group in ("POD", "NODE")
     ]
     history = [

@@ -7,11 +7,11 @@ import asyncio
 import pytest
 
 from api.agents.caller_reads import CallerReads
-from graph_schema.history import FAN_OUT
 from graph_schema.limits import (
     DEFAULT_MAX_HISTORY_READS_PER_CALLER,
     DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE,
 )
+from graph_schema.occupancy.fan_out import FAN_OUT
 
 
 async def settled() -> None:

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from api.demo.history import DELETED_NODE
+from api.demo.history_scenario import DELETED_NODE
 from api.http.cluster_map import MAP_PATH
 from tests.server.http.test_cluster_map import _open_map, _tile, _up_gpus, _wait_ticks
 from tests.support.browser import TIMEOUT_MS, chromium, require_chromium, screenshot

@@ -3,7 +3,7 @@
 Like ``agent_host.py``, but every agent's ``HistoryLog`` is a real SQLite file
 under ``--workdir`` filled with a day of the fleet's processes (each GPU's
 four processes run all day) plus churn (one short job per GPU per hour).
-Run by ``history_bench.py``; prints ``ready`` once all serve.
+Run by ``occupancy_log_bench.py``; prints ``ready`` once all serve.
 """
 
 from __future__ import annotations

@@ -1,31 +1,25 @@
-"""Reading the agents' occupancy logs for the graph: ranges, fan-out, paging, merging.
+"""Reading many nodes' occupancy logs at once: bounded, failures per node, answers merged.
 
 Each node's agent keeps its own log and sums its own usage; the server asks
 the nodes a query can touch, a bounded number at a time, and merges small
 answers. A node whose agent cannot answer is left out and reported, as for
 live data. The agents filter by the caller's namespaces, so another tenant's
-records are never counted, paged over or positioned. The root connection pages
-across nodes with one short cursor: the place in the merged order of the last
-record the caller was shown, from which every node's log resumes.
+records are never counted, paged over or positioned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import dataclasses
-import datetime
-import math
-import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from graphql import GraphQLError
 
 from node_resolver.history.records import (
     MAX_FILTER_VALUES,
+    HistoryPage,
     HistoryQuery,
     OccupancyRecord,
     UsageGroup,
@@ -33,29 +27,31 @@ from node_resolver.history.records import (
     UsageRow,
 )
 
-from .errors import BadUserInputError, GraphUserError
-from .interfaces import AgentUnavailableError, HistorySource
+from ..errors import GraphUserError
+from ..interfaces import AgentUnavailableError, HistorySource
+from .cursor import Position, merged_order
 
 __all__ = [
     "DEFAULT_FIRST",
     "FAN_OUT",
     "HISTORY_LIST_LIMIT",
-    "MAX_CURSOR_LENGTH",
     "MAX_FIRST",
+    "ConnectionPage",
+    "HistoryUnavailableError",
     "Occupancy",
-    "Position",
-    "Window",
     "agent_namespaces",
+    "bounded",
     "connection_page",
     "node_history",
     "owner_of",
+    "partial",
     "usage_rows",
-    "window",
 ]
 
 # The most records a plain history list (Gpu.history, Node.gpuHistory, Pod.gpuHistory)
 # returns; gpuHistory pages past it.
 HISTORY_LIST_LIMIT = 1000
+# gpuHistory's page: its default and largest ``first``.
 DEFAULT_FIRST = 100
 MAX_FIRST = 1000
 # Agents asked at once by a query that spans nodes.
@@ -64,32 +60,6 @@ FAN_OUT = 64
 _AGENT_PAGE = 500
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """A time range in Unix seconds; ``until`` None is "up to now"."""
-
-    since: float
-    until: float | None
-
-
-def _unix(value: datetime.datetime) -> float:
-    # A time without a zone is UTC, as Kubernetes writes them.
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=datetime.UTC)
-    return value.timestamp()
-
-
-def window(since: datetime.datetime, until: datetime.datetime | None) -> Window:
-    """The range of ``since`` and ``until``; GraphUserError when it is empty."""
-    start = _unix(since)
-    end = None if until is None else _unix(until)
-    if end is not None and end <= start:
-        raise GraphUserError("until must be after since")
-    if not math.isfinite(start):
-        raise GraphUserError("since is out of range")
-    return Window(start, end)
 
 
 @dataclass(slots=True)
@@ -136,6 +106,45 @@ async def bounded(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseE
     return list(await asyncio.gather(*(one(c) for c in calls), return_exceptions=True))
 
 
+class HistoryUnavailableError(GraphUserError):
+    """A node's occupancy log is off or broken."""
+
+    def __init__(self, node_name: str, status: str) -> None:
+        if status == "off":
+            super().__init__(
+                f"history is off on node {node_name!r} (its agent has no --history-dir)"
+            )
+        else:
+            super().__init__(f"history on node {node_name!r} is unusable: {status}")
+
+
+def _unusable(node_name: str, status: str) -> HistoryUnavailableError | None:
+    return None if status in ("ok", "") else HistoryUnavailableError(node_name, status)
+
+
+class _Failures:
+    """Nodes that could not answer a fan-out: each named where the caller may see it,
+    the rest counted, so the answer says what it lacks without naming hidden nodes."""
+
+    def __init__(self, what: str, named: Callable[[str], bool]) -> None:
+        self._what = what
+        self._named = named
+        self._messages: list[str] = []
+        self._unnamed = 0
+
+    def add(self, node_name: str, error: Exception) -> None:
+        if self._named(node_name):
+            self._messages.append(str(error))
+        else:
+            self._unnamed += 1
+
+    def messages(self) -> list[str]:
+        if not self._unnamed:
+            return self._messages
+        hidden = f"{self._what} unavailable from {self._unnamed} node(s) this caller cannot see"
+        return [*self._messages, hidden]
+
+
 async def node_history(
     source: HistorySource,
     node_name: str,
@@ -149,7 +158,9 @@ async def node_history(
     while True:
         ask = min(_AGENT_PAGE, limit - len(found) + 1)
         page = await source.history_page(node_name, _limited(query, ask), token)
-        _check_status(node_name, page.status)
+        unusable = _unusable(node_name, page.status)
+        if unusable is not None:
+            raise unusable
         found += [Occupancy(record, node_name) for record in page.records]
         if len(found) > limit:
             return found[:limit], True
@@ -164,96 +175,6 @@ def _limited(
     return dataclasses.replace(query, limit=limit, after=after)
 
 
-class HistoryUnavailableError(GraphUserError):
-    """A node's occupancy log is off or broken."""
-
-    def __init__(self, node_name: str, status: str) -> None:
-        if status == "off":
-            super().__init__(
-                f"history is off on node {node_name!r} (its agent has no --history-dir)"
-            )
-        else:
-            super().__init__(f"history on node {node_name!r} is unusable: {status}")
-
-
-def _check_status(node_name: str, status: str) -> None:
-    if status not in ("ok", ""):
-        raise HistoryUnavailableError(node_name, status)
-
-
-# -- the root connection -------------------------------------------------------------
-
-
-# The cursor's whole text: it is read only when it has exactly this shape, checked on a
-# string of bounded length, so a forged one costs no more than a real one to turn down.
-MAX_CURSOR_LENGTH = 512
-_CURSOR_CHARACTERS = re.compile(r"[A-Za-z0-9_-]+")
-_CURSOR_TEXT = re.compile(
-    r"1:(?P<first_seen>[0-9]{1,17}(?:\.[0-9]{1,17})?(?:e[+-]?[0-9]{1,3})?)"
-    r":(?P<row>[0-9]{1,19}):(?P<node>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
-)
-# Beyond any row SQLite gives out (its rowids are signed 64-bit).
-_LAST_ROW = (1 << 63) - 1
-_NOT_A_CURSOR = "after is not a cursor this server gave out"
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    """A record's place in the merged order of several nodes' logs: start, node, row.
-
-    A cursor is the position of the last record a caller was shown, written out
-    in plain text: nothing to inflate and nothing nested, of bounded length,
-    so any replica reads it. It carries no secret and needs none: the agents
-    answer only records of the caller's namespaces, so a forged position can
-    page only through what the caller may see anyway.
-    """
-
-    first_seen: float
-    node_name: str
-    row: int
-
-    @classmethod
-    def of(cls, occupancy: Occupancy) -> Position:
-        """The position of a record in the merged order."""
-        return cls(occupancy.record.first_seen, occupancy.node_name, occupancy.record.id)
-
-    def resume(self, node_name: str) -> tuple[float, int]:
-        """Where ``node_name``'s log resumes after this position: (first seen, row)."""
-        if node_name == self.node_name:
-            return self.first_seen, self.row
-        # Another node's records that started at the same moment sort by node name.
-        return self.first_seen, _LAST_ROW if node_name < self.node_name else -1
-
-    def encode(self) -> str:
-        """The cursor of this position."""
-        text = f"1:{self.first_seen!r}:{self.row}:{self.node_name}"
-        return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
-
-    @classmethod
-    def decode(cls, cursor: str | None) -> Position | None:
-        """The position a cursor holds (None: from the start); BadUserInputError if none."""
-        if not cursor:
-            return None
-        if len(cursor) > MAX_CURSOR_LENGTH or not _CURSOR_CHARACTERS.fullmatch(cursor):
-            raise BadUserInputError(_NOT_A_CURSOR)
-        try:
-            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-        except (binascii.Error, ValueError):
-            raise BadUserInputError(_NOT_A_CURSOR) from None
-        shape = _CURSOR_TEXT.fullmatch(text)
-        if shape is None:
-            raise BadUserInputError(_NOT_A_CURSOR)
-        first_seen, row = float(shape["first_seen"]), int(shape["row"])
-        if not math.isfinite(first_seen) or row > _LAST_ROW:
-            raise BadUserInputError(_NOT_A_CURSOR)
-        return cls(first_seen, shape["node"], row)
-
-
-def _merged_order(occupancy: Occupancy) -> tuple[float, str, int]:
-    # Each agent pages its log by (first seen, row); nodes interleave by name.
-    return occupancy.record.first_seen, occupancy.node_name, occupancy.record.id
-
-
 @dataclass(slots=True)
 class ConnectionPage:
     """One page of the merged, oldest-first records of several nodes."""
@@ -265,7 +186,8 @@ class ConnectionPage:
 
     def cursor_after(self, index: int) -> str:
         """The cursor that resumes right after record ``index`` of this page."""
-        return Position.of(self.records[index]).encode()
+        occupancy = self.records[index]
+        return Position.of(occupancy.record, occupancy.node_name).encode()
 
 
 async def connection_page(
@@ -284,7 +206,7 @@ async def connection_page(
     says which nodes a failure may be reported by name.
     """
 
-    def fetch(node: str) -> Callable[[], Awaitable[Any]]:
+    def fetch(node: str) -> Callable[[], Awaitable[HistoryPage]]:
         # One record past the page, so whether another page follows is known, not guessed.
         asked = _limited(query, first + 1, None if after is None else after.resume(node))
         return lambda: source.history_page(node, asked)
@@ -292,37 +214,25 @@ async def connection_page(
     answers = await bounded([fetch(n) for n in nodes])
     merged: list[Occupancy] = []
     more = False
-    errors: list[str] = []
-    unnamed = 0
+    failures = _Failures("history", named)
     for node, answer in zip(nodes, answers, strict=True):
         # A node that cannot answer is reported on every page it fails; the walk goes on
         # without it (and picks it up where the walk is, should it come back).
         if isinstance(answer, AgentUnavailableError | HistoryUnavailableError):
-            if named(node):
-                errors.append(str(answer))
-            else:
-                unnamed += 1
+            failures.add(node, answer)
             continue
         if isinstance(answer, BaseException):
             raise answer
-        if answer.status not in ("ok", ""):
-            failure = HistoryUnavailableError(node, answer.status)
-            if named(node):
-                errors.append(str(failure))
-            else:
-                unnamed += 1
+        unusable = _unusable(node, answer.status)
+        if unusable is not None:
+            failures.add(node, unusable)
         merged += [Occupancy(r, node) for r in answer.records]
         more = more or bool(answer.next_page_token)
-    if unnamed:
-        errors.append(f"history unavailable from {unnamed} node(s) this caller cannot see")
-    merged.sort(key=_merged_order)
+    merged.sort(key=lambda o: merged_order(o.record, o.node_name))
     taken = merged[:first]
     has_next = more or len(merged) > first
-    end = Position.of(taken[-1]).encode() if taken else None
-    return ConnectionPage(taken, has_next, end, errors)
-
-
-# -- usage ---------------------------------------------------------------------------
+    end = Position.of(taken[-1].record, taken[-1].node_name).encode() if taken else None
+    return ConnectionPage(taken, has_next, end, failures.messages())
 
 
 async def usage_rows(
@@ -339,36 +249,25 @@ async def usage_rows(
     can withhold other tenants' sums before they are merged by the asked keys.
     """
     by_namespace = UsageGroup.NAMESPACE in query.group_by or UsageGroup.POD in query.group_by
-    asked = UsageQuery(
-        since=query.since,
-        until=query.until,
-        group_by=query.group_by | {UsageGroup.NAMESPACE},
-        namespaces=query.namespaces,
-    )
+    asked = dataclasses.replace(query, group_by=query.group_by | {UsageGroup.NAMESPACE})
 
     def fetch(node: str) -> Callable[[], Awaitable[tuple[list[UsageRow], str]]]:
         return lambda: source.usage(node, asked)
 
     answers = await bounded([fetch(n) for n in nodes])
     totals: dict[tuple[str | None, str | None, str | None, str | None], UsageRow] = {}
-    errors: list[str] = []
-    unnamed = 0
+    failures = _Failures("usage", named)
     by_node = UsageGroup.NODE in query.group_by
     for node, answer in zip(nodes, answers, strict=True):
         if isinstance(answer, AgentUnavailableError):
-            if named(node):
-                errors.append(str(answer))
-            else:
-                unnamed += 1
+            failures.add(node, answer)
             continue
         if isinstance(answer, BaseException):
             raise answer
         rows, status = answer
-        if status not in ("ok", ""):
-            if named(node):
-                errors.append(str(HistoryUnavailableError(node, status)))
-            else:
-                unnamed += 1
+        unusable = _unusable(node, status)
+        if unusable is not None:
+            failures.add(node, unusable)
             continue
         for row in visible(rows):
             node_key = node if by_node else None
@@ -383,8 +282,6 @@ async def usage_rows(
             else:
                 total.gpu_seconds += row.gpu_seconds
                 total.memory_gib_seconds += row.memory_gib_seconds
-    if unnamed:
-        errors.append(f"usage unavailable from {unnamed} node(s) this caller cannot see")
     ordered = sorted(
         totals.values(),
         key=lambda r: (
@@ -395,7 +292,7 @@ async def usage_rows(
             str(r.gpu_uuid),
         ),
     )
-    return ordered, errors
+    return ordered, failures.messages()
 
 
 def partial(info_path: list[str | int], messages: Iterable[str]) -> list[GraphQLError]:

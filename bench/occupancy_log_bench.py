@@ -6,13 +6,13 @@
 2. Disk growth over 24 simulated hours of churn: 8 GPUs, a new process every
    minute per GPU (1-second scans, 5-second flushes, on a simulated clock).
 3. A one-day ``gpuUsage(groupBy: [NAMESPACE])`` across N nodes: real agents over
-   gRPC (``history_host.py``), each with a real SQLite log holding a day, the real
+   gRPC (``occupancy_agent_host.py``), each with a real SQLite log holding a day, the real
    cache filled from the stub API server, the real schema and agent pool.
 4. Over the same fleet, strawberry and the compiled plan side by side (runs
    interleaved): that ``gpuUsage``, a ``gpuHistory`` page of 500 records, and the
    map's GPU history strip (``GpuHistory``, one GPU's day).
 
-Run ``python bench/history_bench.py`` (full size) or ``--small`` (CI).
+Run ``python bench/occupancy_log_bench.py`` (full size) or ``--small`` (CI).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ async def usage(
     del fleet
     port = free_port()
     host = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "history_host.py"), "--nodes", str(nodes),
+        [sys.executable, str(ROOT / "bench" / "occupancy_agent_host.py"), "--nodes", str(nodes),
          "--pods", str(pods), "--port", str(port), "--workdir", str(workdir / "fleet")],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -11,9 +11,7 @@ snapshots; a node without a store answers "off", as an agent without
 
 from __future__ import annotations
 
-import base64
 import datetime
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,9 +34,7 @@ __all__ = [
     "HistoryAgents",
     "at",
     "occupancy",
-    "old_style_cursor",
     "open_stores",
-    "zlib_bomb_cursor",
 ]
 
 # The records' days: 2026-12-01, all in the past, so no answer depends on "now".
@@ -156,24 +152,3 @@ class HistoryAgents(MemorySnapshots):
             for row in rows:
                 row.node_name = node_name
         return rows, "ok"
-
-
-def old_style_cursor(raw: bytes) -> str:
-    """``raw`` as the compressed cursor of old (URL-safe base64 of zlib) carried it."""
-    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode()
-
-
-def zlib_bomb_cursor(mib: int = 740) -> str:
-    """An old-style cursor of ``mib`` MiB of zeros, ~1.35 KiB of text per MiB (740: 999 KiB).
-
-    Made from one compressed MiB repeated (each flushed in full, so the pieces are
-    byte-identical), not by compressing it all: milliseconds instead of seconds.
-    """
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
-    zeros = bytes(1 << 20)
-    first = deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH)
-    piece = deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH)
-    # Adler-32 of n zero bytes: a stays 1, b adds it n times.
-    adler = (((mib << 20) % 65521) << 16) | 1
-    stream = b"\x78\xda" + first + piece * (mib - 1) + deflate.flush() + adler.to_bytes(4, "big")
-    return base64.urlsafe_b64encode(stream).decode()

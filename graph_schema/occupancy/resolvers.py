@@ -1,0 +1,358 @@
+"""The graph's fields that read the agents' occupancy logs, declared once here.
+
+The roots (``gpuHistory``, ``gpuUsage``) and the history fields of Node, Gpu
+and Pod are strawberry fields built here, with their arguments and
+descriptions; ``query.Query`` and the object types in ``types`` name them.
+Every read asks only for records of the namespaces the caller may see (from
+the visibility seam), and what it finds goes through the seam again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import math
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.types import Info
+
+from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
+
+from ..errors import GraphUserError
+from ..interfaces import HistorySource
+from ..operation import Operation, named_nodes, operation_of, ready_operation
+from .cursor import Position
+from .fan_out import (
+    DEFAULT_FIRST,
+    HISTORY_LIST_LIMIT,
+    MAX_FIRST,
+    Occupancy,
+    agent_namespaces,
+    connection_page,
+    node_history,
+    owner_of,
+    partial,
+    usage_rows,
+)
+from .types import (
+    GpuHistoryConnection,
+    GpuHistoryEdge,
+    GpuOccupancy,
+    GpuUsageRow,
+    PageInfo,
+    UsageGroupBy,
+)
+
+__all__ = [
+    "Window",
+    "gpu_hidden_history_count",
+    "gpu_history",
+    "gpu_history_connection",
+    "gpu_usage",
+    "node_gpu_history",
+    "pod_gpu_history",
+    "window",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A time range in Unix seconds; ``until`` None is "up to now"."""
+
+    since: float
+    until: float | None
+
+
+def _unix(value: datetime.datetime) -> float:
+    # A time without a zone is UTC, as Kubernetes writes them.
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.UTC)
+    return value.timestamp()
+
+
+def window(since: datetime.datetime, until: datetime.datetime | None) -> Window:
+    """The range of ``since`` and ``until``; GraphUserError when it is empty."""
+    start = _unix(since)
+    end = None if until is None else _unix(until)
+    if end is not None and end <= start:
+        raise GraphUserError("until must be after since")
+    if not math.isfinite(start):
+        raise GraphUserError("since is out of range")
+    return Window(start, end)
+
+
+def history_source(ctx: Operation[Any]) -> HistorySource:
+    """The agents' logs, or a clear error on a server without them."""
+    source = ctx.history
+    if source is None:
+        raise GraphUserError("this server cannot read the agents' history")
+    return source
+
+
+# -- the history fields of Node, Gpu and Pod -------------------------------------------
+
+
+class _NodeLike(Protocol):
+    name: str
+
+
+class _GpuLike(Protocol):
+    uuid: str
+    node_name: str
+
+
+class _PodLike(Protocol):
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def node_name(self) -> str | None: ...
+
+
+def _query(span: Window, **filters: Any) -> HistoryQuery:
+    return HistoryQuery(since=span.since, until=span.until, **filters)
+
+
+# Per operation: a GPU's records, read once for history and hiddenHistoryCount where both
+# read the same (a caller who sees every record).
+_GPU_READS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+async def _gpu_records(
+    info: Info, gpu: _GpuLike, span: Window, *, everyone: bool
+) -> tuple[list[Occupancy], int]:
+    ctx = operation_of(info)
+    reads = _GPU_READS.setdefault(ctx, {})
+    query = _query(span, gpu_uuids=(gpu.uuid,))
+    # history reads only the caller's records; hiddenHistoryCount counts the others.
+    namespaces = () if everyone else agent_namespaces(ctx.cluster.owner_namespaces())
+    if namespaces is None:
+        return [], 0
+    asked = dataclasses.replace(query, namespaces=namespaces)
+    key = (gpu.node_name, asked)
+    task = reads.get(key)
+    if task is None:
+        task = reads[key] = asyncio.ensure_future(_read(info, gpu.node_name, asked))
+    shown, hidden = await asyncio.shield(task)
+    return shown, hidden
+
+
+async def _callers_records(
+    info: Info, node_name: str, query: HistoryQuery
+) -> tuple[list[Occupancy], int]:
+    """One node's records for ``query`` that the caller may see (only those are read)."""
+    namespaces = agent_namespaces(operation_of(info).cluster.owner_namespaces())
+    if namespaces is None:
+        return [], 0
+    return await _read(info, node_name, dataclasses.replace(query, namespaces=namespaces))
+
+
+async def _read(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[Occupancy], int]:
+    """One node's records for ``query`` as the caller may see them, and how many it may not."""
+    ctx = operation_of(info)
+    source = history_source(ctx)
+    await ctx.pace()
+    found, truncated = await node_history(source, node_name, query)
+    if truncated:
+        ctx.partial_errors.append(
+            GraphQLError(
+                f"more than {HISTORY_LIST_LIMIT} records on node {node_name!r}; the oldest are "
+                "shown: narrow since and until, or page with gpuHistory",
+                path=info.path.as_list(),
+            )
+        )
+    shown, hidden = ctx.cluster.split_owned(found, owner_of)
+    return shown, len(hidden)
+
+
+def _occupancies(info: Info, shown: list[Occupancy]) -> list[GpuOccupancy]:
+    operation_of(info).charge(len(shown))
+    return [GpuOccupancy.of(o.record, o.node_name) for o in shown]
+
+
+async def _node_gpu_history(
+    self: _NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+) -> list[GpuOccupancy]:
+    shown, _ = await _callers_records(info, self.name, _query(window(since, until)))
+    return _occupancies(info, shown)
+
+
+async def _gpu_history(
+    self: _GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+) -> list[GpuOccupancy]:
+    shown, _ = await _gpu_records(info, self, window(since, until), everyone=False)
+    return _occupancies(info, shown)
+
+
+async def _gpu_hidden_history_count(
+    self: _GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+) -> int:
+    _, hidden = await _gpu_records(info, self, window(since, until), everyone=True)
+    return hidden
+
+
+async def _pod_gpu_history(
+    self: _PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+) -> list[GpuOccupancy]:
+    if not self.node_name:
+        return []
+    query = _query(window(since, until), pod_uids=(str(self.uid),))
+    shown, _ = await _callers_records(info, self.node_name, query)
+    return _occupancies(info, shown)
+
+
+node_gpu_history: Any = strawberry.field(
+    resolver=_node_gpu_history,
+    description="Who held this node's GPUs between since and until (default: now), oldest "
+    f"first; at most {HISTORY_LIST_LIMIT} records (gpuHistory pages past that).",
+)
+gpu_history: Any = strawberry.field(
+    resolver=_gpu_history,
+    description="Who held this GPU between since and until (default: now), oldest first: "
+    "one record per process lifetime, kept after the pod is gone. Other tenants' records "
+    f"are withheld (see hiddenHistoryCount); at most {HISTORY_LIST_LIMIT} records.",
+)
+gpu_hidden_history_count: Any = strawberry.field(
+    resolver=_gpu_hidden_history_count,
+    description="Records of this GPU between since and until withheld from this caller "
+    "(other tenants' processes, or processes in no pod).",
+)
+pod_gpu_history: Any = strawberry.field(
+    resolver=_pod_gpu_history,
+    description="Its processes' lifetimes on its node's GPUs between since and until "
+    f"(default: now), oldest first; at most {HISTORY_LIST_LIMIT} records.",
+)
+
+
+# -- the roots -----------------------------------------------------------------------
+
+
+async def _gpu_history_connection(
+    self: object,
+    info: Info,
+    since: datetime.datetime,
+    until: datetime.datetime | None = None,
+    namespace: str | None = None,
+    node_name: str | None = None,
+    pod_name: str | None = None,
+    first: int | None = None,
+    after: str | None = None,
+) -> GpuHistoryConnection:
+    ctx = ready_operation(info)
+    count = DEFAULT_FIRST if first is None else first
+    if not 1 <= count <= MAX_FIRST:
+        raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
+    span = window(since, until)
+    start = Position.decode(after)
+    # A node the caller may not see answers as one that does not exist, as for gpus.
+    nodes = named_nodes(ctx.cluster, node_name)
+    # The agents read only what the caller may see: a pod name of another tenant's
+    # answers as one that does not exist, with no record counted or positioned.
+    namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
+    if namespaces is None:
+        # Nothing the caller may see (as for a namespace that does not exist).
+        nothing = PageInfo(
+            has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
+        )
+        return GpuHistoryConnection(edges=[], page_info=nothing)
+    source = history_source(ctx)
+    query = HistoryQuery(
+        since=span.since,
+        until=span.until,
+        namespaces=namespaces,
+        pod_names=(pod_name,) if pod_name is not None else (),
+    )
+    await ctx.pace()
+    page = await connection_page(
+        source, nodes, query, first=count, after=start, named=ctx.cluster.sees_node
+    )
+    ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
+    shown, _ = ctx.cluster.split_owned(page.records, owner_of)
+    visible = {id(o) for o in shown}
+    edges = [
+        GpuHistoryEdge(node=GpuOccupancy.of(o.record, o.node_name), page=page, index=i)
+        for i, o in enumerate(page.records)
+        if id(o) in visible
+    ]
+    ctx.charge(len(edges))
+    return GpuHistoryConnection(
+        edges=edges,
+        page_info=PageInfo(
+            has_next_page=page.has_next_page,
+            has_previous_page=after is not None,
+            start_cursor=after,
+            end_cursor=page.end_cursor,
+        ),
+    )
+
+
+async def _gpu_usage(
+    self: object,
+    info: Info,
+    since: datetime.datetime,
+    until: datetime.datetime | None = None,
+    group_by: list[UsageGroupBy] | None = None,
+) -> list[GpuUsageRow]:
+    ctx = ready_operation(info)
+    span = window(since, until)
+    end = span.until if span.until is not None else time.time()
+    if end <= span.since:
+        return []
+    view = ctx.cluster
+    # Summed by the agents over the caller's records only, as gpuHistory reads them.
+    namespaces = agent_namespaces(view.owner_namespaces())
+    if namespaces is None:
+        return []
+    source = history_source(ctx)
+    query = UsageQuery(
+        since=span.since,
+        until=end,
+        group_by=frozenset(UsageGroup(g.value) for g in group_by or ()),
+        namespaces=namespaces,
+    )
+    await ctx.pace()
+
+    def visible(found: list[UsageRow]) -> list[UsageRow]:
+        # Each agent's sums by namespace, as the caller's view admits them.
+        shown, _ = view.split_owned(found, lambda row: row.namespace or None)
+        return shown
+
+    rows, errors = await usage_rows(
+        source, named_nodes(view, None), query, named=view.sees_node, visible=visible
+    )
+    ctx.partial_errors.extend(partial(info.path.as_list(), errors))
+    ctx.charge(len(rows))
+    return [
+        GpuUsageRow(
+            namespace=row.namespace or None,
+            pod_name=row.pod_name or None,
+            node_name=row.node_name,
+            gpu_uuid=row.gpu_uuid or None,
+            gpu_seconds=row.gpu_seconds,
+            memory_gib_seconds=row.memory_gib_seconds,
+        )
+        for row in rows
+    ]
+
+
+gpu_history_connection: Any = strawberry.field(
+    resolver=_gpu_history_connection,
+    description="Who held which GPU between since and until (default: now), across nodes, "
+    "oldest first, as a Relay connection: one record per process lifetime, kept after the "
+    "pod is gone. Filter by the pod's namespace and name (as recorded) and by node. "
+    f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Nodes whose agent cannot answer "
+    "are named in the response's errors and skipped; a nodeName the caller cannot see (or "
+    "no node has) is the error NOT_FOUND.",
+)
+gpu_usage: Any = strawberry.field(
+    resolver=_gpu_usage,
+    description="GPU-seconds and GiB-seconds of GPU memory between since and until "
+    "(default: now), summed by the agents and grouped by groupBy (none: one total row), "
+    "for chargeback. Largest first.",
+)
