@@ -1,0 +1,35 @@
+"""One demo for every test of the documents: started once, as `make demo` runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from api.demo.scenario import build_cluster
+from tests.support.demo import LiveDemo, live_demo
+from tests.support.polling import eventually
+
+DOWN_NODE = build_cluster().down_node
+
+
+@pytest.fixture(scope="package")
+def demo() -> Iterator[LiveDemo]:
+    """The default demo (as `make demo` runs it), once its agents and kubelets have answered."""
+    with live_demo() as running:
+        # Every allocation verdict depends on a kubelet's first answer, and the down
+        # node's error on the server's first call to it: wait for both to be in.
+        eventually(
+            lambda: _settled(running), timeout=60, interval=0.1, what="the demo's first answers"
+        )
+        yield running
+
+
+def _settled(demo: LiveDemo) -> bool:
+    """Whether every agent has answered with its kubelet's allocations, and the down one failed."""
+    body = demo.query("{ nodes { name allocationSource agent { reachable } } }")
+    assert body.get("data") is not None, body
+    nodes = {node["name"]: node for node in body["data"]["nodes"]}
+    up = [node for name, node in nodes.items() if name != DOWN_NODE]
+    answered = all(node["allocationSource"] == "POD_RESOURCES" for node in up)
+    return answered and nodes[DOWN_NODE]["agent"]["reachable"] is False
