@@ -5,7 +5,9 @@ an NVIDIA GPU and driver. It starts a process that allocates GPU memory (through
 the driver's own libcuda.so.1, or torch or cupy when installed), runs
 ``python -m node_resolver`` against the real NVML, asks it over gRPC for a
 snapshot, and prints whether that PID is reported with its memory.
-``--pid PID`` checks an existing process instead.
+``--pid PID`` checks an existing process instead. Before that it probes the
+calls drivers answer differently (MPS clients, both per-process utilization
+calls, the event API with one wait), a line each (``tools/nvml_probes.py``).
 
 Exit status: 0 the agent reports the PID with its memory; 1 it does not; 2 no
 usable GPU or driver (nothing to check); 3 no GPU process could be started.
@@ -26,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from nvml_probes import probe_lines  # noqa: E402  (this script's own directory)
 
 from graph_schema.types import format_cuda_version  # noqa: E402
 from node_resolver.cli import LISTENING  # noqa: E402
@@ -199,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pid", type=int, help="check this running process instead of one of ours")
     parser.add_argument("--alloc-mib", type=int, default=256, help="GPU memory to allocate")
     parser.add_argument("--interval", type=float, default=0.5, help="the agent's scan interval")
+    parser.add_argument(
+        "--event-wait", type=float, default=1.0, help="seconds to wait for an NVML event"
+    )
     args = parser.parse_args(argv)
 
     say(software_summary())
@@ -206,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     if summary is None:
         return 2
     say(summary)
+    # What this driver answers where drivers differ; informational, the verdict is the PID's.
+    for line in probe_lines(args.event_wait):
+        say(line)
     worker: subprocess.Popen[str] | None = None
     alloc_mib: int | None = None
     pid = args.pid

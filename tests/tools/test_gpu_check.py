@@ -11,13 +11,19 @@ from pathlib import Path
 import pytest
 
 from tests.support.libnvml import (
+    NO_PERMISSION,
+    NOT_SUPPORTED,
     REPO_ROOT,
+    UNKNOWN,
     FakeGpu,
+    FakeMig,
     FakeNode,
     FakeProcess,
+    Variant,
     build_library,
     library_env,
 )
+from tests.support.libnvml.events import XID, FakeEvents
 
 SCRIPT = REPO_ROOT / "tools" / "gpu_check.py"
 
@@ -104,3 +110,110 @@ def test_docs_nvml_md_shows_the_lines_it_prints(tmp_path: Path, sleeper: int) ->
 
     assert alike(result.stdout) == alike(shown[1])
     assert alike(shown[1])[0] == "gpu-check: VERSIONS"
+
+
+# -- the probes of the calls drivers answer differently -----------------------------------
+
+
+def probes(stdout: str) -> list[str]:
+    """The probe lines: those between the driver's line and the PID's."""
+    lines = stdout.splitlines()
+    driver = next(i for i, line in enumerate(lines) if line.startswith("gpu-check: driver "))
+    end = next(i for i, line in enumerate(lines) if " on GPU " in line or "FAIL" in line)
+    return [line.removeprefix("gpu-check: ") for line in lines[driver + 1 : end]]
+
+
+def test_it_probes_mps_clients_and_blackwells_utilization_call(
+    tmp_path: Path, sleeper: int
+) -> None:
+    processes = [FakeProcess(sleeper, 300 << 20), FakeProcess(77, 1 << 30, compute=False, mps=True)]
+    gpu = FakeGpu("GPU-bw", processes=processes, blackwell=True, samples=[(77, 2**62, 30)])
+    config = FakeNode([gpu], driver="570.86.15").write(tmp_path / "nvml.conf")
+    result = gpu_check(build_library(), config, "--pid", str(sleeper), "--event-wait", "0.1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert probes(result.stdout) == [
+        "GPU 0 MPS clients: 1 through nvmlDeviceGetMPSComputeRunningProcesses_v3 (PIDs 77)",
+        "GPU 0 nvmlDeviceGetProcessesUtilizationInfo: answered, 1 samples in the last 2 s",
+        "GPU 0 nvmlDeviceGetProcessUtilization: NOT_SUPPORTED",
+        "GPU 0 per-process SM utilization: the agent reads it through "
+        "nvmlDeviceGetProcessesUtilizationInfo",
+        "GPU 0 events: supported types 0xb (XID, ECC_DOUBLE_BIT, ECC_SINGLE_BIT); registered",
+        "events: waited 0.1 s: no event (TIMEOUT), as on a healthy GPU",
+    ]
+
+
+def test_on_a_driver_before_r550_it_says_the_agent_reads_the_legacy_call(
+    tmp_path: Path, sleeper: int
+) -> None:
+    gpu = FakeGpu("GPU-old", processes=[FakeProcess(sleeper, 300 << 20)])
+    config = FakeNode([gpu], driver="535.54.03").write(tmp_path / "nvml.conf")
+    result = gpu_check(
+        build_library(Variant.R535), config, "--pid", str(sleeper), "--event-wait", "0.1"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert probes(result.stdout)[:4] == [
+        "GPU 0 MPS clients: 0 through nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        "GPU 0 nvmlDeviceGetProcessesUtilizationInfo: FUNCTION_NOT_FOUND; "
+        "the agent asks the legacy call",
+        "GPU 0 nvmlDeviceGetProcessUtilization: answered, no samples in the last 2 s (idle)",
+        "GPU 0 per-process SM utilization: the agent reads it through "
+        "nvmlDeviceGetProcessUtilization",
+    ]
+
+
+def test_refusals_are_probe_lines_and_leave_the_verdict_alone(tmp_path: Path, sleeper: int) -> None:
+    gpu = FakeGpu("GPU-no", processes=[FakeProcess(sleeper, 300 << 20)], blackwell=True)
+    gpu.errors = {
+        "nvmlDeviceGetMPSComputeRunningProcesses": NO_PERMISSION,
+        "nvmlDeviceGetProcessesUtilizationInfo": UNKNOWN,
+        "nvmlDeviceGetSupportedEventTypes": NOT_SUPPORTED,
+    }
+    mig = FakeGpu("GPU-mig", mig_mode=1, mig=[FakeMig("MIG-a", gi=1)])
+    mig.errors = {"nvmlDeviceGetMPSComputeRunningProcesses": NOT_SUPPORTED}
+    config = FakeNode([gpu, mig]).write(tmp_path / "nvml.conf")
+    result = gpu_check(build_library(), config, "--pid", str(sleeper), "--event-wait", "0.1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert probes(result.stdout) == [
+        "GPU 0 MPS clients: nvmlDeviceGetMPSComputeRunningProcesses_v3 answered NO_PERMISSION; "
+        "the agent marks the process list incomplete",
+        "GPU 0 nvmlDeviceGetProcessesUtilizationInfo: UNKNOWN",
+        "GPU 0 nvmlDeviceGetProcessUtilization: NOT_SUPPORTED",
+        "GPU 0 per-process SM utilization: WARN: neither call answers",
+        "GPU 1 MPS clients: nvmlDeviceGetMPSComputeRunningProcesses_v3 answered NOT_SUPPORTED; "
+        "the agent lists none, without an error",
+        "GPU 1 nvmlDeviceGetProcessesUtilizationInfo: NOT_SUPPORTED; "
+        "the agent asks the legacy call",
+        "GPU 1 nvmlDeviceGetProcessUtilization: NOT_SUPPORTED",
+        "GPU 1 per-process SM utilization: a MIG-enabled GPU has none: neither call answers",
+        "GPU 0 events: nvmlDeviceGetSupportedEventTypes answered NOT_SUPPORTED",
+        "GPU 1 events: supported types 0xb (XID, ECC_DOUBLE_BIT, ECC_SINGLE_BIT); registered",
+        "events: waited 0.1 s: no event (TIMEOUT), as on a healthy GPU",
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_an_event_during_its_one_wait_is_named(tmp_path: Path, sleeper: int) -> None:
+    gpu = FakeGpu("GPU-x", processes=[FakeProcess(sleeper, 300 << 20)])
+    config = FakeNode([gpu]).write(tmp_path / "nvml.conf")
+    events = FakeEvents(tmp_path / "events")
+    args = ["--interval", "0.1", "--pid", str(sleeper), "--event-wait", "60"]
+    check = subprocess.Popen(
+        [sys.executable, str(SCRIPT), *args],
+        env=library_env(build_library(), config, **events.env()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert check.stdout is not None
+    try:
+        # The wait lasts a minute unless the event ends it: emitted once the GPU is registered.
+        for line in check.stdout:
+            if line.startswith("gpu-check: GPU 0 events:"):
+                assert line.rstrip().endswith("registered"), line
+                events.emit(0, XID, 13)
+                break
+        rest = check.stdout.read()
+        assert check.wait(60) == 0, rest + (check.stderr.read() if check.stderr else "")
+    finally:
+        check.kill()
+    assert "gpu-check: events: waited 60 s: an event came: XID, data 13\n" in rest
