@@ -811,7 +811,8 @@ async def push_names(address: str, directory: Path, pods: int, reads: int, pid: 
     import sqlite3
 
     from node_resolver.generated import agent_pb2, agent_pb2_grpc
-    from node_resolver.history_codec import pod_names_to_proto
+    from node_resolver.history.records import HistoryQuery
+    from node_resolver.history_codec import history_request_to_proto, pod_names_to_proto
     from tests.support.pod_names import long_named_pods
 
     def ended() -> int:
@@ -842,8 +843,8 @@ async def push_names(address: str, directory: Path, pods: int, reads: int, pid: 
             except grpc.aio.AioRpcError as exc:
                 codes.append(exc.code().name)
         for _ in range(reads):
-            await stub.GetHistory(agent_pb2.GetHistoryRequest(limit=1), timeout=30,
-                                  metadata=metadata)  # fmt: skip
+            await stub.GetHistory(history_request_to_proto(HistoryQuery(0.0, limit=1)),
+                                  timeout=30, metadata=metadata)  # fmt: skip
     done.set()
     await watcher
     largest = max(largest, log_bytes(directory))

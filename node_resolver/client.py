@@ -14,13 +14,13 @@ from grpc import aio
 from .auth import bearer_metadata
 from .codec import snapshot_from_proto
 from .generated import agent_pb2, agent_pb2_grpc
-from .history.records import HistoryPage, HistoryQuery, UsageGroup, UsageRow
+from .history.records import HistoryPage, HistoryQuery, UsageQuery, UsageRow
 from .history_codec import (
-    after_token,
+    history_page_from_proto,
+    history_request_to_proto,
     pod_names_requests,
-    record_from_proto,
+    usage_from_proto,
     usage_query_to_proto,
-    usage_row_from_proto,
 )
 from .models import NodeSnapshot
 from .pod_names import PodName
@@ -56,40 +56,15 @@ class AgentClient:
         self, query: HistoryQuery, *, page_token: str = "", timeout: float
     ) -> HistoryPage:
         """One page of the agent's occupancy log."""
-        request = agent_pb2.GetHistoryRequest(
-            since=query.since,
-            until=query.until,
-            gpu_uuids=list(query.gpu_uuids),
-            pod_uids=list(query.pod_uids),
-            namespaces=list(query.namespaces),
-            pod_names=list(query.pod_names),
-            limit=query.limit,
-            # A query's own position when no token is given (the server's cross-node cursor).
-            page_token=page_token or ("" if query.after is None else after_token(query.after)),
-        )
+        request = history_request_to_proto(query, page_token)
         reply = await self._stub.GetHistory(request, timeout=timeout, metadata=self._metadata)
-        return HistoryPage(
-            node_name=reply.node_name,
-            records=[record_from_proto(record) for record in reply.records],
-            cursors=[record.cursor for record in reply.records],
-            next_page_token=reply.next_page_token,
-            status=reply.status,
-        )
+        return history_page_from_proto(reply)
 
-    async def get_usage(
-        self,
-        since: float,
-        until: float | None,
-        group_by: frozenset[UsageGroup],
-        namespaces: list[str],
-        *,
-        timeout: float,
-    ) -> tuple[list[UsageRow], str]:
-        """The agent's usage sums over [since, until): (rows, log status)."""
-        request = usage_query_to_proto(since, until, group_by, namespaces)
+    async def get_usage(self, query: UsageQuery, *, timeout: float) -> tuple[list[UsageRow], str]:
+        """The agent's usage sums over the query's [since, until): (rows, log status)."""
+        request = usage_query_to_proto(query)
         reply = await self._stub.GetUsage(request, timeout=timeout, metadata=self._metadata)
-        node = reply.node_name
-        return [usage_row_from_proto(row, group_by, node) for row in reply.rows], reply.status
+        return usage_from_proto(reply, query.group_by)
 
     async def put_pod_names(self, node_name: str, pods: list[PodName], *, timeout: float) -> int:
         """Tell the agent the names of pods on its node, in small messages; how many were new."""

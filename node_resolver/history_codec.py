@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Sequence
 
 from .generated import agent_pb2
 from .history.records import (
     MAX_FILTER_VALUES,
+    HistoryPage,
     HistoryQuery,
     OccupancyRecord,
     UsageGroup,
@@ -27,15 +29,20 @@ __all__ = [
     "PUT_POD_NAMES_MAX_BYTES",
     "BadHistoryRequestError",
     "after_token",
+    "history_page_from_proto",
+    "history_page_to_proto",
     "history_query_from_proto",
+    "history_request_to_proto",
     "page_token",
     "pod_names_from_proto",
     "pod_names_requests",
     "pod_names_to_proto",
     "record_from_proto",
     "record_to_proto",
+    "usage_from_proto",
     "usage_query_from_proto",
     "usage_query_to_proto",
+    "usage_reply_to_proto",
     "usage_row_from_proto",
     "usage_row_to_proto",
 ]
@@ -130,16 +137,72 @@ def usage_query_from_proto(request: agent_pb2.GetUsageRequest, *, now: float) ->
     )
 
 
-def usage_query_to_proto(
-    since: float, until: float | None, group_by: frozenset[UsageGroup], namespaces: list[str]
-) -> agent_pb2.GetUsageRequest:
-    """A GetUsage request."""
-    return agent_pb2.GetUsageRequest(
-        since=since,
-        until=until,
-        group_by=[_GROUP_TO_PROTO[g] for g in sorted(group_by, key=lambda g: g.value)],
-        namespaces=namespaces,
+def history_request_to_proto(
+    query: HistoryQuery, page_token: str = ""
+) -> agent_pb2.GetHistoryRequest:
+    """A GetHistory request for ``query``; without a token, the query's own position (the
+    server's cross-node cursor) says where the page starts."""
+    return agent_pb2.GetHistoryRequest(
+        since=query.since,
+        until=query.until,
+        gpu_uuids=list(query.gpu_uuids),
+        pod_uids=list(query.pod_uids),
+        namespaces=list(query.namespaces),
+        pod_names=list(query.pod_names),
+        limit=query.limit,
+        page_token=page_token or ("" if query.after is None else after_token(query.after)),
     )
+
+
+def history_page_to_proto(
+    node_name: str, status: str, records: Sequence[OccupancyRecord] = (), *, limit: int = 0
+) -> agent_pb2.HistoryPage:
+    """A GetHistory reply: ``records``, and where the next page starts when they fill
+    ``limit`` (a short page is the last)."""
+    page = agent_pb2.HistoryPage(node_name=node_name, status=status)
+    page.records.extend(record_to_proto(record) for record in records)
+    if records and len(records) == limit:
+        page.next_page_token = page_token(records[-1])
+    return page
+
+
+def history_page_from_proto(reply: agent_pb2.HistoryPage) -> HistoryPage:
+    """A GetHistory reply as the server reads it."""
+    return HistoryPage(
+        node_name=reply.node_name,
+        records=[record_from_proto(record) for record in reply.records],
+        cursors=[record.cursor for record in reply.records],
+        next_page_token=reply.next_page_token,
+        status=reply.status,
+    )
+
+
+def usage_query_to_proto(query: UsageQuery) -> agent_pb2.GetUsageRequest:
+    """A GetUsage request for ``query``."""
+    return agent_pb2.GetUsageRequest(
+        since=query.since,
+        until=query.until,
+        group_by=[_GROUP_TO_PROTO[g] for g in sorted(query.group_by, key=lambda g: g.value)],
+        namespaces=list(query.namespaces),
+    )
+
+
+def usage_reply_to_proto(
+    node_name: str, status: str, rows: Sequence[UsageRow] = ()
+) -> agent_pb2.UsageReply:
+    """A GetUsage reply."""
+    reply = agent_pb2.UsageReply(node_name=node_name, status=status)
+    reply.rows.extend(usage_row_to_proto(row) for row in rows)
+    return reply
+
+
+def usage_from_proto(
+    reply: agent_pb2.UsageReply, group_by: frozenset[UsageGroup]
+) -> tuple[list[UsageRow], str]:
+    """A GetUsage reply as the server reads it: its rows, keyed as ``group_by`` asked, and
+    the log's status."""
+    node = reply.node_name
+    return [usage_row_from_proto(row, group_by, node) for row in reply.rows], reply.status
 
 
 def record_to_proto(record: OccupancyRecord) -> agent_pb2.HistoryRecord:

@@ -30,12 +30,11 @@ from .history.log import OFF, HistoryLog
 from .history.store import READERS
 from .history_codec import (
     BadHistoryRequestError,
+    history_page_to_proto,
     history_query_from_proto,
-    page_token,
     pod_names_from_proto,
-    record_to_proto,
     usage_query_from_proto,
-    usage_row_to_proto,
+    usage_reply_to_proto,
 )
 from .log_limits import AGENT_LOGGERS, limit_tracebacks
 from .metrics.http import MetricsHttpServer
@@ -125,7 +124,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         self, request: agent_pb2.GetHistoryRequest, context: aio.ServicerContext[Any, Any]
     ) -> agent_pb2.HistoryPage:
         """One page of the records overlapping the asked range."""
-        page = agent_pb2.HistoryPage(node_name=self._sampler.node_name)
+        node_name = self._sampler.node_name
         try:
             query = history_query_from_proto(request)
         except BadHistoryRequestError as exc:
@@ -133,25 +132,19 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             raise AssertionError("unreachable: abort raises") from None
         history = self._history
         if history is None:
-            page.status = OFF
-            return page
+            return history_page_to_proto(node_name, OFF)
         try:
             async with self._reads:
                 records = await asyncio.to_thread(history.history, query)
         except (sqlite3.Error, OSError):
-            page.status = history.status
-            return page
-        page.status = history.status
-        page.records.extend(record_to_proto(record) for record in records)
-        if len(records) == query.limit:
-            page.next_page_token = page_token(records[-1])
-        return page
+            return history_page_to_proto(node_name, history.status)
+        return history_page_to_proto(node_name, history.status, records, limit=query.limit)
 
     async def GetUsage(
         self, request: agent_pb2.GetUsageRequest, context: aio.ServicerContext[Any, Any]
     ) -> agent_pb2.UsageReply:
         """GPU- and GiB-seconds over the asked range, summed and grouped here."""
-        reply = agent_pb2.UsageReply(node_name=self._sampler.node_name)
+        node_name = self._sampler.node_name
         try:
             query = usage_query_from_proto(request, now=self._clock())
         except BadHistoryRequestError as exc:
@@ -159,17 +152,13 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             raise AssertionError("unreachable: abort raises") from None
         history = self._history
         if history is None:
-            reply.status = OFF
-            return reply
+            return usage_reply_to_proto(node_name, OFF)
         try:
             async with self._usage_reads, self._reads:
                 rows = await asyncio.to_thread(history.usage, query)
         except (sqlite3.Error, OSError):
-            reply.status = history.status
-            return reply
-        reply.status = history.status
-        reply.rows.extend(usage_row_to_proto(row) for row in rows)
-        return reply
+            return usage_reply_to_proto(node_name, history.status)
+        return usage_reply_to_proto(node_name, history.status, rows)
 
     async def PutPodNames(
         self, request: agent_pb2.PutPodNamesRequest, context: aio.ServicerContext[Any, Any]

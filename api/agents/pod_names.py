@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from graph_schema.interfaces import AgentUnavailableError
 from graph_schema.records import NodeRecord, PodRecord
@@ -23,7 +23,7 @@ from node_resolver.pod_names import PodName
 
 from .pool import AgentClientLike, AgentPool
 
-__all__ = ["PodNamePusher", "pod_name_of"]
+__all__ = ["PodNamePusher", "PodNameWriter", "pod_name_of"]
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,12 @@ class PodSource(Protocol):
         ...
 
 
-class _Putter(Protocol):
+@runtime_checkable
+class PodNameWriter(Protocol):
+    """An agent client's PutPodNames (node_resolver.client.AgentClient's)."""
+
     async def put_pod_names(self, node_name: str, pods: list[PodName], *, timeout: float) -> int:
-        """Send names."""
+        """Send names; how many the agent did not know."""
         ...
 
 
@@ -173,8 +176,9 @@ class PodNamePusher:
         timeout = self._pool.timeout
 
         async def put(client: AgentClientLike) -> int:
-            putter: _Putter = client  # type: ignore[assignment]
-            return await putter.put_pod_names(node, names, timeout=timeout)
+            if not isinstance(client, PodNameWriter):
+                raise TypeError(f"{type(client).__name__} sends no pod names")
+            return await client.put_pod_names(node, names, timeout=timeout)
 
         try:
             await self._pool.call(node, put, what="PutPodNames")

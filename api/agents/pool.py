@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import grpc
 from prometheus_client import Counter
@@ -44,7 +45,6 @@ from node_resolver.auth import TokenFile
 from node_resolver.history.records import (
     HistoryPage,
     HistoryQuery,
-    UsageGroup,
     UsageQuery,
     UsageRow,
 )
@@ -64,7 +64,10 @@ __all__ = [
     "AgentClientLike",
     "AgentPool",
     "ClientFactory",
+    "HistoryReader",
     "RefreshListener",
+    "history_reader",
+    "reads_history",
 ]
 
 log = logging.getLogger(__name__)
@@ -90,8 +93,13 @@ class AgentClientLike(Protocol):
         ...
 
 
-class HistoryClientLike(Protocol):
-    """What history reads need from an agent client (node_resolver.client.AgentClient)."""
+@runtime_checkable
+class HistoryReader(Protocol):
+    """An agent client's reads of the occupancy log (node_resolver.client.AgentClient's).
+
+    A client the factory makes need not read history (a snapshot-only fake, say):
+    ``reads_history`` tells, and a read from one that does not fails as the node's.
+    """
 
     async def get_history(
         self, query: HistoryQuery, *, page_token: str = "", timeout: float
@@ -99,17 +107,27 @@ class HistoryClientLike(Protocol):
         """One GetHistory page."""
         ...
 
-    async def get_usage(
-        self,
-        since: float,
-        until: float | None,
-        group_by: frozenset[UsageGroup],
-        namespaces: list[str],
-        *,
-        timeout: float,
-    ) -> tuple[list[UsageRow], str]:
-        """One GetUsage call."""
+    async def get_usage(self, query: UsageQuery, *, timeout: float) -> tuple[list[UsageRow], str]:
+        """One GetUsage call: the rows, keyed as the query groups them, and the log's status."""
         ...
+
+
+@functools.cache
+def _class_reads_history(client_class: type) -> bool:
+    # A runtime Protocol check costs tens of microseconds: once per class, not per read.
+    return issubclass(client_class, HistoryReader)
+
+
+def reads_history(client: AgentClientLike) -> TypeGuard[HistoryReader]:
+    """Whether ``client`` reads the agent's occupancy log."""
+    return _class_reads_history(type(client))
+
+
+def history_reader(client: AgentClientLike) -> HistoryReader:
+    """``client`` as a HistoryReader; TypeError (the node's failure) when it reads none."""
+    if not reads_history(client):
+        raise TypeError(f"{type(client).__name__} reads no history")
+    return client
 
 
 ClientFactory = Callable[[str, "str | None"], AgentClientLike]
@@ -372,7 +390,7 @@ class AgentPool:
         timeout = self.timeout
 
         async def get(client: AgentClientLike) -> HistoryPage:
-            reader: HistoryClientLike = client  # type: ignore[assignment]
+            reader = history_reader(client)
             return await reader.get_history(query, page_token=page_token, timeout=timeout)
 
         key = (node_name, *_exact(query), page_token)
@@ -389,10 +407,7 @@ class AgentPool:
         timeout = self.timeout
 
         async def get(client: AgentClientLike) -> Usage:
-            reader: HistoryClientLike = client  # type: ignore[assignment]
-            return await reader.get_usage(
-                query.since, query.until, query.group_by, list(query.namespaces), timeout=timeout
-            )
+            return await history_reader(client).get_usage(query, timeout=timeout)
 
         key = (node_name, *_exact(query))
         return await self._read(

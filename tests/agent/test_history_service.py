@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +16,7 @@ from node_resolver.client import AgentClient
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.history.log import HistoryLog, HistorySettings
-from node_resolver.history.records import HistoryQuery, OccupancyRecord, UsageGroup
+from node_resolver.history.records import HistoryQuery, OccupancyRecord, UsageGroup, UsageQuery
 from node_resolver.history.store import DB_NAME, READERS, HistoryStore
 from node_resolver.history_codec import (
     PUT_POD_NAMES_MAX_BYTES,
@@ -131,9 +132,8 @@ def test_usage_over_grpc_and_names_put_in_small_messages(
     async def exchange() -> tuple[int, list[float]]:
         async with AgentClient(running.address, token=TOKEN) as client:
             stored = await client.put_pod_names("node-a", pods, timeout=10)
-            rows, status = await client.get_usage(
-                0.0, None, frozenset({UsageGroup.GPU}), [], timeout=10
-            )
+            asked = UsageQuery(0.0, time.time(), frozenset({UsageGroup.GPU}))
+            rows, status = await client.get_usage(asked, timeout=10)
         assert status == "ok"
         return stored, [r.gpu_seconds for r in rows]
 

@@ -2,11 +2,10 @@
 
 ``HistoryAgents`` is ``MemorySnapshots`` that also answers the server's
 ``HistorySource``: each node's records sit in the agent's own ``HistoryStore``
-(a real SQLite file), and a request goes through the agent's own codec
-(``history_query_from_proto``, page tokens) the way GetHistory and GetUsage
-serve it. A killed or broken agent fails its history calls as it fails its
-snapshots; a node without a store answers "off", as an agent without
-``--history-dir`` does.
+(a real SQLite file), and requests and replies go through the codec both ways
+(``node_resolver/history_codec.py``), as GetHistory and GetUsage carry them. A
+killed or broken agent fails its history calls as it fails its snapshots; a
+node without a store answers "off", as an agent without ``--history-dir`` does.
 """
 
 from __future__ import annotations
@@ -16,18 +15,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from graph_schema.interfaces import AgentUnavailableError
-from node_resolver.generated import agent_pb2
 from node_resolver.history.records import (
     HistoryPage,
     HistoryQuery,
     OccupancyRecord,
-    UsageGroup,
     UsageQuery,
     UsageRow,
 )
 from node_resolver.history.store import HistoryStore
-from node_resolver.history_codec import after_token, history_query_from_proto
-from node_resolver.history_codec import page_token as token_after
+from node_resolver.history_codec import (
+    history_page_from_proto,
+    history_page_to_proto,
+    history_query_from_proto,
+    history_request_to_proto,
+    usage_from_proto,
+    usage_query_from_proto,
+    usage_query_to_proto,
+    usage_reply_to_proto,
+)
 from tests.support.graph import MemorySnapshots
 
 __all__ = [
@@ -119,36 +124,23 @@ class HistoryAgents(MemorySnapshots):
     async def history_page(
         self, node_name: str, query: HistoryQuery, page_token: str = ""
     ) -> HistoryPage:
-        """One page of the node's log, as the agent's GetHistory pages it."""
+        """One page of the node's log, as the agent's GetHistory pages it, through the wire's
+        messages both ways."""
         self._reachable(node_name)
-        request = agent_pb2.GetHistoryRequest(
-            since=query.since,
-            until=query.until,
-            gpu_uuids=list(query.gpu_uuids),
-            pod_uids=list(query.pod_uids),
-            namespaces=list(query.namespaces),
-            pod_names=list(query.pod_names),
-            limit=query.limit,
-            # As the client sends a query's own position when no token is given.
-            page_token=page_token or ("" if query.after is None else after_token(query.after)),
-        )
         store = self.stores.get(node_name)
         if store is None:
-            return HistoryPage(node_name, [], [], "", "off")
-        asked = history_query_from_proto(request)
+            return history_page_from_proto(history_page_to_proto(node_name, "off"))
+        asked = history_query_from_proto(history_request_to_proto(query, page_token))
         records = store.history(asked)
-        following = token_after(records[-1]) if len(records) == asked.limit else ""
-        cursors = [token_after(r) for r in records]
-        return HistoryPage(node_name, records, cursors, following, "ok")
+        reply = history_page_to_proto(node_name, "ok", records, limit=asked.limit)
+        return history_page_from_proto(reply)
 
     async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
-        """The node's sums, as the agent's GetUsage groups them (its node key set here)."""
+        """The node's sums, as the agent's GetUsage groups them, through the wire's messages."""
         self._reachable(node_name)
         store = self.stores.get(node_name)
         if store is None:
-            return [], "off"
-        rows = store.usage(query)
-        if UsageGroup.NODE in query.group_by:
-            for row in rows:
-                row.node_name = node_name
-        return rows, "ok"
+            return usage_from_proto(usage_reply_to_proto(node_name, "off"), query.group_by)
+        asked = usage_query_from_proto(usage_query_to_proto(query), now=query.until)
+        reply = usage_reply_to_proto(node_name, "ok", store.usage(asked))
+        return usage_from_proto(reply, query.group_by)

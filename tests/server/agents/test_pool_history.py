@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from api.agents.discovery import NodeIpDiscovery
-from api.agents.pool import CHANNEL_OPTIONS, AgentPool
+from api.agents.pool import CHANNEL_OPTIONS, AgentPool, HistoryReader, reads_history
 from api.demo.cluster.manifests import pod_uid_for
 from api.kube.cache import ClusterCache
+from graph_schema.interfaces import AgentUnavailableError
 from node_resolver.client import AgentClient
 from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery
+from node_resolver.models import NodeSnapshot
 from tests.server.agents.test_pool import cache_with_nodes, gpu_for
 from tests.support import graph
 from tests.support.polling import eventually_async
@@ -162,3 +164,37 @@ async def test_a_caller_past_its_bound_waits_at_the_server_while_another_callers
         await settled()
     # Every slot came back: the reads in flight when the pool closed, and those it refused.
     assert reads.callers() == 0
+
+
+class _Addresses:
+    """Every node's agent at one address (nothing listens: the client is never dialled)."""
+
+    def address(self, node_name: str) -> str:
+        return "127.0.0.1:9"
+
+
+class _SnapshotsOnly:
+    """A client that answers snapshots and nothing of the occupancy log."""
+
+    async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
+        raise AssertionError("not asked")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_history_reads_take_the_clients_typed_interface_or_fail_as_the_node() -> None:
+    # The production client is a HistoryReader as the type checker reads its signatures.
+    agent = AgentClient("127.0.0.1:9")
+    reader: HistoryReader = agent
+    assert reads_history(agent) and reader is agent
+    await agent.close()
+    # A client without history fails the read as the node's agent does, named and clear.
+    pool = AgentPool(_Addresses(), client_factory=lambda target, token: _SnapshotsOnly())
+    try:
+        with pytest.raises(AgentUnavailableError, match=r"GetUsage: .*reads no history"):
+            await pool.usage("node-a", UsageQuery(0.0, 1.0))
+        with pytest.raises(AgentUnavailableError, match=r"GetHistory: .*reads no history"):
+            await pool.history_page("node-a", HistoryQuery(0.0))
+    finally:
+        await pool.close()
