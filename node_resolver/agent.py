@@ -43,7 +43,9 @@ async def agent_running(
     With ``metrics_listen``, the node's GPU series are served there over HTTP
     (``server.metrics``), behind ``metrics_token`` when one is given.
     """
-    server = AgentServer(sampler, token=token, history=history)
+    # The judge names processes from the pod names the server pushes to this agent.
+    names = sampler.judge.pod_names if sampler.judge is not None else None
+    server = AgentServer(sampler, token=token, history=history, pod_names=names)
     try:
         await server.start(listen)
         if metrics_listen is not None:

@@ -17,6 +17,12 @@ from pathlib import Path
 
 from .address import AGENT_PORT, METRICS_PORT, join_host_port, listen_address
 from .agent import agent_running
+from .allocation_use import (
+    DEFAULT_IDLE_AFTER,
+    DEFAULT_IDLE_SM_PERCENT,
+    AllocationJudge,
+    IdlePolicy,
+)
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
 from .gpu_source import GpuSource
@@ -67,6 +73,17 @@ def duration_seconds(value: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def sm_percent(value: str) -> float:
+    """argparse type for an SM utilization percentage, 0 to 100."""
+    try:
+        percent = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {value!r}") from None
+    if not 0 <= percent <= 100:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 100, got {value!r}")
+    return percent
 
 
 def positive_bytes(value: str) -> int:
@@ -187,6 +204,23 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_MAX_BYTES})",
     )
     parser.add_argument(
+        "--idle-after",
+        default=parse_duration(DEFAULT_IDLE_AFTER),
+        type=duration_seconds,
+        metavar="DURATION",
+        help="an allocation whose holder ran nothing above --idle-sm-percent for this long is "
+        f"IDLE (processes holding memory) or UNUSED (none), e.g. 30m (default: "
+        f"{DEFAULT_IDLE_AFTER})",
+    )
+    parser.add_argument(
+        "--idle-sm-percent",
+        default=DEFAULT_IDLE_SM_PERCENT,
+        type=sm_percent,
+        metavar="N",
+        help="a process at or below this SM utilization (percent) is not running "
+        f"(default: {DEFAULT_IDLE_SM_PERCENT:g})",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=str.upper,
@@ -253,8 +287,20 @@ def run_agent(args: argparse.Namespace) -> int:
         containerd_namespace=args.containerd_namespace,
         expose_cmdline=args.expose_cmdline,
     )
-    history = build_history(args)
     kubelet = PodResourcesClient(args.pod_resources_socket) if args.pod_resources_socket else None
+    pod_names = PodNames()
+    judge = (
+        AllocationJudge(
+            node_name=args.node_name,
+            boot_id=read_boot_id(args.proc_root),
+            policy=IdlePolicy(args.idle_after, args.idle_sm_percent),
+            pod_names=pod_names,
+            interval=args.interval,
+        )
+        if kubelet
+        else None
+    )
+    history = build_history(args, pod_names, judge)
     sampler = Sampler(
         source,
         resolver,
@@ -262,8 +308,11 @@ def run_agent(args: argparse.Namespace) -> int:
         interval=args.interval,
         on_scan=history.observe if history is not None else None,
         pod_resources=(
-            PodResourcesPoller(kubelet.list, interval=args.interval) if kubelet else None
+            PodResourcesPoller(kubelet.list, interval=args.interval, list_replicas=kubelet.replicas)
+            if kubelet
+            else None
         ),
+        judge=judge,
     )
     try:
         return asyncio.run(
@@ -283,8 +332,13 @@ def run_agent(args: argparse.Namespace) -> int:
             kubelet.close()
 
 
-def build_history(args: argparse.Namespace) -> HistoryLog | None:
-    """The occupancy log the flags ask for; None without --history-dir."""
+def build_history(
+    args: argparse.Namespace,
+    pod_names: PodNames | None = None,
+    judge: AllocationJudge | None = None,
+) -> HistoryLog | None:
+    """The occupancy log the flags ask for (keeping ``judge``'s allocations); None without
+    --history-dir."""
     if not args.history_dir:
         return None
     settings = HistorySettings(
@@ -292,7 +346,12 @@ def build_history(args: argparse.Namespace) -> HistoryLog | None:
         retention_seconds=args.history_retention,
         max_bytes=args.history_max_bytes,
     )
-    return HistoryLog(settings, boot_id=read_boot_id(args.proc_root), pod_names=PodNames())
+    return HistoryLog(
+        settings,
+        boot_id=read_boot_id(args.proc_root),
+        pod_names=pod_names if pod_names is not None else PodNames(),
+        allocations=judge,
+    )
 
 
 async def _serve(

@@ -13,10 +13,14 @@ of the node still answers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from .generated import agent_pb2
 from .models import (
+    AllocationKey,
     AllocationMechanism,
+    AllocationUse,
+    AllocationUseState,
     ContainerAllocations,
     ContainerRef,
     DeviceAllocation,
@@ -50,6 +54,14 @@ _MECHANISM_TO_PROTO = {
     AllocationMechanism.DRA: agent_pb2.ALLOCATION_MECHANISM_DRA,
 }
 _MECHANISM_FROM_PROTO = {value: kind for kind, value in _MECHANISM_TO_PROTO.items()}
+_USE_TO_PROTO = {
+    AllocationUse.ACTIVE: agent_pb2.ALLOCATION_USE_ACTIVE,
+    AllocationUse.IDLE: agent_pb2.ALLOCATION_USE_IDLE,
+    AllocationUse.UNUSED: agent_pb2.ALLOCATION_USE_UNUSED,
+    AllocationUse.UNKNOWN: agent_pb2.ALLOCATION_USE_UNKNOWN,
+}
+# A newer agent's value this server does not know reads as UNKNOWN.
+_USE_FROM_PROTO = {value: use for use, value in _USE_TO_PROTO.items()}
 
 
 def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapshot:
@@ -81,7 +93,10 @@ def _allocations_to_proto(
     if allocations is None:
         return None
     cached = _encoded
-    if cached is not None and cached[0] is allocations.containers:
+    if allocations.uses:
+        # The uses change every scan: encoded with them, once per snapshot.
+        containers = [_container_to_proto(c, allocations.uses) for c in allocations.containers]
+    elif cached is not None and cached[0] is allocations.containers:
         containers = cached[1]
     else:
         containers = [_container_to_proto(c) for c in allocations.containers]
@@ -98,25 +113,42 @@ def _allocations_to_proto(
     )
 
 
-def _container_to_proto(c: ContainerAllocations) -> agent_pb2.ContainerAllocation:
+def _container_to_proto(
+    c: ContainerAllocations, uses: Mapping[AllocationKey, AllocationUseState] | None = None
+) -> agent_pb2.ContainerAllocation:
     return agent_pb2.ContainerAllocation(
         namespace=c.namespace,
         pod=c.pod,
         container=c.container,
-        devices=[
-            agent_pb2.DeviceAllocation(
-                mechanism=_MECHANISM_TO_PROTO[d.mechanism],
-                resource=d.resource,
-                device_id=d.device_id,
-                gpu_uuid=d.gpu_uuid or "",
-                mig_device_uuid=d.mig_device_uuid or "",
-                shared=d.shared,
-                driver=d.driver or "",
-                pool=d.pool or "",
-            )
-            for d in c.devices
-        ],
+        devices=[_device_to_proto(c, d, uses) for d in c.devices],
     )
+
+
+def _device_to_proto(
+    c: ContainerAllocations,
+    d: DeviceAllocation,
+    uses: Mapping[AllocationKey, AllocationUseState] | None,
+) -> agent_pb2.DeviceAllocation:
+    message = agent_pb2.DeviceAllocation(
+        mechanism=_MECHANISM_TO_PROTO[d.mechanism],
+        resource=d.resource,
+        device_id=d.device_id,
+        gpu_uuid=d.gpu_uuid or "",
+        mig_device_uuid=d.mig_device_uuid or "",
+        shared=d.shared,
+        driver=d.driver or "",
+        pool=d.pool or "",
+    )
+    state = uses.get((c.namespace, c.pod, c.container, d.resource, d.device_id)) if uses else None
+    if state is not None:
+        message.use = _USE_TO_PROTO[state.use]
+        if state.idle_since is not None:
+            message.idle_since = state.idle_since
+        message.idle_seconds = state.idle_seconds
+        message.weight = state.weight
+        message.allocated_gpu_seconds = state.allocated_gpu_seconds
+        message.idle_allocated_gpu_seconds = state.idle_allocated_gpu_seconds
+    return message
 
 
 def _gpu_or_error(gpu: GpuSample) -> agent_pb2.Gpu:
@@ -201,6 +233,12 @@ def _allocations_from_proto(pb: agent_pb2.DeviceAllocations) -> NodeAllocations 
         return NodeAllocations(available=False, reason="unknown allocation state from the agent")
     if pb.state != agent_pb2.ALLOCATION_SOURCE_STATE_POD_RESOURCES:
         return NodeAllocations(available=False, reason=pb.reason or "no allocation data")
+    uses: dict[AllocationKey, AllocationUseState] = {}
+    for c in pb.containers:
+        for d in c.devices:
+            if d.use != agent_pb2.ALLOCATION_USE_UNSPECIFIED:
+                key = (c.namespace, c.pod, c.container, d.resource, d.device_id)
+                uses[key] = _use_from_proto(d)
     return NodeAllocations(
         available=True,
         age_seconds=pb.age_seconds,
@@ -213,6 +251,18 @@ def _allocations_from_proto(pb: agent_pb2.DeviceAllocations) -> NodeAllocations 
             )
             for c in pb.containers
         ),
+        uses=uses,
+    )
+
+
+def _use_from_proto(pb: agent_pb2.DeviceAllocation) -> AllocationUseState:
+    return AllocationUseState(
+        use=_USE_FROM_PROTO.get(pb.use, AllocationUse.UNKNOWN),
+        idle_since=pb.idle_since if pb.HasField("idle_since") else None,
+        idle_seconds=pb.idle_seconds,
+        weight=pb.weight,
+        allocated_gpu_seconds=pb.allocated_gpu_seconds,
+        idle_allocated_gpu_seconds=pb.idle_allocated_gpu_seconds,
     )
 
 

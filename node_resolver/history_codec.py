@@ -277,6 +277,8 @@ def usage_row_to_proto(row: UsageRow) -> agent_pb2.UsageRow:
         gpu_uuid=row.gpu_uuid or "",
         gpu_seconds=row.gpu_seconds,
         memory_gib_seconds=row.memory_gib_seconds,
+        allocated_gpu_seconds=row.allocated_gpu_seconds,
+        idle_allocated_gpu_seconds=row.idle_allocated_gpu_seconds,
     )
 
 
@@ -292,6 +294,8 @@ def usage_row_from_proto(
         gpu_seconds=message.gpu_seconds,
         memory_gib_seconds=message.memory_gib_seconds,
         node_name=node_name if UsageGroup.NODE in group_by else None,
+        allocated_gpu_seconds=message.allocated_gpu_seconds,
+        idle_allocated_gpu_seconds=message.idle_allocated_gpu_seconds,
     )
 
 

@@ -9,6 +9,7 @@ available" (NVML did not report it), never zero.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -167,6 +168,35 @@ class ContainerAllocations:
     devices: tuple[DeviceAllocation, ...] = ()
 
 
+class AllocationUse(enum.Enum):
+    """How an allocation's holder uses its device (docs/allocation.md has the rule)."""
+
+    ACTIVE = "ACTIVE"
+    IDLE = "IDLE"
+    UNUSED = "UNUSED"
+    UNKNOWN = "UNKNOWN"
+
+
+# An allocation as the kubelet names it: (namespace, pod, container, resource, device ID).
+AllocationKey = tuple[str, str, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationUseState:
+    """The agent's judgement of one allocation at one scan, and what it was counted."""
+
+    use: AllocationUse
+    # When the idle stretch began (Unix seconds); None while ACTIVE or UNKNOWN.
+    idle_since: float | None = None
+    # How long it has been IDLE or UNUSED; 0 while ACTIVE or UNKNOWN.
+    idle_seconds: float = 0.0
+    # GPU-equivalents the device counts for (a whole GPU 1, a MIG device its share, ...).
+    weight: float = 1.0
+    # GPU-equivalent seconds counted by this agent process (they restart with it).
+    allocated_gpu_seconds: float = 0.0
+    idle_allocated_gpu_seconds: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class NodeAllocations:
     """The kubelet's PodResources answer for the node, or why there is none.
@@ -181,6 +211,20 @@ class NodeAllocations:
     reason: str | None = None
     # Seconds between the kubelet's answer and the scan that carries it.
     age_seconds: float = 0.0
+    # Each GPU device's judged use, where the agent judges (``allocation_use``).
+    uses: Mapping[AllocationKey, AllocationUseState] = field(default_factory=dict)
+    # A time-shared device's replicas the kubelet can hand out, by its base ID (the
+    # kubelet's allocatable devices); empty where it did not say.
+    replicas: Mapping[str, int] = field(default_factory=dict)
+
+    def use_of(
+        self, container: ContainerAllocations, device: DeviceAllocation
+    ) -> AllocationUseState | None:
+        """The judged use of ``device`` given to ``container``; None where none was judged."""
+        return self.uses.get(
+            (container.namespace, container.pod, container.container, device.resource,
+             device.device_id)
+        )  # fmt: skip
 
 
 @dataclass(slots=True)

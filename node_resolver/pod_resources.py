@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -70,6 +70,8 @@ class KubeletAnswer:
 
     containers: tuple[KubeletContainer, ...]
     received_at: float
+    # Replicas the kubelet can hand out per time-shared device (``replica_counts``).
+    replicas: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,16 @@ def containers_from_proto(
     return tuple(out)
 
 
+def replica_counts(device_ids: Iterable[str]) -> dict[str, int]:
+    """How many ``ID::N`` replicas each base ID has among the kubelet's allocatable devices."""
+    counts: dict[str, int] = {}
+    for device_id in device_ids:
+        base, marker, _ = device_id.partition("::")
+        if marker:
+            counts[base] = counts.get(base, 0) + 1
+    return counts
+
+
 class PodResourcesClient:
     """A gRPC client of the kubelet's PodResourcesLister on a unix socket."""
 
@@ -134,6 +146,17 @@ class PodResourcesClient:
         except grpc.RpcError as exc:
             raise PodResourcesError(self._describe(exc)) from None
         return containers_from_proto(response)
+
+    def replicas(self) -> dict[str, int]:
+        """Replicas per time-shared device from ``GetAllocatableResources``; PodResourcesError
+        if the kubelet does not answer it."""
+        try:
+            response = self._stub.GetAllocatableResources(
+                podresources_pb2.AllocatableResourcesRequest(), timeout=self.timeout
+            )
+        except grpc.RpcError as exc:
+            raise PodResourcesError(self._describe(exc)) from None
+        return replica_counts(i for d in response.devices for i in d.device_ids)
 
     def _describe(self, exc: grpc.RpcError) -> str:
         code = exc.code() if isinstance(exc, grpc.Call) else None
@@ -161,8 +184,11 @@ class PodResourcesPoller:
         interval: float = 1.0,
         max_age: float = MAX_ANSWER_AGE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        list_replicas: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         self._list = list_containers
+        # Asked beside each List; a kubelet that cannot answer leaves replicas unknown.
+        self._replicas = list_replicas
         self.interval = interval
         self.max_age = max_age
         self._clock = clock
@@ -190,11 +216,23 @@ class PodResourcesPoller:
         if previous is not None and containers == previous.containers:
             # The same object while nothing changed: the scans map it to GPUs once.
             containers = previous.containers
-        self._answer = KubeletAnswer(containers, self._clock())
+        replicas = self._read_replicas()
+        if previous is not None and replicas == previous.replicas:
+            replicas = previous.replicas
+        self._answer = KubeletAnswer(containers, self._clock(), replicas)
         self._reason = None
         if self._logged is not None:
             log.info("kubelet PodResources answers again")
             self._logged = None
+
+    def _read_replicas(self) -> Mapping[str, int]:
+        if self._replicas is None:
+            return {}
+        try:
+            return self._replicas()
+        except Exception:
+            # Without it a replica counts as a whole GPU until the kubelet answers it.
+            return self._answer.replicas if self._answer is not None else {}
 
     def _failed(self, reason: str) -> None:
         self._reason = reason

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from .allocation_use import AllocationJudge
 from .gpu_source import GpuSource
 from .kubelet_devices import node_allocations
 from .models import NodeAllocations, NodeSample, NodeSnapshot
@@ -46,6 +47,7 @@ class Sampler:
         clock: Callable[[], float] = time.time,
         on_scan: Callable[[NodeSnapshot], None] | None = None,
         pod_resources: PodResourcesPoller | None = None,
+        judge: AllocationJudge | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
@@ -56,6 +58,8 @@ class Sampler:
         self._clock = clock
         # Polls the kubelet in its own thread; a scan only reads its last answer.
         self.pod_resources = pod_resources
+        # Judges each allocation's use from the scan (ACTIVE, IDLE, UNUSED, UNKNOWN).
+        self.judge = judge
         # The last answer mapped to GPUs, kept while neither it nor the GPUs change.
         self._mapped: tuple[object, tuple[object, ...], NodeAllocations] | None = None
         self._latest: NodeSnapshot | None = None
@@ -128,11 +132,14 @@ class Sampler:
             sample = NodeSample(error=f"GPU scan failed: {type(exc).__name__}: {exc}")
         else:
             self._resolve(sample)
+        allocations = self._allocations(sample)
+        if self.judge is not None:
+            allocations = self._judged(sample, allocations, sampled_at)
         snapshot = NodeSnapshot(
             node_name=self.node_name,
             sample=sample,
             sampled_at=sampled_at,
-            allocations=self._allocations(sample),
+            allocations=allocations,
         )
         self._latest = snapshot
         self.scans += 1
@@ -141,6 +148,17 @@ class Sampler:
         if self._on_scan is not None:
             self._observe(snapshot)
         return snapshot
+
+    def _judged(
+        self, sample: NodeSample, allocations: NodeAllocations | None, now: float
+    ) -> NodeAllocations | None:
+        assert self.judge is not None
+        try:
+            return self.judge.judge(sample, allocations, now)
+        except Exception:
+            # The snapshot goes out unjudged rather than not at all.
+            log.exception("judging the allocations' use failed")
+            return allocations
 
     def _observe(self, snapshot: NodeSnapshot) -> None:
         assert self._on_scan is not None
@@ -168,15 +186,16 @@ class Sampler:
             (g.uuid, g.minor_number, tuple(m.uuid for m in g.mig_devices)) for g in sample.gpus
         )
         mapped = self._mapped
+        replicas = state.answer.replicas
         if mapped is not None and mapped[0] is containers and mapped[1] == gpus:
-            return replace(mapped[2], age_seconds=age)
+            return replace(mapped[2], age_seconds=age, replicas=replicas)
         try:
             allocations = node_allocations(containers, sample.gpus, age_seconds=age)
         except Exception as exc:
             log.exception("mapping the kubelet's allocations failed")
             return NodeAllocations(available=False, reason=f"mapping failed: {exc}")
         self._mapped = (containers, gpus, allocations)
-        return allocations
+        return replace(allocations, replicas=replicas)
 
     def _set_ready(self) -> None:
         with self._ready_lock:

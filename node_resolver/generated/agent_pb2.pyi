@@ -36,6 +36,14 @@ class AllocationMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALLOCATION_MECHANISM_UNSPECIFIED: _ClassVar[AllocationMechanism]
     ALLOCATION_MECHANISM_DEVICE_PLUGIN: _ClassVar[AllocationMechanism]
     ALLOCATION_MECHANISM_DRA: _ClassVar[AllocationMechanism]
+
+class AllocationUse(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ALLOCATION_USE_UNSPECIFIED: _ClassVar[AllocationUse]
+    ALLOCATION_USE_ACTIVE: _ClassVar[AllocationUse]
+    ALLOCATION_USE_IDLE: _ClassVar[AllocationUse]
+    ALLOCATION_USE_UNUSED: _ClassVar[AllocationUse]
+    ALLOCATION_USE_UNKNOWN: _ClassVar[AllocationUse]
 PROCESS_TYPE_UNSPECIFIED: ProcessType
 PROCESS_TYPE_COMPUTE: ProcessType
 PROCESS_TYPE_GRAPHICS: ProcessType
@@ -53,6 +61,11 @@ ALLOCATION_SOURCE_STATE_NONE: AllocationSourceState
 ALLOCATION_MECHANISM_UNSPECIFIED: AllocationMechanism
 ALLOCATION_MECHANISM_DEVICE_PLUGIN: AllocationMechanism
 ALLOCATION_MECHANISM_DRA: AllocationMechanism
+ALLOCATION_USE_UNSPECIFIED: AllocationUse
+ALLOCATION_USE_ACTIVE: AllocationUse
+ALLOCATION_USE_IDLE: AllocationUse
+ALLOCATION_USE_UNUSED: AllocationUse
+ALLOCATION_USE_UNKNOWN: AllocationUse
 
 class GetSnapshotRequest(_message.Message):
     __slots__ = ()
@@ -246,18 +259,22 @@ class GetUsageRequest(_message.Message):
     def __init__(self, since: _Optional[float] = ..., until: _Optional[float] = ..., group_by: _Optional[_Iterable[_Union[UsageGroup, str]]] = ..., namespaces: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UsageRow(_message.Message):
-    __slots__ = ("namespace", "pod_name", "gpu_uuid", "gpu_seconds", "memory_gib_seconds")
+    __slots__ = ("namespace", "pod_name", "gpu_uuid", "gpu_seconds", "memory_gib_seconds", "allocated_gpu_seconds", "idle_allocated_gpu_seconds")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     POD_NAME_FIELD_NUMBER: _ClassVar[int]
     GPU_UUID_FIELD_NUMBER: _ClassVar[int]
     GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_GIB_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_ALLOCATED_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     pod_name: str
     gpu_uuid: str
     gpu_seconds: float
     memory_gib_seconds: float
-    def __init__(self, namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., gpu_seconds: _Optional[float] = ..., memory_gib_seconds: _Optional[float] = ...) -> None: ...
+    allocated_gpu_seconds: float
+    idle_allocated_gpu_seconds: float
+    def __init__(self, namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., gpu_seconds: _Optional[float] = ..., memory_gib_seconds: _Optional[float] = ..., allocated_gpu_seconds: _Optional[float] = ..., idle_allocated_gpu_seconds: _Optional[float] = ...) -> None: ...
 
 class UsageReply(_message.Message):
     __slots__ = ("node_name", "rows", "status")
@@ -328,7 +345,7 @@ class ContainerAllocation(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceAllocation, _Mapping]]] = ...) -> None: ...
 
 class DeviceAllocation(_message.Message):
-    __slots__ = ("mechanism", "resource", "device_id", "gpu_uuid", "mig_device_uuid", "shared", "driver", "pool")
+    __slots__ = ("mechanism", "resource", "device_id", "gpu_uuid", "mig_device_uuid", "shared", "driver", "pool", "use", "idle_since", "idle_seconds", "weight", "allocated_gpu_seconds", "idle_allocated_gpu_seconds")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -337,6 +354,12 @@ class DeviceAllocation(_message.Message):
     SHARED_FIELD_NUMBER: _ClassVar[int]
     DRIVER_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
+    USE_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SINCE_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_ALLOCATED_GPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     mechanism: AllocationMechanism
     resource: str
     device_id: str
@@ -345,4 +368,10 @@ class DeviceAllocation(_message.Message):
     shared: bool
     driver: str
     pool: str
-    def __init__(self, mechanism: _Optional[_Union[AllocationMechanism, str]] = ..., resource: _Optional[str] = ..., device_id: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., shared: _Optional[bool] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...
+    use: AllocationUse
+    idle_since: float
+    idle_seconds: float
+    weight: float
+    allocated_gpu_seconds: float
+    idle_allocated_gpu_seconds: float
+    def __init__(self, mechanism: _Optional[_Union[AllocationMechanism, str]] = ..., resource: _Optional[str] = ..., device_id: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., shared: _Optional[bool] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ..., use: _Optional[_Union[AllocationUse, str]] = ..., idle_since: _Optional[float] = ..., idle_seconds: _Optional[float] = ..., weight: _Optional[float] = ..., allocated_gpu_seconds: _Optional[float] = ..., idle_allocated_gpu_seconds: _Optional[float] = ...) -> None: ...

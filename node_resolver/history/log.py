@@ -19,13 +19,14 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ..models import NodeSnapshot
 from ..pod_names import PodNames
-from .records import HistoryQuery, OccupancyRecord, UsageQuery, UsageRow
+from .records import AllocationRecord, HistoryQuery, OccupancyRecord, UsageQuery, UsageRow
 from .store import HistoryStore
 from .tracker import OccupancyTracker
 
@@ -35,6 +36,7 @@ __all__ = [
     "FLUSH_SECONDS",
     "OFF",
     "OK",
+    "AllocationKeeper",
     "HistoryLog",
     "HistorySettings",
     "read_boot_id",
@@ -52,6 +54,29 @@ FLUSH_SECONDS = 5.0
 _PRUNE_EVERY = 12
 # Ended records kept in memory while the store cannot take them; the oldest go first.
 _MAX_UNWRITTEN = 100_000
+
+
+class AllocationKeeper(Protocol):
+    """Whoever judges the allocations (``allocation_use.AllocationJudge``): the log keeps
+    its records and gives them back after a restart."""
+
+    keeps_ended: bool
+
+    def resume(self, records: Iterable[AllocationRecord]) -> None:
+        """Continue the allocations a previous run left open."""
+        ...
+
+    def drain(self) -> list[AllocationRecord]:
+        """The records to write: copies of the open ones, and those ended since."""
+        ...
+
+    def undrain(self, records: list[AllocationRecord]) -> None:
+        """Take back what a failed write took."""
+        ...
+
+    def cap_ended(self, limit: int) -> int:
+        """Drop the oldest unwritten ended records beyond ``limit``; how many went."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +107,14 @@ class HistoryLog:
         boot_id: str,
         pod_names: PodNames,
         clock: Callable[[], float] = time.time,
+        allocations: AllocationKeeper | None = None,
     ) -> None:
         self.settings = settings
         self.pod_names = pod_names
+        # The allocations' judge, whose records (lifetimes, idle clocks) the log keeps.
+        self.allocations = allocations
+        if allocations is not None:
+            allocations.keeps_ended = True
         self.store = HistoryStore(settings.directory, max_bytes=settings.max_bytes)
         self.tracker = OccupancyTracker(boot_id=boot_id, pod_names=pod_names)
         self._clock = clock
@@ -138,6 +168,9 @@ class HistoryLog:
             self.pod_names.load(self.store.pod_names(self.pod_names.max_bytes))
             resumed = self.store.open_records(boot_id)
             self.tracker.resume(resumed)
+            if self.allocations is not None:
+                self.store.end_open_allocations(boot_id)
+                self.allocations.resume(self.store.open_allocations(boot_id))
         except (sqlite3.Error, OSError) as exc:
             with contextlib.suppress(sqlite3.Error, OSError):
                 self.store.close()
@@ -167,9 +200,10 @@ class HistoryLog:
         records = self.tracker.drain()
         self.tracker.fill_names(records)
         pods = self.pod_names.drain_changed(self.store.names_per_write)
+        allocations = self.allocations.drain() if self.allocations is not None else []
         now = self._clock()
         try:
-            self.store.write(records, pods, now)
+            self.store.write(records, pods, now, allocations)
             self._flushes += 1
             if self._flushes % _PRUNE_EVERY == 0 or self.store.size_bytes() > (
                 self.settings.max_bytes
@@ -178,6 +212,8 @@ class HistoryLog:
         except (sqlite3.Error, OSError) as exc:
             self.tracker.undrain(records)
             self.pod_names.restore_changed(pods)
+            if self.allocations is not None:
+                self.allocations.undrain(allocations)
             self._cap_unwritten()
             self._failed(exc)
             return False
@@ -189,6 +225,8 @@ class HistoryLog:
 
     def _cap_unwritten(self) -> None:
         dropped = self.tracker.cap_ended(_MAX_UNWRITTEN)
+        if self.allocations is not None:
+            dropped += self.allocations.cap_ended(_MAX_UNWRITTEN)
         if dropped:
             log.warning("dropped %d ended records the occupancy log could not write", dropped)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "GIB",
     "MAX_FILTER_VALUES",
+    "AllocationRecord",
     "HistoryPage",
     "HistoryQuery",
     "OccupancyRecord",
@@ -197,3 +198,63 @@ class UsageRow:
     gpu_seconds: float
     memory_gib_seconds: float
     node_name: str | None = None
+    # GPU-equivalents x seconds allocated (by the kubelet), and the part spent IDLE or UNUSED.
+    allocated_gpu_seconds: float = 0.0
+    idle_allocated_gpu_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class AllocationRecord:
+    """One allocation's lifetime: one device the kubelet gave one container, judged scan by scan.
+
+    The idle clock (``quiet_seconds``, ``absent_seconds``) counts only scans the
+    agent could judge, so it goes on from the log after a restart. Idle stretches
+    (each at least the idle window long) are kept as episodes, so that the idle
+    part of any time range is exact.
+    """
+
+    # A random key the episodes refer to; stable for the allocation's life.
+    key: str
+    node_name: str
+    namespace: str
+    pod_name: str
+    container_name: str
+    # The resource name (or DRA claim "namespace/name") and device ID, as the kubelet gave them.
+    resource: str
+    device_id: str
+    boot_id: str
+    first_seen: float
+    last_seen: float
+    gpu_uuid: str = ""
+    mig_device_uuid: str = ""
+    pod_uid: str = ""
+    weight: float = 1.0
+    ended: bool = False
+    # Judged seconds since a holder's process last ran above the threshold, and since one
+    # was last on the device.
+    quiet_seconds: float = 0.0
+    absent_seconds: float = 0.0
+    # An AllocationUse's value, as last judged.
+    use: str = ""
+    # Seconds of idle episodes already closed; the open episode's start and last idle scan.
+    idle_closed_seconds: float = 0.0
+    idle_start: float | None = None
+    idle_end: float = 0.0
+    # Closed episodes (start, end) not yet written.
+    episodes: list[tuple[float, float]] = field(default_factory=list)
+    # GPU-equivalent seconds this agent process counted (its counters; not stored).
+    counted_allocated: float = 0.0
+    counted_idle: float = 0.0
+    # The last scan that judged it (NaN: none since it was opened or resumed).
+    judged_at: float = math.nan
+
+    @property
+    def idle_seconds(self) -> float:
+        """Seconds spent IDLE or UNUSED over its life so far."""
+        open_part = 0.0 if self.idle_start is None else max(0.0, self.idle_end - self.idle_start)
+        return self.idle_closed_seconds + open_part
+
+    @property
+    def allocated_seconds(self) -> float:
+        """First to last sighting."""
+        return max(0.0, self.last_seen - self.first_seen)

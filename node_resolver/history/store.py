@@ -34,7 +34,24 @@ from pathlib import Path
 from typing import Any
 
 from ..pod_names import PodName, pod_bytes
-from .records import GIB, HistoryQuery, OccupancyRecord, UsageGroup, UsageQuery, UsageRow
+from .allocation_store import (
+    ALLOCATION_SCHEMA,
+    allocation_usage,
+    delete_oldest_allocations,
+    end_open_allocations,
+    open_allocations,
+    prune_allocations,
+    write_allocations,
+)
+from .records import (
+    GIB,
+    AllocationRecord,
+    HistoryQuery,
+    OccupancyRecord,
+    UsageGroup,
+    UsageQuery,
+    UsageRow,
+)
 
 __all__ = ["DB_NAME", "READERS", "HistoryStore"]
 
@@ -144,6 +161,7 @@ class HistoryStore:
                 db.execute(f"PRAGMA wal_autocheckpoint = {pages}")
                 db.execute(f"PRAGMA journal_size_limit = {self.wal_bytes}")
                 db.executescript(_SCHEMA)
+                db.executescript(ALLOCATION_SCHEMA)
                 db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)",
                     (SCHEMA_VERSION,),
@@ -207,9 +225,13 @@ class HistoryStore:
     # -- writes ----------------------------------------------------------------------
 
     def write(
-        self, records: Sequence[OccupancyRecord], pods: Sequence[PodName], now: float
+        self,
+        records: Sequence[OccupancyRecord],
+        pods: Sequence[PodName],
+        now: float,
+        allocations: Sequence[AllocationRecord] = (),
     ) -> None:
-        """Upsert ``records`` and ``pods`` in one transaction."""
+        """Upsert ``records``, ``pods`` and ``allocations`` in one transaction."""
         with self._lock:
             db = self._conn()
             db.execute("BEGIN")
@@ -227,6 +249,7 @@ class HistoryStore:
                     )
                 if records:
                     db.executemany(_UPSERT, [_row(r) for r in records])
+                write_allocations(db, allocations)
                 db.execute("COMMIT")
             except BaseException:
                 # SQLite rolls back by itself on some errors (a full disk among them): the
@@ -253,6 +276,16 @@ class HistoryStore:
                 .fetchall()
             )
         return [_record(row) for row in rows]
+
+    def end_open_allocations(self, boot_id: str) -> int:
+        """End every open allocation of another boot at its last sighting; how many."""
+        with self._lock:
+            return end_open_allocations(self._conn(), boot_id)
+
+    def open_allocations(self, boot_id: str) -> list[AllocationRecord]:
+        """The allocations of ``boot_id`` still open, to continue them (idle clocks included)."""
+        with self._lock:
+            return open_allocations(self._conn(), boot_id)
 
     def pod_names(self, max_bytes: int | None = None) -> list[PodName]:
         """The stored pod names, oldest first; with ``max_bytes``, the newest up to that many
@@ -306,6 +339,7 @@ class HistoryStore:
                 "DELETE FROM occupancy WHERE ended = 1 AND last_seen < ?", (cutoff,)
             ).rowcount
             db.execute(f"DELETE FROM pods WHERE updated_at < ? AND {_UNREFERENCED}", (cutoff,))
+            deleted += prune_allocations(db, cutoff)
             budget = max(_SIZE_FLOOR, self.max_bytes - self.wal_bytes)
             while (used := self._used(db)) > budget:
                 share = max(_PRUNE_SHARE, (used - budget) / used)
@@ -314,6 +348,7 @@ class HistoryStore:
                 if _delete_oldest(db, "pods", "uid", _UNREFERENCED, "updated_at, uid", share):
                     continue
                 gone = _delete_oldest(db, "occupancy", "id", "ended = 1", "last_seen, id", share)
+                gone += delete_oldest_allocations(db, share)
                 if not gone:
                     break
                 deleted += gone
@@ -377,11 +412,13 @@ class HistoryStore:
         )
         with self._reader() as db:
             rows = db.execute(sql, [query.until, query.since, *args]).fetchall()
+            allocated = allocation_usage(db, query, keys)
         result = []
         for row in rows:
             values = dict(zip(keys, row[: len(keys)], strict=True))
             if row[len(keys)] is None:
                 continue  # no record overlapped: SUM over nothing
+            given, idle = allocated.pop(tuple(row[: len(keys)]), (0.0, 0.0))
             result.append(
                 UsageRow(
                     namespace=values.get("ns"),
@@ -389,8 +426,28 @@ class HistoryStore:
                     gpu_uuid=values.get("gpu_uuid"),
                     gpu_seconds=float(row[len(keys)]),
                     memory_gib_seconds=float(row[len(keys) + 1] or 0.0) / GIB,
+                    allocated_gpu_seconds=given,
+                    idle_allocated_gpu_seconds=idle,
                 )
             )
+        # Groups that held a GPU and ran nothing on it (an UNUSED notebook) have rows too.
+        for group, (given, idle) in allocated.items():
+            values = dict(zip(keys, group, strict=True))
+            result.append(
+                UsageRow(
+                    namespace=values.get("ns"),
+                    pod_name=values.get("podname"),
+                    gpu_uuid=values.get("gpu_uuid"),
+                    gpu_seconds=0.0,
+                    memory_gib_seconds=0.0,
+                    allocated_gpu_seconds=given,
+                    idle_allocated_gpu_seconds=idle,
+                )
+            )
+        if allocated and keys:
+            result.sort(key=lambda r: tuple(
+                getattr(r, f) or "" for f in ("namespace", "pod_name", "gpu_uuid")
+            ))  # fmt: skip
         return result
 
 

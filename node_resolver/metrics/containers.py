@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..allocation_verdicts import AllocationVerdict
+from ..models import AllocationUse, AllocationUseState, NodeAllocations
 
 __all__ = [
     "UNATTRIBUTED_REASONS",
+    "AllocationSeriesKey",
+    "AllocationTotals",
     "ContainerKey",
     "ContainerUsage",
     "NodeAttribution",
@@ -74,6 +77,35 @@ class ContainerUsage:
             self.sm_percent = (self.sm_percent or 0) + process.sm_utilization
 
 
+@dataclass(frozen=True, slots=True)
+class AllocationSeriesKey:
+    """One container's allocations on one GPU (or MIG device): the allocation series' labels."""
+
+    namespace: str
+    pod: str
+    container: str
+    gpu_uuid: str
+    mig_device: str  # "" for a whole GPU or a replica of one
+
+
+@dataclass(slots=True)
+class AllocationTotals:
+    """What one container's allocations on one device add up to."""
+
+    # Counters: GPU-equivalent seconds allocated, and the idle part, as the agent counted.
+    allocated_gpu_seconds: float = 0.0
+    idle_allocated_gpu_seconds: float = 0.0
+    # The longest idle stretch among them, 0 while active; None while none could be judged.
+    idle_seconds: float | None = None
+
+    def add(self, state: AllocationUseState) -> None:
+        """Count one more allocation."""
+        self.allocated_gpu_seconds += state.allocated_gpu_seconds
+        self.idle_allocated_gpu_seconds += state.idle_allocated_gpu_seconds
+        if state.use is not AllocationUse.UNKNOWN:
+            self.idle_seconds = max(self.idle_seconds or 0.0, state.idle_seconds)
+
+
 def unattributed_reason(*, in_container: bool, named: bool, elsewhere: bool = False) -> str:
     """Why a process that joins no cached pod belongs to none (one of UNATTRIBUTED_REASONS).
 
@@ -102,6 +134,8 @@ class NodeAttribution:
     # (namespace, pod, container, gpu uuid) of named containers judged NOT_ALLOCATED
     # (UNKNOWN is never counted).
     unallocated: set[tuple[str, str, str, str]] = field(default_factory=set)
+    # Each container's judged allocations by device (devices matching no GPU are left out).
+    allocations: dict[AllocationSeriesKey, AllocationTotals] = field(default_factory=dict)
 
     def gpu(self, index: int, uuid: str, *, complete: bool) -> dict[str, int]:
         """Start a GPU: its memory in no pod by reason, to add to (counted only if ``complete``)."""
@@ -124,3 +158,21 @@ class NodeAttribution:
         # The kubelet lists containers by name: a container known by no name is never judged.
         if verdict is AllocationVerdict.NOT_ALLOCATED and key.container:
             self.unallocated.add((key.namespace, key.pod, key.container, key.gpu_uuid))
+
+    def add_allocations(self, allocations: NodeAllocations | None) -> None:
+        """Count every judged allocation of the node's kubelet answer (the agent's uses)."""
+        if allocations is None or not allocations.uses:
+            return
+        uses = allocations.uses
+        for c in allocations.containers:
+            for d in c.devices:
+                state = uses.get((c.namespace, c.pod, c.container, d.resource, d.device_id))
+                if state is None or d.gpu_uuid is None:
+                    continue
+                key = AllocationSeriesKey(
+                    c.namespace, c.pod, c.container, d.gpu_uuid, d.mig_device_uuid or ""
+                )
+                totals = self.allocations.get(key)
+                if totals is None:
+                    totals = self.allocations[key] = AllocationTotals()
+                totals.add(state)

@@ -16,11 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .containers import ContainerKey, ContainerUsage, NodeAttribution
+from .containers import (
+    AllocationSeriesKey,
+    AllocationTotals,
+    ContainerKey,
+    ContainerUsage,
+    NodeAttribution,
+)
 
 __all__ = [
+    "ALLOCATION_LABELS",
     "CONTAINER_LABELS",
     "DCGM_LABELS",
     "GPU_LABELS",
@@ -47,6 +54,8 @@ GPU_LABELS = ("node", "gpu", "gpu_uuid", "model")
 UNATTRIBUTED_LABELS = ("node", "gpu", "gpu_uuid", "reason")
 UNREQUESTED_LABELS = ("namespace", "pod", "node")
 UNALLOCATED_LABELS = ("namespace", "pod", "container", "node", "gpu_uuid")
+# mig_device is "" (no label, to Prometheus) on a whole GPU or a replica of one.
+ALLOCATION_LABELS = ("namespace", "pod", "container", "node", "gpu_uuid", "mig_device")
 # dcgm-exporter's label set, for dashboards built on its names.
 DCGM_LABELS = (
     "gpu",
@@ -159,6 +168,26 @@ class GpuSeries:
             "verdict NOT_ALLOCATED); absent where the verdict is unknown.",
             UNALLOCATED_LABELS,
         )
+        self.allocated = CounterMetricFamily(
+            "gpugraph_container_gpu_allocated_seconds",
+            "GPU-equivalent seconds the kubelet had given the container the GPU (or MIG "
+            "device): a whole GPU counts 1, a MIG device its share of the GPU's memory, a "
+            "time-sliced replica 1/replicas. Starts at 0 when the agent does.",
+            labels=list(ALLOCATION_LABELS),
+        )
+        self.idle_allocated = CounterMetricFamily(
+            "gpugraph_container_gpu_idle_allocated_seconds",
+            "The part of gpugraph_container_gpu_allocated_seconds_total the allocation spent "
+            "IDLE or UNUSED (no process of the container above the SM threshold for the "
+            "agent's idle window).",
+            labels=list(ALLOCATION_LABELS),
+        )
+        self.allocation_idle = g(
+            "gpugraph_container_gpu_allocation_idle_seconds",
+            "How long the container's allocation of the GPU (or MIG device) has been IDLE or "
+            "UNUSED; 0 while ACTIVE, absent while the agent cannot tell.",
+            ALLOCATION_LABELS,
+        )
         self.dcgm: tuple[GaugeMetricFamily, GaugeMetricFamily] | None = None
         if dcgm_names:
             self.dcgm = (
@@ -173,6 +202,7 @@ class GpuSeries:
         yield from self.node_families()
         yield self.unrequested
         yield self.unallocated
+        yield from self.allocation_families()
         if self.dcgm is not None:
             yield from self.dcgm
 
@@ -196,6 +226,21 @@ class GpuSeries:
             self.info,
             self.unattributed,
         )
+
+    def allocation_families(self) -> Iterator[Metric]:
+        """The allocation series: counters of allocated and idle GPU-seconds, and idle time."""
+        yield from (self.allocated, self.idle_allocated, self.allocation_idle)
+
+    def add_allocations(
+        self, node: str, allocations: Mapping[AllocationSeriesKey, AllocationTotals]
+    ) -> None:
+        """``node``'s allocation series: one per container and GPU (or MIG device)."""
+        for key, totals in allocations.items():
+            labels = [key.namespace, key.pod, key.container, node, key.gpu_uuid, key.mig_device]
+            self.allocated.add_metric(labels, totals.allocated_gpu_seconds)
+            self.idle_allocated.add_metric(labels, totals.idle_allocated_gpu_seconds)
+            if totals.idle_seconds is not None:
+                self.allocation_idle.add_metric(labels, totals.idle_seconds)
 
     def add_containers(self, node: str, containers: Mapping[ContainerKey, ContainerUsage]) -> None:
         """The container series of ``node``: one per container and GPU (or MIG device)."""
@@ -230,6 +275,7 @@ class GpuSeries:
         self.add_unattributed(node, attributed.unattributed)
         for namespace, pod, container, gpu_uuid in sorted(attributed.unallocated):
             self.unallocated.add_metric([namespace, pod, container, node, gpu_uuid], 1.0)
+        self.add_allocations(node, attributed.allocations)
 
     def add_gpus(
         self,

@@ -15,6 +15,10 @@ given gets ``gpugraph_container_gpu_unallocated``, judged as the occupancy log
 judges it (``allocation_verdicts.ContainerVerdicts``): only where that answer
 decides, so never for a container known by its pod UID alone.
 
+Each allocation the agent judged (``allocation_use``) adds to its
+container's allocated and idle GPU-second counters and its idle gauge,
+labelled by the kubelet's names, which need no pushed names.
+
 The aggregation is ``containers``' and the series ``families``' (the
 server's, names and labels alike). Rendering happens once per snapshot and
 name table; each scrape adds only the snapshot's age.
@@ -89,6 +93,7 @@ def attribute_on_node(snapshot: NodeSnapshot, pod_names: PodNames) -> NodeAttrib
     verdicts = ContainerVerdicts(snapshot.allocations)
     for gpu in snapshot.sample.gpus:
         _attribute_gpu(gpu, pod_names, by_container, verdicts, result)
+    result.add_allocations(snapshot.allocations)
     return result
 
 
@@ -132,4 +137,6 @@ class NodeSeries:
         series.add_attribution(node, attributed)
         sample = snapshot.sample
         series.add_gpus(node, sample.gpus, sample.driver_version or "", attributed.containers)
-        return render_gauges([*series.node_families(), series.unallocated])
+        return render_gauges(
+            [*series.node_families(), series.unallocated, *series.allocation_families()]
+        )

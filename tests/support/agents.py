@@ -34,6 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
 from node_resolver.agent import agent_running
+from node_resolver.allocation_use import AllocationJudge
 from node_resolver.cli import LISTENING
 from node_resolver.client import AgentClient
 from node_resolver.gpu_source import GpuSource
@@ -211,6 +212,8 @@ def start_agent_thread(
     pod_resources: PodResourcesPoller | None = None,
     metrics: bool = False,
     metrics_token: str | None = None,
+    judge: AllocationJudge | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> AgentThread:
     """Run ``agent_running`` for ``source`` on ``host``, a free port, in a thread.
 
@@ -225,6 +228,8 @@ def start_agent_thread(
         interval=interval,
         on_scan=history.observe if history is not None else None,
         pod_resources=pod_resources,
+        judge=judge,
+        clock=clock,
     )
     loop = asyncio.new_event_loop()
     started: Future[tuple[AgentServer, asyncio.Event]] = Future()

@@ -13,7 +13,11 @@ The data's shape::
                                             "deviceIds": ["GPU-…"]}],
                                "claims": [{"claimNamespace": "ml", "claimName": "c",
                                            "driver": "gpu.nvidia.com",
-                                           "pool": "node-a", "device": "gpu-0"}]}]}]}
+                                           "pool": "node-a", "device": "gpu-0"}]}]}],
+     "allocatable": {"nvidia.com/gpu.shared": ["GPU-…::0", "GPU-…::1"]}}
+
+``allocatable`` (optional) adds devices nobody holds yet to
+``GetAllocatableResources``, which otherwise lists the devices given out.
 
 ``python -m api.demo.cluster.kubelet --socket PATH --file FILE`` serves a file.
 """
@@ -89,11 +93,15 @@ class _Lister(podresources_pb2_grpc.PodResourcesListerServicer):
 
     def GetAllocatableResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.kubelet._enter()
+        data = self.kubelet.data()
         ids: dict[str, list[str]] = {}
-        for pod in self.kubelet.data().get("pods") or ():
+        for pod in data.get("pods") or ():
             for c in pod.get("containers") or ():
                 for d in c.get("devices") or ():
                     ids.setdefault(d["resourceName"], []).extend(d["deviceIds"])
+        for name, more in (data.get("allocatable") or {}).items():
+            held = ids.setdefault(name, [])
+            held.extend(i for i in more if i not in held)
         return podresources_pb2.AllocatableResourcesResponse(
             devices=[
                 podresources_pb2.ContainerDevices(resource_name=name, device_ids=device_ids)
