@@ -25,12 +25,14 @@ module decides what to pay for, so that the default is fast without tuning:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 import types
 import zlib
 from collections.abc import Callable, Coroutine, Generator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
@@ -41,6 +43,7 @@ __all__ = [
     "KeepWarm",
     "OwnCpu",
     "Plan",
+    "count_started_tasks",
 ]
 
 T = TypeVar("T")
@@ -396,10 +399,14 @@ def _floor_for(wanted: list[float], cost: float, budget: float) -> float:
 
 
 class OwnCpu:
-    """The CPU a coroutine takes in its own steps, not the other tasks' it waits beside.
+    """The CPU a coroutine takes in its own steps and in the tasks it starts, not the
+    other tasks' it waits beside.
 
-    A refresh's cost is its decoding and graph building on the event loop; its wall
-    time also holds the agent's answer in transit and whatever else ran meanwhile.
+    A refresh's cost is on the event loop's thread: the gRPC call (which runs in a
+    task of the library's own), decoding, building the graph objects; its wall time
+    also holds the agent's answer in transit and whatever else ran meanwhile. Tasks
+    started while a meter runs are counted too where ``count_started_tasks`` put
+    its task factory on the loop.
     """
 
     __slots__ = ("seconds",)
@@ -407,9 +414,17 @@ class OwnCpu:
     def __init__(self) -> None:
         self.seconds = 0.0
 
+    async def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await ``coroutine``, adding the thread CPU of its steps, and of the steps of
+        the tasks it starts, to ``seconds``."""
+        token = _METER.set(self)
+        try:
+            return await self._steps(coroutine)
+        finally:
+            _METER.reset(token)
+
     @types.coroutine
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
-        """Await ``coroutine``, adding the thread CPU of each of its steps to ``seconds``."""
+    def _steps(self, coroutine: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
         send: Any = None
         thrown: BaseException | None = None
         while True:
@@ -429,3 +444,29 @@ class OwnCpu:
             except BaseException as exc:  # a cancellation, passed on to the coroutine
                 send = None
                 thrown = exc
+
+
+# The meter of the refresh whose step is running (a task copies it when started).
+_METER: ContextVar[OwnCpu | None] = ContextVar("keep_warm_meter", default=None)
+
+
+def count_started_tasks(loop: asyncio.AbstractEventLoop) -> bool:
+    """Put a task factory on ``loop`` that meters the tasks a metered coroutine starts
+    (the gRPC call's own task); False, and nothing changed, where it has one already."""
+    if loop.get_task_factory() is not None:
+        return loop.get_task_factory() is _metered_task
+    loop.set_task_factory(_metered_task)  # type: ignore[arg-type]
+    return True
+
+
+def _metered_task(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], **kwargs: Any
+) -> asyncio.Task[T]:
+    meter = _METER.get()
+    if meter is not None:
+        coro = _metered(meter, coro)
+    return asyncio.Task(coro, loop=loop, **kwargs)
+
+
+async def _metered(meter: OwnCpu, coro: Coroutine[Any, Any, T]) -> T:
+    return await meter._steps(coro)

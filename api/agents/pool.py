@@ -55,7 +55,7 @@ from ..metrics import Metrics
 from ..shared_calls import Keep, SharedCalls
 from .caller_reads import CallerReads
 from .discovery import AddressUnknownError, Discovery
-from .keep_warm import DEFAULT_BUDGET, REFRESH_AT, KeepWarm, OwnCpu
+from .keep_warm import DEFAULT_BUDGET, REFRESH_AT, KeepWarm, OwnCpu, count_started_tasks
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -211,6 +211,7 @@ class AgentPool:
             ttl=ttl, window=keep_warm, budget=refresh_budget, timeout=timeout, clock=clock
         )
         self._refresh_timers: dict[str, asyncio.TimerHandle] = {}
+        self._metering = False
         self._refresh_slots = asyncio.Semaphore(REFRESH_CONCURRENCY)
         self._refresh_listeners: list[RefreshListener] = []
         if metrics is not None:
@@ -336,6 +337,10 @@ class AgentPool:
         )
 
     async def _refreshed(self, node_name: str) -> _Stamped:
+        if not self._metering:
+            # The gRPC call runs in a task of the library's own: counted with the refresh.
+            self._metering = True
+            count_started_tasks(asyncio.get_running_loop())
         async with self._refresh_slots:
             cpu = OwnCpu()
             try:

@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from api.agents.keep_warm import MAX_STRETCH, REFRESH_AT, KeepWarm, OwnCpu
+from api.agents.keep_warm import (
+    MAX_STRETCH,
+    REFRESH_AT,
+    KeepWarm,
+    OwnCpu,
+    count_started_tasks,
+)
 from tests.support.clock import ManualClock
 
 TTL = 1.0
@@ -333,3 +339,42 @@ def test_at_start_it_says_what_it_will_do(caplog: pytest.LogCaptureFixture) -> N
     assert fixed.startswith("keep-warm fixed (--snapshot-keep-warm 60): nodes read within 60 s")
     assert "every 3 s" in fixed
     assert off.startswith("keep-warm off (--snapshot-keep-warm 0)")
+
+
+def burn(seconds: float) -> float:
+    """Spend ``seconds`` of this thread's CPU; how much it spent."""
+    started = time.thread_time()
+    while time.thread_time() - started < seconds:
+        pass
+    return time.thread_time() - started
+
+
+async def test_own_cpu_counts_the_tasks_a_metered_coroutine_starts() -> None:
+    # The gRPC call of a refresh runs in a task the library starts: its CPU is the
+    # refresh's. A task started by anyone else is not.
+    loop = asyncio.get_running_loop()
+    assert count_started_tasks(loop)
+    try:
+        outside = asyncio.Event()
+
+        async def working() -> float:
+            return burn(0.05)
+
+        async def refresh() -> float:
+            spent = await loop.create_task(working())
+            await outside.wait()
+            return spent
+
+        cpu = OwnCpu()
+        measured = asyncio.ensure_future(cpu.run(refresh()))
+        other = loop.create_task(working())
+        spent_outside = await other
+        outside.set()
+        spent_inside = await measured
+        assert spent_inside <= cpu.seconds < spent_inside + spent_outside / 2
+        # A loop with a factory of its own is left alone.
+        loop.set_task_factory(None)
+        loop.set_task_factory(lambda loop, coro, **kw: asyncio.Task(coro, loop=loop, **kw))
+        assert not count_started_tasks(loop)
+    finally:
+        loop.set_task_factory(None)
