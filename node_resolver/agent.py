@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
+from .gpu_events.node_events import NodeGpuEvents
 from .history.log import HistoryLog
 from .metrics.http import MetricsHttpServer
 from .metrics.node_series import NodeSeries
@@ -30,6 +31,7 @@ async def agent_running(
     history: HistoryLog | None = None,
     metrics_listen: str | None = None,
     metrics_token: Callable[[], str] | None = None,
+    events: NodeGpuEvents | None = None,
 ) -> AsyncIterator[AgentServer]:
     """Serve ``sampler`` on ``listen`` and start it scanning; stop both on exit.
 
@@ -41,22 +43,27 @@ async def agent_running(
     (whose ``observe`` the sampler must call on each scan), the occupancy log
     is opened before the first scan and flushed and closed after the last.
     With ``metrics_listen``, the node's GPU series are served there over HTTP
-    (``server.metrics``), behind ``metrics_token`` when one is given.
+    (``server.metrics``), behind ``metrics_token`` when one is given. With
+    ``events`` (whose ``observe`` the sampler must call on each scan), GPU health
+    events are recorded from before the first scan until after the last.
     """
     # The judge names processes from the pod names the server pushes to this agent.
     names = sampler.judge.pod_names if sampler.judge is not None else None
-    server = AgentServer(sampler, token=token, history=history, pod_names=names)
+    server = AgentServer(sampler, token=token, history=history, pod_names=names, events=events)
     try:
         await server.start(listen)
         if metrics_listen is not None:
             series = NodeSeries(sampler.latest, server.pod_names)
-            server.metrics = MetricsHttpServer(series.render, token=metrics_token)
+            render = series.render if events is None else _with_events(series.render, events)
+            server.metrics = MetricsHttpServer(render, token=metrics_token)
             await server.metrics.start(metrics_listen)
     except OSError:
         await server.stop(0)
         raise
     if history is not None:
         await asyncio.to_thread(history.start)
+    if events is not None:
+        events.start()
     sampler.start()
     try:
         yield server
@@ -67,5 +74,19 @@ async def agent_running(
             await server.stop(grace)
         finally:
             await asyncio.to_thread(sampler.stop, join_timeout)
+            if events is not None:
+                await asyncio.to_thread(events.stop)
             if history is not None:
                 await asyncio.to_thread(history.stop)
+
+
+def _with_events(
+    render: Callable[[], bytes | None], events: NodeGpuEvents
+) -> Callable[[], bytes | None]:
+    """The node's GPU series followed by its event counters."""
+
+    def both() -> bytes | None:
+        gauges = render()
+        return None if gauges is None else gauges + events.render()
+
+    return both

@@ -25,6 +25,7 @@ from .allocation_use import (
 )
 from .auth import TokenFile
 from .fake_nvml import FakeGpuSource, FakeNvmlError
+from .gpu_events.node_events import NodeGpuEvents
 from .gpu_source import GpuSource
 from .history.durations import parse_duration
 from .history.log import (
@@ -34,7 +35,8 @@ from .history.log import (
     HistorySettings,
     read_boot_id,
 )
-from .nvml import NvmlGpuSource, NvmlUnavailableError
+from .models import NodeSnapshot
+from .nvml import NvmlGpuSource, NvmlUnavailableError, load_pynvml
 from .pids import RESOLVER_KINDS, build_resolver
 from .pod_names import PodNames
 from .pod_resources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesClient, PodResourcesPoller
@@ -221,6 +223,13 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_IDLE_SM_PERCENT:g})",
     )
     parser.add_argument(
+        "--kernel-log",
+        metavar="PATH",
+        help="follow NVIDIA's XID messages in this kernel log (/dev/kmsg, or a file of plain "
+        "lines) to name the process the driver blamed; needs read access to it, e.g. "
+        "CAP_SYSLOG for /dev/kmsg (default: off)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=str.upper,
@@ -301,12 +310,13 @@ def run_agent(args: argparse.Namespace) -> int:
         else None
     )
     history = build_history(args, pod_names, judge)
+    events = build_events(args, pod_names, history)
     sampler = Sampler(
         source,
         resolver,
         node_name=args.node_name,
         interval=args.interval,
-        on_scan=history.observe if history is not None else None,
+        on_scan=scan_hooks(history, events),
         pod_resources=(
             PodResourcesPoller(kubelet.list, interval=args.interval, list_replicas=kubelet.replicas)
             if kubelet
@@ -322,6 +332,7 @@ def run_agent(args: argparse.Namespace) -> int:
                 token,
                 history,
                 metrics=(args.metrics_listen, metrics_token) if args.metrics_listen else None,
+                events=events,
             )
         )
     finally:
@@ -330,6 +341,38 @@ def run_agent(args: argparse.Namespace) -> int:
         resolver.close()
         if kubelet is not None:
             kubelet.close()
+
+
+def build_events(
+    args: argparse.Namespace, pod_names: PodNames, history: HistoryLog | None
+) -> NodeGpuEvents:
+    """GPU health events as the flags ask: NVML's unless the GPUs are fake, the kernel log's
+    with --kernel-log, recorded in the occupancy log when there is one."""
+    return NodeGpuEvents(
+        node_name=args.node_name,
+        pod_names=pod_names,
+        nvml=None if args.nvml_fake else load_pynvml(),
+        kernel_log=args.kernel_log,
+        sink=history.add_events if history is not None else None,
+        boot_id=read_boot_id(args.proc_root),
+    )
+
+
+def scan_hooks(
+    history: HistoryLog | None, events: NodeGpuEvents | None
+) -> Callable[[NodeSnapshot], None] | None:
+    """What each scan is handed to: the occupancy log, then the GPU event recorder."""
+    hooks = [hook.observe for hook in (history, events) if hook is not None]
+    if not hooks:
+        return None
+    if len(hooks) == 1:
+        return hooks[0]
+
+    def both(snapshot: NodeSnapshot) -> None:
+        for hook in hooks:
+            hook(snapshot)
+
+    return both
 
 
 def build_history(
@@ -361,6 +404,7 @@ async def _serve(
     history: HistoryLog | None = None,
     *,
     metrics: tuple[str, Callable[[], str] | None] | None = None,
+    events: NodeGpuEvents | None = None,
 ) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -374,6 +418,7 @@ async def _serve(
             history=history,
             metrics_listen=metrics[0] if metrics else None,
             metrics_token=metrics[1] if metrics else None,
+            events=events,
         ) as server:
             log.info(
                 LISTENING + "%s (node %s, scanning every %gs%s; gpugraph %s)",

@@ -14,6 +14,8 @@ from grpc import aio
 from .auth import bearer_metadata
 from .codec import snapshot_from_proto
 from .generated import agent_pb2, agent_pb2_grpc
+from .gpu_event_codec import event_page_from_proto, event_query_to_proto
+from .gpu_events.records import EventPage, EventQuery
 from .history.records import HistoryPage, HistoryQuery, UsageQuery, UsageRow
 from .history_codec import (
     history_page_from_proto,
@@ -65,6 +67,20 @@ class AgentClient:
         request = usage_query_to_proto(query)
         reply = await self._stub.GetUsage(request, timeout=timeout, metadata=self._metadata)
         return usage_from_proto(reply, query.group_by)
+
+    async def get_gpu_events(
+        self,
+        query: EventQuery,
+        *,
+        page_token: str = "",
+        wait_seconds: float = 0.0,
+        timeout: float,
+    ) -> EventPage:
+        """One page of the agent's GPU events; following (``query.after_sequence``), the agent
+        waits up to ``wait_seconds`` for one (``timeout`` must leave it that long)."""
+        request = event_query_to_proto(query, page_token=page_token, wait_seconds=wait_seconds)
+        reply = await self._stub.GetGpuEvents(request, timeout=timeout, metadata=self._metadata)
+        return event_page_from_proto(reply)
 
     async def put_pod_names(self, node_name: str, pods: list[PodName], *, timeout: float) -> int:
         """Tell the agent the names of pods on its node, in small messages; how many were new."""

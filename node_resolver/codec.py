@@ -76,6 +76,7 @@ def snapshot_to_proto(snapshot: NodeSnapshot, *, now: float) -> agent_pb2.Snapsh
         age_seconds=max(0.0, now - snapshot.sampled_at),
         error=sample.error or "",
         history_status=snapshot.history_status,
+        gpu_event_status=snapshot.gpu_event_status,
         allocations=_allocations_to_proto(snapshot.allocations),
     )
 
@@ -223,6 +224,7 @@ def snapshot_from_proto(pb: agent_pb2.Snapshot) -> NodeSnapshot:
         sampled_at=pb.sampled_at,
         age_seconds=pb.age_seconds,
         history_status=pb.history_status if has("history_status") else None,
+        gpu_event_status=pb.gpu_event_status if has("gpu_event_status") else None,
         allocations=_allocations_from_proto(pb.allocations) if has("allocations") else None,
     )
 

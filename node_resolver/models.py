@@ -238,5 +238,8 @@ class NodeSnapshot:
     # The agent's occupancy log: "ok", "off" (no --history-dir) or what is wrong with it;
     # None from an agent that predates the log.
     history_status: str | None = None
+    # GPU health events: "ok", "unsupported", "off" or what is wrong; None from an agent
+    # that predates them.
+    gpu_event_status: str | None = None
     # The kubelet's device allocations; None from an agent that does not send them.
     allocations: NodeAllocations | None = None

@@ -26,6 +26,10 @@ from .address import join_host_port, split_host_port
 from .auth import BearerTokenInterceptor
 from .codec import snapshot_to_proto
 from .generated import agent_pb2, agent_pb2_grpc
+from .gpu_event_codec import event_query_from_proto, event_to_proto
+from .gpu_event_codec import page_token as event_page_token
+from .gpu_events.node_events import OFF as EVENTS_OFF
+from .gpu_events.node_events import NodeGpuEvents
 from .history.log import OFF, HistoryLog
 from .history.store import READERS
 from .history_codec import (
@@ -73,6 +77,9 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_connection_idle_ms", 5 * 60 * 1000),
 )
 
+# Followers of the GPU event log waiting at once; more are answered without waiting.
+MAX_EVENT_WAITERS = 16
+
 SERVICE_NAME: str = agent_pb2.DESCRIPTOR.services_by_name["NodeAgent"].full_name
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -88,10 +95,16 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         clock: Callable[[], float] = time.time,
         history: HistoryLog | None = None,
         pod_names: PodNames | None = None,
+        events: NodeGpuEvents | None = None,
     ) -> None:
         self._sampler = sampler
         self._clock = clock
         self._history = history
+        self._events = events
+        # Set (and replaced) when new event records land; followers wait on it.
+        self._landed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event_waiters = 0
         self.pod_names = pod_names if pod_names is not None else PodNames()
         # The last snapshot and its encoding, or None when it could not be encoded.
         self._encoded: tuple[NodeSnapshot, agent_pb2.Snapshot | None] | None = None
@@ -112,6 +125,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
                 encoded = None
             if encoded is not None:
                 encoded.history_status = self.history_status
+                encoded.gpu_event_status = self.gpu_event_status
             cached = self._encoded = (snapshot, encoded)
         return cached[1]
 
@@ -119,6 +133,80 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
     def history_status(self) -> str:
         """The occupancy log's status: "ok", "off" or what is wrong."""
         return self._history.status if self._history is not None else OFF
+
+    @property
+    def gpu_event_status(self) -> str:
+        """GPU health events: "ok", "unsupported", "off" or what is wrong."""
+        return self._events.status if self._events is not None else EVENTS_OFF
+
+    def listen_for_events(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wake followers on ``loop`` whenever event records land (call once, on the loop)."""
+        self._loop = loop
+        self._landed = asyncio.Event()
+        if self._events is not None:
+            self._events.recorder.on_records(self._records_landed)
+
+    def _records_landed(self) -> None:
+        # Called on the recorder's thread; the loop may be gone if the server stopped first.
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake_followers)
+
+    def _wake_followers(self) -> None:
+        landed, self._landed = self._landed, asyncio.Event()
+        if landed is not None:
+            landed.set()
+
+    async def GetGpuEvents(
+        self, request: agent_pb2.GetGpuEventsRequest, context: aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.GpuEventPage:
+        """One page of GPU events; following, waits for the next to land if asked to."""
+        page = agent_pb2.GpuEventPage(
+            node_name=self._sampler.node_name, event_status=self.gpu_event_status
+        )
+        try:
+            query, wait = event_query_from_proto(request)
+        except BadHistoryRequestError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable: abort raises") from None
+        history = self._history
+        if history is None:
+            page.status = OFF
+            return page
+        deadline = time.monotonic() + wait
+        waiting = False
+        try:
+            while True:
+                landed = self._landed
+                try:
+                    async with self._reads:
+                        events, log_id, last = await asyncio.to_thread(history.gpu_events, query)
+                except (sqlite3.Error, OSError):
+                    page.status = history.status
+                    return page
+                remaining = deadline - time.monotonic()
+                if events or remaining <= 0 or landed is None:
+                    break
+                if not waiting:
+                    if self._event_waiters >= MAX_EVENT_WAITERS:
+                        break
+                    waiting = True
+                    self._event_waiters += 1
+                try:
+                    await asyncio.wait_for(landed.wait(), remaining)
+                except TimeoutError:
+                    deadline = 0.0  # one more read, then answer
+        finally:
+            if waiting:
+                self._event_waiters -= 1
+        page.status = history.status
+        page.log_id = log_id
+        page.last_sequence = max([last, *(e.id for e in events)])
+        page.events.extend(event_to_proto(event) for event in events)
+        if query.after_sequence is None and len(events) == query.limit:
+            page.next_page_token = event_page_token(events[-1])
+        return page
 
     async def GetHistory(
         self, request: agent_pb2.GetHistoryRequest, context: aio.ServicerContext[Any, Any]
@@ -206,6 +294,7 @@ class AgentServer:
         token: str | Callable[[], str] | None = None,
         history: HistoryLog | None = None,
         pod_names: PodNames | None = None,
+        events: NodeGpuEvents | None = None,
     ) -> None:
         # A flood of failing calls must not flood the log.
         limit_tracebacks(AGENT_LOGGERS)
@@ -213,7 +302,9 @@ class AgentServer:
         self.history = history
         if pod_names is None and history is not None:
             pod_names = history.pod_names
-        self.servicer = NodeAgentServicer(sampler, history=history, pod_names=pod_names)
+        self.servicer = NodeAgentServicer(
+            sampler, history=history, pod_names=pod_names, events=events
+        )
         self.pod_names = self.servicer.pod_names
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         # The token check first: an unauthenticated call is refused before its payload
@@ -250,6 +341,7 @@ class AgentServer:
         for service in ("", SERVICE_NAME):
             await self.health.set(service, NOT_SERVING)
         await self._server.start()
+        self.servicer.listen_for_events(asyncio.get_running_loop())
         self.address = join_host_port(host, port)
         self._ready_task = asyncio.create_task(self._serving_when_ready())
         return self.address

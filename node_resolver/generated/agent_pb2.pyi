@@ -44,6 +44,14 @@ class AllocationUse(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALLOCATION_USE_IDLE: _ClassVar[AllocationUse]
     ALLOCATION_USE_UNUSED: _ClassVar[AllocationUse]
     ALLOCATION_USE_UNKNOWN: _ClassVar[AllocationUse]
+
+class GpuEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GPU_EVENT_KIND_UNSPECIFIED: _ClassVar[GpuEventKind]
+    GPU_EVENT_KIND_XID: _ClassVar[GpuEventKind]
+    GPU_EVENT_KIND_ECC_DOUBLE_BIT: _ClassVar[GpuEventKind]
+    GPU_EVENT_KIND_ECC_SINGLE_BIT: _ClassVar[GpuEventKind]
+    GPU_EVENT_KIND_GPU_LOST: _ClassVar[GpuEventKind]
 PROCESS_TYPE_UNSPECIFIED: ProcessType
 PROCESS_TYPE_COMPUTE: ProcessType
 PROCESS_TYPE_GRAPHICS: ProcessType
@@ -66,13 +74,18 @@ ALLOCATION_USE_ACTIVE: AllocationUse
 ALLOCATION_USE_IDLE: AllocationUse
 ALLOCATION_USE_UNUSED: AllocationUse
 ALLOCATION_USE_UNKNOWN: AllocationUse
+GPU_EVENT_KIND_UNSPECIFIED: GpuEventKind
+GPU_EVENT_KIND_XID: GpuEventKind
+GPU_EVENT_KIND_ECC_DOUBLE_BIT: GpuEventKind
+GPU_EVENT_KIND_ECC_SINGLE_BIT: GpuEventKind
+GPU_EVENT_KIND_GPU_LOST: GpuEventKind
 
 class GetSnapshotRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("node_name", "driver_version", "cuda_driver_version", "gpus", "sampled_at", "age_seconds", "error", "history_status", "allocations")
+    __slots__ = ("node_name", "driver_version", "cuda_driver_version", "gpus", "sampled_at", "age_seconds", "error", "history_status", "allocations", "gpu_event_status")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     CUDA_DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +95,7 @@ class Snapshot(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     HISTORY_STATUS_FIELD_NUMBER: _ClassVar[int]
     ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    GPU_EVENT_STATUS_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     driver_version: str
     cuda_driver_version: int
@@ -91,7 +105,8 @@ class Snapshot(_message.Message):
     error: str
     history_status: str
     allocations: DeviceAllocations
-    def __init__(self, node_name: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., sampled_at: _Optional[float] = ..., age_seconds: _Optional[float] = ..., error: _Optional[str] = ..., history_status: _Optional[str] = ..., allocations: _Optional[_Union[DeviceAllocations, _Mapping]] = ...) -> None: ...
+    gpu_event_status: str
+    def __init__(self, node_name: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., sampled_at: _Optional[float] = ..., age_seconds: _Optional[float] = ..., error: _Optional[str] = ..., history_status: _Optional[str] = ..., allocations: _Optional[_Union[DeviceAllocations, _Mapping]] = ..., gpu_event_status: _Optional[str] = ...) -> None: ...
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "name", "memory_total_bytes", "memory_used_bytes", "utilization_gpu", "utilization_memory", "temperature_c", "power_usage_watts", "power_limit_watts", "mig_enabled", "mig_devices", "processes", "error", "field_errors", "minor_number")
@@ -375,3 +390,109 @@ class DeviceAllocation(_message.Message):
     allocated_gpu_seconds: float
     idle_allocated_gpu_seconds: float
     def __init__(self, mechanism: _Optional[_Union[AllocationMechanism, str]] = ..., resource: _Optional[str] = ..., device_id: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., shared: _Optional[bool] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ..., use: _Optional[_Union[AllocationUse, str]] = ..., idle_since: _Optional[float] = ..., idle_seconds: _Optional[float] = ..., weight: _Optional[float] = ..., allocated_gpu_seconds: _Optional[float] = ..., idle_allocated_gpu_seconds: _Optional[float] = ...) -> None: ...
+
+class GetGpuEventsRequest(_message.Message):
+    __slots__ = ("since", "until", "gpu_uuids", "namespaces", "pod_uids", "kinds", "limit", "page_token", "after_sequence", "wait_seconds")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    POD_UIDS_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    since: float
+    until: float
+    gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    pod_uids: _containers.RepeatedScalarFieldContainer[str]
+    kinds: _containers.RepeatedScalarFieldContainer[GpuEventKind]
+    limit: int
+    page_token: str
+    after_sequence: int
+    wait_seconds: float
+    def __init__(self, since: _Optional[float] = ..., until: _Optional[float] = ..., gpu_uuids: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., pod_uids: _Optional[_Iterable[str]] = ..., kinds: _Optional[_Iterable[_Union[GpuEventKind, str]]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., after_sequence: _Optional[int] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
+
+class GpuEventProcess(_message.Message):
+    __slots__ = ("pid", "process_name", "container_id", "container_name", "pod_uid", "pod_namespace", "pod_name", "allocation_verdict", "mig_device_uuid")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_NAME_FIELD_NUMBER: _ClassVar[int]
+    POD_UID_FIELD_NUMBER: _ClassVar[int]
+    POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_NAME_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    MIG_DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    process_name: str
+    container_id: str
+    container_name: str
+    pod_uid: str
+    pod_namespace: str
+    pod_name: str
+    allocation_verdict: str
+    mig_device_uuid: str
+    def __init__(self, pid: _Optional[int] = ..., process_name: _Optional[str] = ..., container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., allocation_verdict: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ...) -> None: ...
+
+class GpuEventAllocatedPod(_message.Message):
+    __slots__ = ("namespace", "name")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    name: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GpuEvent(_message.Message):
+    __slots__ = ("sequence", "time", "kind", "xid", "gpu_uuid", "mig_device_uuid", "pci_bus_id", "culprit_pid", "culprit_name", "processes", "allocated", "count", "source", "message", "cursor")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    XID_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    MIG_DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    CULPRIT_PID_FIELD_NUMBER: _ClassVar[int]
+    CULPRIT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    time: float
+    kind: GpuEventKind
+    xid: int
+    gpu_uuid: str
+    mig_device_uuid: str
+    pci_bus_id: str
+    culprit_pid: int
+    culprit_name: str
+    processes: _containers.RepeatedCompositeFieldContainer[GpuEventProcess]
+    allocated: _containers.RepeatedCompositeFieldContainer[GpuEventAllocatedPod]
+    count: int
+    source: str
+    message: str
+    cursor: str
+    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[float] = ..., kind: _Optional[_Union[GpuEventKind, str]] = ..., xid: _Optional[int] = ..., gpu_uuid: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., culprit_pid: _Optional[int] = ..., culprit_name: _Optional[str] = ..., processes: _Optional[_Iterable[_Union[GpuEventProcess, _Mapping]]] = ..., allocated: _Optional[_Iterable[_Union[GpuEventAllocatedPod, _Mapping]]] = ..., count: _Optional[int] = ..., source: _Optional[str] = ..., message: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
+
+class GpuEventPage(_message.Message):
+    __slots__ = ("node_name", "events", "next_page_token", "status", "last_sequence", "log_id", "event_status")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LOG_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    events: _containers.RepeatedCompositeFieldContainer[GpuEvent]
+    next_page_token: str
+    status: str
+    last_sequence: int
+    log_id: str
+    event_status: str
+    def __init__(self, node_name: _Optional[str] = ..., events: _Optional[_Iterable[_Union[GpuEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., status: _Optional[str] = ..., last_sequence: _Optional[int] = ..., log_id: _Optional[str] = ..., event_status: _Optional[str] = ...) -> None: ...

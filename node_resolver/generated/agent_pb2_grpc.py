@@ -55,6 +55,11 @@ class NodeAgentStub:
                 request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesRequest.SerializeToString,
                 response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesReply.FromString,
                 _registered_method=True)
+        self.GetGpuEvents = channel.unary_unary(
+                '/gpugraph.agent.v1.NodeAgent/GetGpuEvents',
+                request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetGpuEventsRequest.SerializeToString,
+                response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GpuEventPage.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServicer:
@@ -89,6 +94,16 @@ class NodeAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetGpuEvents(self, request, context):
+        """GPU health events (XID, ECC, lost GPUs), each with the processes and pods on the
+        GPU at that moment: a time range, oldest first, one page per call; or, with
+        after_sequence, the events logged after that one, waiting up to wait_seconds for
+        one to land (a long poll that a follower repeats with the last sequence it saw).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +126,11 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.PutPodNames,
                     request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesRequest.FromString,
                     response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesReply.SerializeToString,
+            ),
+            'GetGpuEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGpuEvents,
+                    request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetGpuEventsRequest.FromString,
+                    response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GpuEventPage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +241,33 @@ class NodeAgent:
             '/gpugraph.agent.v1.NodeAgent/PutPodNames',
             gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesRequest.SerializeToString,
             gpugraph_dot_agent_dot_v1_dot_agent__pb2.PutPodNamesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGpuEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpugraph.agent.v1.NodeAgent/GetGpuEvents',
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetGpuEventsRequest.SerializeToString,
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.GpuEventPage.FromString,
             options,
             channel_credentials,
             insecure,

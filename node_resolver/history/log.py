@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..gpu_events.records import EventQuery, GpuEvent
 from ..models import NodeSnapshot
 from ..pod_names import PodNames
 from .records import AllocationRecord, HistoryQuery, OccupancyRecord, UsageQuery, UsageRow
@@ -54,6 +55,8 @@ FLUSH_SECONDS = 5.0
 _PRUNE_EVERY = 12
 # Ended records kept in memory while the store cannot take them; the oldest go first.
 _MAX_UNWRITTEN = 100_000
+# GPU events waiting for the store, likewise (a storm is rate-limited before it gets here).
+_MAX_UNWRITTEN_EVENTS = 10_000
 
 
 class AllocationKeeper(Protocol):
@@ -127,6 +130,10 @@ class HistoryLog:
         self._flushes = 0
         # Flushes done so far; tests wait on it.
         self.flushed = 0
+        # GPU events waiting for the next flush; those dropped while the store failed.
+        self._events: list[GpuEvent] = []
+        self._events_lock = threading.Lock()
+        self.events_dropped = 0
 
     @property
     def status(self) -> str:
@@ -201,9 +208,13 @@ class HistoryLog:
         self.tracker.fill_names(records)
         pods = self.pod_names.drain_changed(self.store.names_per_write)
         allocations = self.allocations.drain() if self.allocations is not None else []
+        with self._events_lock:
+            events, self._events = self._events, []
         now = self._clock()
         try:
             self.store.write(records, pods, now, allocations)
+            if events:
+                self.store.write_events(events)
             self._flushes += 1
             if self._flushes % _PRUNE_EVERY == 0 or self.store.size_bytes() > (
                 self.settings.max_bytes
@@ -214,6 +225,7 @@ class HistoryLog:
             self.pod_names.restore_changed(pods)
             if self.allocations is not None:
                 self.allocations.undrain(allocations)
+            self.add_events(events, first=True)
             self._cap_unwritten()
             self._failed(exc)
             return False
@@ -222,6 +234,23 @@ class HistoryLog:
             log.info("the occupancy log in %s is writable again", self.store.path)
             self._status = OK
         return True
+
+    def add_events(self, events: list[GpuEvent], *, first: bool = False) -> None:
+        """Queue GPU events for the next flush (``first``: ahead of those queued already)."""
+        if not events:
+            return
+        with self._events_lock:
+            self._events = events + self._events if first else self._events + events
+            excess = len(self._events) - _MAX_UNWRITTEN_EVENTS
+            if excess > 0:
+                del self._events[:excess]
+                self.events_dropped += excess
+
+    def gpu_events(self, query: EventQuery) -> tuple[list[GpuEvent], str, int]:
+        """Events as ``query`` asks (after a flush), this log's ID and its last sequence."""
+        self._flush_for_read()
+        position = self.store.events_position()
+        return self.store.gpu_events(query), *position
 
     def _cap_unwritten(self) -> None:
         dropped = self.tracker.cap_ended(_MAX_UNWRITTEN)

@@ -33,7 +33,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..gpu_events.records import EventQuery, GpuEvent
 from ..pod_names import PodName, pod_bytes
+from . import events as event_rows
 from .allocation_store import (
     ALLOCATION_SCHEMA,
     allocation_usage,
@@ -162,6 +164,7 @@ class HistoryStore:
                 db.execute(f"PRAGMA journal_size_limit = {self.wal_bytes}")
                 db.executescript(_SCHEMA)
                 db.executescript(ALLOCATION_SCHEMA)
+                db.executescript(event_rows.EVENTS_SCHEMA)
                 db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)",
                     (SCHEMA_VERSION,),
@@ -340,6 +343,7 @@ class HistoryStore:
             ).rowcount
             db.execute(f"DELETE FROM pods WHERE updated_at < ? AND {_UNREFERENCED}", (cutoff,))
             deleted += prune_allocations(db, cutoff)
+            deleted += event_rows.prune_older(db, cutoff)
             budget = max(_SIZE_FLOOR, self.max_bytes - self.wal_bytes)
             while (used := self._used(db)) > budget:
                 share = max(_PRUNE_SHARE, (used - budget) / used)
@@ -349,6 +353,8 @@ class HistoryStore:
                     continue
                 gone = _delete_oldest(db, "occupancy", "id", "ended = 1", "last_seen, id", share)
                 gone += delete_oldest_allocations(db, share)
+                # GPU events go by age beside the records they describe.
+                gone += event_rows.delete_oldest(db, share)
                 if not gone:
                     break
                 deleted += gone
@@ -358,6 +364,37 @@ class HistoryStore:
             if self.size_bytes() > self.max_bytes:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return deleted
+
+    # -- GPU events -----------------------------------------------------------------------
+
+    def write_events(self, events: Sequence[GpuEvent]) -> None:
+        """Insert ``events`` in one transaction, giving each its sequence number."""
+        with self._lock:
+            db = self._conn()
+            db.execute("BEGIN")
+            try:
+                event_rows.insert(db, events)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                for event in events:
+                    event.id = 0
+                raise
+
+    def events_position(self) -> tuple[str, int]:
+        """(this log's ID, the last sequence number given out)."""
+        with self._lock:
+            db = self._conn()
+            return event_rows.log_id(db), event_rows.last_sequence(db)
+
+    def gpu_events(self, query: EventQuery) -> list[GpuEvent]:
+        """Up to ``query.limit`` events, with pod names that arrived after them filled in."""
+        with self._reader() as db:
+            events = event_rows.select(db, query)
+            event_rows.fill_names(db, events)
+        return events
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -244,6 +244,7 @@ def test_reflection_lists_the_service(agent: AgentThread) -> None:
         "GetHistory",
         "GetUsage",
         "PutPodNames",
+        "GetGpuEvents",
     ]
 
 
