@@ -153,3 +153,32 @@ def test_the_docs_give_each_mode_with_the_symptom_it_fixes() -> None:
         assert f"agent.nvml.mode={mode}" in section, mode
     # The line the agent prints when the runtime gave it no NVML.
     assert "cannot start NVML: the NVML library libnvidia-ml.so.1 was not found" in section
+
+
+def test_the_kernel_log_is_off_by_default_and_kmsg_says_the_privilege_it_takes(
+    chart: helm.Chart,
+) -> None:
+    plain = agent_of(chart, {"mode": "env"})
+    assert "--kernel-log" not in plain["container"]["args"]
+    assert "/run/gpugraph/kernel-log" not in mounts_of(plain)
+    assert plain["container"]["securityContext"]["privileged"] is False
+
+    kmsg = agent_of(chart, {"mode": "env"}, kernelLog={"enabled": True})
+    args = kmsg["container"]["args"]
+    assert args[args.index("--kernel-log") + 1] == "/run/gpugraph/kernel-log"
+    mount = mounts_of(kmsg)["/run/gpugraph/kernel-log"]
+    assert mount["readOnly"] is True
+    assert mount["volume"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    security = kmsg["container"]["securityContext"]
+    assert security["privileged"] is True
+    assert "SYSLOG" in security["capabilities"]["add"]
+
+    # A plain file needs no privilege: it is read as root, read-only.
+    file = agent_of(
+        chart, {"mode": "env"}, kernelLog={"enabled": True, "path": "/var/log/kern.log"}
+    )
+    assert mounts_of(file)["/run/gpugraph/kernel-log"]["volume"]["hostPath"] == {
+        "path": "/var/log/kern.log",
+        "type": "File",
+    }
+    assert file["container"]["securityContext"]["privileged"] is False
