@@ -17,17 +17,29 @@ DOWN_NODE = build_cluster().down_node
 def demo() -> Iterator[LiveDemo]:
     """The default demo (as `make demo` runs it), once its agents and kubelets have answered."""
     with live_demo() as running:
-        # Every allocation verdict depends on a kubelet's first answer, and the down
-        # node's error on the server's first call to it: wait for both to be in.
-        eventually(
-            lambda: _settled(running), timeout=60, interval=0.1, what="the demo's first answers"
-        )
+        _wait_settled(running)
         yield running
 
 
-def _settled(demo: LiveDemo) -> bool:
+@pytest.fixture(scope="package")
+def auth_demo() -> Iterator[LiveDemo]:
+    """`gpugraph demo --auth`, for the examples that show what one token sees."""
+    with live_demo(auth=True) as running:
+        _wait_settled(running, running.token_of("admin"))
+        yield running
+
+
+def _wait_settled(demo: LiveDemo, token: str | None = None) -> None:
+    # Every allocation verdict depends on a kubelet's first answer, and the down
+    # node's error on the server's first call to it: wait for both to be in.
+    eventually(
+        lambda: _settled(demo, token), timeout=60, interval=0.1, what="the demo's first answers"
+    )
+
+
+def _settled(demo: LiveDemo, token: str | None) -> bool:
     """Whether every agent has answered with its kubelet's allocations, and the down one failed."""
-    body = demo.query("{ nodes { name allocationSource agent { reachable } } }")
+    body = demo.query("{ nodes { name allocationSource agent { reachable } } }", token)
     assert body.get("data") is not None, body
     nodes = {node["name"]: node for node in body["data"]["nodes"]}
     up = [node for name, node in nodes.items() if name != DOWN_NODE]

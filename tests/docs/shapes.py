@@ -11,7 +11,7 @@ the snapshot's age, GPU-hours) are compared by kind only: a number where the
 document shows a number, ``null`` where it shows ``null``. Everything else (names,
 UIDs, UUIDs, PIDs, indices, requests, verdicts, flags, messages) must be equal,
 after the parts of a message that differ between runs of the demo (the agents'
-port, a retry's delay) are made alike.
+port, a retry's delay, the failed method's name) are made alike.
 """
 
 from __future__ import annotations
@@ -65,9 +65,12 @@ MOVING = frozenset(
     }
 )
 
-# An agent's port is picked when the demo starts; a retry's delay is jittered.
+# An agent's port is picked when the demo starts; a retry's delay is jittered. A down
+# agent's error names the method that failed when this call asked it, and the retry's
+# delay when an earlier call's failure holds the node back: which one a run sees is timing.
 _PORT = re.compile(r"\b(127\.0\.0\.\d+):\d+")
 _RETRY = re.compile(r" \(next retry in [\d.]+ s\)")
+_METHOD = re.compile(r"(unreachable at \S+: )(?:Get|Put)[A-Za-z]+: ")
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,7 @@ def documented_json(text: str) -> Any:
 
 def normalized(text: str) -> str:
     """``text`` with what differs between runs of the demo made alike."""
-    return _RETRY.sub("", _PORT.sub(r"\1:PORT", text))
+    return _METHOD.sub(r"\1", _RETRY.sub("", _PORT.sub(r"\1:PORT", text)))
 
 
 def _string_matches(documented: str, actual: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -38,8 +39,8 @@ DOWN_NODE = build_cluster().down_node
 COMMAND_TIMEOUT = 60.0
 # Table columns whose values move with the simulated load: only "<unknown>" is compared.
 MOVING_COLUMNS = frozenset({"UTIL", "MEMORY", "TEMP", "MAX TEMP", "SM", "GPU-HOURS", "GIB-HOURS"})
-# Console examples that need another demo than the one here (a token of `demo --auth`).
-NEEDS_ANOTHER_DEMO = re.compile(r"<[^>]*token>")
+# The tokens a console example names, as `gpugraph demo --auth` prints them: its users.
+TOKENS = {"<research token>": "research-user", "<admin token>": "admin"}
 
 
 def graphql_examples() -> list[tuple[Block, Block | None]]:
@@ -75,7 +76,8 @@ def console_examples() -> list[ConsoleExample]:
             for chunk in re.split(r"^(?=\$ )", block.text, flags=re.M):
                 command, _, output = chunk.partition("\n")
                 if re.match(
-                    r"\$ (\S+=\S+ )*(gpugraph top|curl -s '?http://127\.0\.0\.1:8000)", command
+                    r"\$ (\S+=(<[^>]*>|\S+) )*(gpugraph top|curl -s '?http://127\.0\.0\.1:8000)",
+                    command,
                 ):
                     examples.append(ConsoleExample(block, command[2:], output))
     return examples
@@ -124,11 +126,17 @@ def test_a_documented_query_answers_as_documented(
     "example", CONSOLE, ids=[f"{e.block.where(ROOT)} {e.command[:60]}" for e in CONSOLE]
 )
 def test_a_documented_command_prints_what_the_document_shows(
-    demo: LiveDemo, example: ConsoleExample
+    request: pytest.FixtureRequest, example: ConsoleExample
 ) -> None:
-    if NEEDS_ANOTHER_DEMO.search(example.command):
-        pytest.skip("needs a token of `gpugraph demo --auth` (tests/server/top covers that view)")
-    stdout, stderr = _run(example.command, demo)
+    command = example.command
+    if any(token in command for token in TOKENS):
+        # What one token sees: the same cluster, served by `gpugraph demo --auth`.
+        demo: LiveDemo = request.getfixturevalue("auth_demo")
+        for token, user in TOKENS.items():
+            command = command.replace(token, demo.token_of(user))
+    else:
+        demo = request.getfixturevalue("demo")
+    stdout, stderr = _run(command, demo)
     documented = example.output.strip()
     where = example.block.where(ROOT)
     if documented.startswith("{"):
@@ -147,6 +155,10 @@ def test_a_documented_command_prints_what_the_document_shows(
 def _run(command: str, demo: LiveDemo) -> tuple[str, str]:
     """``command`` (as documented) against the demo; its standard output and error."""
     words = [w.replace(DOCUMENTED_SERVER, demo.url) for w in shlex.split(command)]
+    env = dict(os.environ)
+    while re.match(r"^[A-Z_]+=", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
     if words[0] == "curl":
         response = httpx.get(words[-1], timeout=COMMAND_TIMEOUT)
         assert response.status_code == 200, response.text
@@ -159,6 +171,7 @@ def _run(command: str, demo: LiveDemo) -> tuple[str, str]:
         text=True,
         timeout=COMMAND_TIMEOUT,
         check=False,
+        env=env,
     )
     assert done.returncode == 0, f"`{command}` exited {done.returncode}: {done.stderr}"
     return done.stdout, done.stderr

@@ -58,6 +58,8 @@ def test_a_message_matches_across_ports_retries_and_left_out_parts() -> None:
     )
     live = "agent on node 'n' unreachable at 127.0.0.5:40001: UNAVAILABLE: failed: refused"
     assert differences({"message": shown}, {"message": live}) == []
+    fresh = live.replace("UNAVAILABLE", "GetUsage: UNAVAILABLE")
+    assert differences({"message": shown}, {"message": fresh}) == []
     assert differences({"message": shown}, {"message": live.replace("node 'n'", "node 'm'")})
     assert differences({"message": "a ... z"}, {"message": "a b c z"}) == []
     assert differences({"message": "a ... z"}, {"message": "b z"})

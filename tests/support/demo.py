@@ -50,6 +50,12 @@ class LiveDemo:
             change(gpu)
         write_fake_nvml(agent.workdir / "nvml.json", document)
 
+    def token_of(self, user: str) -> str:
+        """The token ``demo --auth`` prints for ``user`` (``admin``, ``research-user``)."""
+        assert self.demo.api is not None
+        token: str = self.demo.api.reviews.token_of(user)
+        return token
+
     def query(self, query: str, token: str | None = None) -> dict[str, Any]:
         """POST ``query`` to the server; its JSON answer."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
