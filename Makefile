@@ -113,6 +113,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/occupancy_log_bench.py --small
 	$(PY) bench/allocation_bench.py --small
 	$(PY) bench/agent_metrics_bench.py --small
+	$(PY) bench/query_path.py --runs 2
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
 bench: install-dev web-if-npm
@@ -129,6 +130,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/occupancy_log_bench.py
 	$(PY) bench/allocation_bench.py
 	$(PY) bench/agent_metrics_bench.py
+	$(PY) bench/query_path.py
 
 # On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and
 # memory? Fails clearly (exit 2) where there is no GPU; see tools/gpu_check.py.

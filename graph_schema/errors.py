@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from graphql import GraphQLError
 
-from .interfaces import AgentUnavailableError
+from .interfaces import AgentUnavailableError, ClusterView
 
 
 class GraphUserError(Exception):
@@ -62,6 +62,22 @@ class NodeNotFoundError(GraphUserError):
 
     def __init__(self, node_name: str) -> None:
         super().__init__(f"no node named {node_name!r} among the nodes you may see")
+
+
+def named_nodes(cluster: ClusterView, node_name: str | None) -> list[str]:
+    """Every node the caller may see, or just ``node_name``: NodeNotFoundError where the
+    caller may not see it or no node has it (both answer alike)."""
+    if node_name is None:
+        return [n.name for n in cluster.nodes()]
+    if cluster.node(node_name) is None:
+        raise NodeNotFoundError(node_name)
+    return [node_name]
+
+
+def require_ready(cluster: ClusterView) -> None:
+    """NotReadyError until the cache has filled: an entry point's first check."""
+    if not cluster.ready:
+        raise NotReadyError
 
 
 class GpuNotFoundError(GraphUserError):

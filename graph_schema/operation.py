@@ -8,19 +8,17 @@ the GPU type for the same reason.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar, cast
+from typing import Protocol, TypeVar
 
 from graphql import GraphQLError
-from strawberry.types import Info
 
 from node_resolver.models import NodeSnapshot
 
 from .allocation_join import AllocationRules, AllocationTable
-from .errors import NodeNotFoundError, NotReadyError
 from .interfaces import ClusterView, HistorySource, Received, SnapshotSource
 from .scope import Viewer
 
-__all__ = ["Operation", "named_nodes", "operation_of", "ready_operation"]
+__all__ = ["Operation"]
 
 GpuT = TypeVar("GpuT")
 
@@ -89,26 +87,3 @@ class Operation(Protocol[GpuT]):
     async def allocations(self, node_name: str) -> AllocationTable:
         """The node's allocation table (unfiltered: filter its records through ``cluster``)."""
         ...
-
-
-def operation_of(info: Info) -> Operation[Any]:
-    """The operation's context (a ``GraphContext``), as a resolver uses it."""
-    return cast("Operation[Any]", info.context)
-
-
-def ready_operation(info: Info) -> Operation[Any]:
-    """The operation's context for an entry point; NotReadyError until the cache fills."""
-    ctx = operation_of(info)
-    if not ctx.cluster.ready:
-        raise NotReadyError
-    return ctx
-
-
-def named_nodes(cluster: ClusterView, node_name: str | None) -> list[str]:
-    """Every node the caller may see, or just ``node_name``: NodeNotFoundError where the
-    caller may not see it or no node has it (both answer alike)."""
-    if node_name is None:
-        return [n.name for n in cluster.nodes()]
-    if cluster.node(node_name) is None:
-        raise NodeNotFoundError(node_name)
-    return [node_name]

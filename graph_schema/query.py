@@ -9,9 +9,10 @@ from graphql import GraphQLError
 from strawberry.types import Info
 
 from .cache_status import CacheStatus
+from .errors import named_nodes
 from .identity import Identity, identity_of
 from .occupancy import resolvers as occupancy
-from .operation import Operation, named_nodes
+from .operation import Operation
 from .selectors import parse_label_selector
 from .types import Gpu, GpuProcess, Node, Pod, context_of, ready_context
 

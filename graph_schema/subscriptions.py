@@ -10,8 +10,8 @@ import strawberry
 from strawberry.types import Info
 
 from .context import GraphContext
+from .errors import named_nodes
 from .limits import clamp_interval
-from .operation import named_nodes
 from .query import gpus_of_nodes
 from .types import Gpu, Pod, ready_context
 

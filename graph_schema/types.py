@@ -20,21 +20,23 @@ from .allocation_enums import (
     AllocationVerdict,
 )
 from .allocation_join import Allocation, LazyTable, pod_gpu_request
-from .errors import GraphUserError
+from .errors import GraphUserError, require_ready
 from .occupancy import resolvers as occupancy
-from .operation import Operation, operation_of, ready_operation
+from .operation import Operation
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .scalars import JSON, Bytes
 
 
 def context_of(info: Info) -> Operation[Gpu]:
     """The operation's context (a ``GraphContext``), as the resolvers use it."""
-    return cast("Operation[Gpu]", operation_of(info))
+    return cast("Operation[Gpu]", info.context)
 
 
 def ready_context(info: Info) -> Operation[Gpu]:
     """The operation's context for an entry point; NotReadyError until the cache fills."""
-    return cast("Operation[Gpu]", ready_operation(info))
+    ctx = context_of(info)
+    require_ready(ctx.cluster)
+    return ctx
 
 
 def format_cuda_version(version: int | None) -> str | None:

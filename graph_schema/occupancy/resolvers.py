@@ -24,9 +24,9 @@ from strawberry.types import Info
 
 from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
 
-from ..errors import GraphUserError
+from ..errors import GraphUserError, named_nodes, require_ready
 from ..interfaces import HistorySource
-from ..operation import Operation, named_nodes, operation_of, ready_operation
+from ..operation import Operation
 from .cursor import Position
 from .fan_out import (
     DEFAULT_FIRST,
@@ -47,6 +47,7 @@ from .types import (
     GpuUsageRow,
     PageInfo,
     UsageGroupBy,
+    operation_of,
 )
 
 __all__ = [
@@ -244,7 +245,8 @@ async def _gpu_history_connection(
     first: int | None = None,
     after: str | None = None,
 ) -> GpuHistoryConnection:
-    ctx = ready_operation(info)
+    ctx = operation_of(info)
+    require_ready(ctx.cluster)
     count = DEFAULT_FIRST if first is None else first
     if not 1 <= count <= MAX_FIRST:
         raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
@@ -299,7 +301,8 @@ async def _gpu_usage(
     until: datetime.datetime | None = None,
     group_by: list[UsageGroupBy] | None = None,
 ) -> list[GpuUsageRow]:
-    ctx = ready_operation(info)
+    ctx = operation_of(info)
+    require_ready(ctx.cluster)
     span = window(since, until)
     end = span.until if span.until is not None else time.time()
     if end <= span.since:

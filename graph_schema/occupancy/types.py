@@ -35,6 +35,7 @@ __all__ = [
     "GpuUsageRow",
     "PageInfo",
     "UsageGroupBy",
+    "operation_of",
 ]
 
 _OBJECTS = "graph_schema.types"
@@ -125,7 +126,7 @@ class GpuOccupancy:
     def node(self, info: Info) -> Annotated["Node", strawberry.lazy(_OBJECTS)]:  # noqa: UP037
         from ..types import Node
 
-        record = _operation(info).cluster.node(self.node_name)
+        record = operation_of(info).cluster.node(self.node_name)
         return Node.stub(self.node_name) if record is None else Node.from_record(record)
 
     @strawberry.field(description="The live pod; null once it is gone (podName still names it).")
@@ -136,13 +137,14 @@ class GpuOccupancy:
             return None
         # The caller's view: a pod it may not see is None, as a gone one is. Only a pod bound
         # to the recording node: a cgroup naming another node's pod must not borrow it.
-        record = _operation(info).cluster.pod_by_uid(self.pod_uid)
+        record = operation_of(info).cluster.pod_by_uid(self.pod_uid)
         if record is None or record.node_name != self.node_name:
             return None
         return Pod.from_record(record)
 
 
-def _operation(info: Info) -> Operation[Any]:
+def operation_of(info: Info) -> Operation[Any]:
+    """The operation's context (a ``GraphContext``), as the history fields use it."""
     return cast("Operation[Any]", info.context)
 
 
