@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from api.demo.cluster.kubelet import FakeKubelet
@@ -478,6 +479,11 @@ def test_without_event_support_the_status_says_so_and_the_agent_goes_on(
         world.until_status("unsupported")
         page = world.page(EventQuery())
         assert (page.status, page.event_status, page.events) == ("ok", "unsupported", [])
+        # A request that makes no sense is the caller's error, with the reason.
+        with pytest.raises(grpc.RpcError) as refused:
+            world.page(EventQuery(since=10.0, until=5.0))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "until must be after since" in str(refused.value.details())
     finally:
         world.close()
 
