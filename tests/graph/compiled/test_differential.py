@@ -473,7 +473,12 @@ def test_readme_and_demo_examples_answer_the_same(logs: Logs, query: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "field", ["gpus(nodeName: $node) { uuid }", "gpuProcesses(nodeName: $node) { pid }"]
+    "field",
+    [
+        "gpus(nodeName: $node) { uuid }",
+        "gpuProcesses(nodeName: $node) { pid }",
+        'gpuHistory(since: "2026-12-01T00:00:00Z", nodeName: $node) { edges { cursor } }',
+    ],
 )
 def test_a_node_unknown_or_hidden_is_the_same_not_found_on_both_paths(
     logs: Logs, field: str
