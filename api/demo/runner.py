@@ -416,9 +416,9 @@ class Demo:
                 f"  admin      {reviews.token_of('admin')}",
                 "             sees every namespace, node, host process and command line",
                 f"  research   {reviews.token_of('research-user')}",
-                "             sees only pods in research, their node and GPU, no command lines;",
+                "             sees only pods in research, their nodes and GPUs, no command lines;",
                 "             a GPU it shares with another tenant would count their processes in",
-                "             hiddenProcessCount/hiddenMemoryBytes (0 here: its GPU is its own)",
+                "             hiddenProcessCount/hiddenMemoryBytes (0 here: its GPUs are its own)",
             ]
         shared_node, shared_uuid = cluster.shared_gpu
         orphan_node, orphan_pid = cluster.orphan
