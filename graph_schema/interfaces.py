@@ -118,7 +118,9 @@ class AgentUnavailableError(Exception):
     """
 
     def __init__(self, node_name: str, reason: str, *, address: str | None = None) -> None:
-        detail = f"unavailable: {reason}" if address is None else f"unreachable at {address}: {reason}"
+        detail = (
+            f"unavailable: {reason}" if address is None else f"unreachable at {address}: {reason}"
+        )
         super().__init__(f"agent on node {node_name!r} {detail}")
         self.node_name = node_name
         self.reason = reason
