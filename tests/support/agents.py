@@ -35,8 +35,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from api.demo.cluster.fake_proc import HOST_CGROUP, write_process
 from node_resolver.agent import agent_running
 from node_resolver.allocation_use import AllocationJudge
-from node_resolver.cli import LISTENING
+from node_resolver.cli import LISTENING, scan_hooks
 from node_resolver.client import AgentClient
+from node_resolver.gpu_events.node_events import NodeGpuEvents
 from node_resolver.gpu_source import GpuSource
 from node_resolver.history.log import HistoryLog
 from node_resolver.models import ContainerRef, NodeSample
@@ -214,6 +215,7 @@ def start_agent_thread(
     metrics_token: str | None = None,
     judge: AllocationJudge | None = None,
     clock: Callable[[], float] = time.time,
+    events: NodeGpuEvents | None = None,
 ) -> AgentThread:
     """Run ``agent_running`` for ``source`` on ``host``, a free port, in a thread.
 
@@ -226,7 +228,7 @@ def start_agent_thread(
         resolver or AllAliveResolver(),
         node_name=node_name,
         interval=interval,
-        on_scan=history.observe if history is not None else None,
+        on_scan=scan_hooks(history, events),
         pod_resources=pod_resources,
         judge=judge,
         clock=clock,
@@ -244,6 +246,7 @@ def start_agent_thread(
                 grace=0.5,
                 join_timeout=10,
                 history=history,
+                events=events,
                 metrics_listen=f"{host}:0" if metrics else None,
                 metrics_token=(lambda: metrics_token) if metrics_token else None,
             ) as server:
