@@ -44,3 +44,13 @@ def test_auth_md_names_the_gpus_the_research_token_sees(auth_demo: LiveDemo) -> 
     # Its GPUs are its own: nothing hidden, nobody else's pod.
     assert {g["hiddenProcessCount"] for g in gpus} == {0}
     assert {p["namespace"] for g in gpus for p in g["pods"]} == {"research"}
+
+
+def test_map_md_gives_the_size_of_the_maps_palette() -> None:
+    colors = (ROOT / "web" / "map" / "src" / "colors.js").read_text()
+    palette = re.search(r"export const PALETTE = \[(.*?)\];", colors, re.S)
+    assert palette is not None
+    size = len(re.findall(r'"#[0-9a-f]{6}"', palette[1]))
+    text = " ".join((ROOT / "docs" / "map.md").read_text().split())
+    said = re.search(r"Pod colours come from a palette of (\w+)", text)
+    assert said is not None and NUMBERS[said[1]] == size
