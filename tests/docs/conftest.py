@@ -1,4 +1,4 @@
-"""One demo for every test of the documents: started once, as `make demo` runs it."""
+"""The demos the documents' tests run against, each started once: `make demo`'s, and `--auth`'s."""
 
 from __future__ import annotations
 

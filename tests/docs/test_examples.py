@@ -1,4 +1,4 @@
-"""The documented examples run against one demo and answer what the documents show.
+"""The documented examples run against the demo and answer what the documents show.
 
 Every GraphQL block of the README and docs/ is sent to a running ``gpugraph demo``
 cluster; where a JSON block follows it, that is its documented answer and the live
@@ -8,6 +8,8 @@ too, against the same demo, and their output compared with the documented output
 a table's header, its rows' names, counts and flags, the notes below it (a down
 node's line), or the JSON document. So a renamed field, a node the demo no longer
 has or an output the product changed fails here, naming the document and line.
+One demo, started once, answers them all but the examples of one tenant's token,
+which a second, `gpugraph demo --auth`, answers.
 """
 
 from __future__ import annotations
