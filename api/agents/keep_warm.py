@@ -29,12 +29,11 @@ import asyncio
 import logging
 import math
 import time
-import types
 import zlib
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -419,31 +418,52 @@ class OwnCpu:
         the tasks it starts, to ``seconds``."""
         token = _METER.set(self)
         try:
-            return await self._steps(coroutine)
+            return await _Metered(self, coroutine)
         finally:
             _METER.reset(token)
 
-    @types.coroutine
-    def _steps(self, coroutine: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
-        send: Any = None
-        thrown: BaseException | None = None
-        while True:
-            started = time.thread_time()
-            try:
-                step = coroutine.throw(thrown) if thrown is not None else coroutine.send(send)
-            except StopIteration as done:
-                self.seconds += time.thread_time() - started
-                return cast(T, done.value)
-            except BaseException:
-                self.seconds += time.thread_time() - started
-                raise
-            self.seconds += time.thread_time() - started
-            try:
-                send = yield step
-                thrown = None
-            except BaseException as exc:  # a cancellation, passed on to the coroutine
-                send = None
-                thrown = exc
+
+class _Metered(Coroutine[Any, Any, T]):
+    """``coroutine``, each of its steps timed on the thread's CPU clock into ``meter``.
+
+    A coroutine of its own (not a wrapping ``async def``), so that a task cancelled
+    before its first step closes the coroutine it was given, as asyncio's would.
+    """
+
+    __slots__ = ("_coroutine", "_meter")
+
+    def __init__(self, meter: OwnCpu, coroutine: Coroutine[Any, Any, T]) -> None:
+        self._meter = meter
+        self._coroutine = coroutine
+
+    def send(self, value: Any) -> Any:
+        """One step of the coroutine, timed."""
+        started = time.thread_time()
+        try:
+            return self._coroutine.send(value)
+        finally:
+            self._meter.seconds += time.thread_time() - started
+
+    def throw(self, *exc: Any) -> Any:
+        """An exception into the coroutine (a cancellation), timed."""
+        started = time.thread_time()
+        try:
+            return self._coroutine.throw(*exc)
+        finally:
+            self._meter.seconds += time.thread_time() - started
+
+    def close(self) -> None:
+        """Close the coroutine."""
+        self._coroutine.close()
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def __iter__(self) -> _Metered[T]:
+        return self
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self
 
 
 # The meter of the refresh whose step is running (a task copies it when started).
@@ -464,9 +484,5 @@ def _metered_task(
 ) -> asyncio.Task[T]:
     meter = _METER.get()
     if meter is not None:
-        coro = _metered(meter, coro)
+        coro = _Metered(meter, coro)
     return asyncio.Task(coro, loop=loop, **kwargs)
-
-
-async def _metered(meter: OwnCpu, coro: Coroutine[Any, Any, T]) -> T:
-    return await meter._steps(coro)

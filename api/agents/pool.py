@@ -25,6 +25,7 @@ in backoff is not refreshed until a read finds its agent again.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import inspect
@@ -322,7 +323,11 @@ class AgentPool:
             # Not read repeatedly, or not within the budget: let its snapshot expire.
             return
         loop = asyncio.get_running_loop()
-        self._refresh_timers[node_name] = loop.call_later(delay, self._refresh, node_name)
+        # In a context of its own: a timer set by a refresh would otherwise run the next
+        # one in that refresh's context, its meter included.
+        self._refresh_timers[node_name] = loop.call_later(
+            delay, self._refresh, node_name, context=contextvars.Context()
+        )
 
     def _refresh(self, node_name: str) -> None:
         self._refresh_timers.pop(node_name, None)

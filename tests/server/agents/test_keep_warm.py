@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -376,5 +379,29 @@ async def test_own_cpu_counts_the_tasks_a_metered_coroutine_starts() -> None:
         loop.set_task_factory(None)
         loop.set_task_factory(lambda loop, coro, **kw: asyncio.Task(coro, loop=loop, **kw))
         assert not count_started_tasks(loop)
+    finally:
+        loop.set_task_factory(None)
+
+
+async def test_a_metered_task_cancelled_before_it_ran_closes_its_coroutine() -> None:
+    # As asyncio's own tasks do: else "coroutine ... was never awaited" at shutdown.
+    loop = asyncio.get_running_loop()
+    assert count_started_tasks(loop)
+    inner: list[Coroutine[Any, Any, None]] = []
+
+    async def never() -> None:
+        raise AssertionError("cancelled before its first step")
+
+    async def refresh() -> asyncio.Task[None]:
+        coroutine = never()
+        inner.append(coroutine)
+        return loop.create_task(coroutine)
+
+    try:
+        task = await OwnCpu().run(refresh())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert inspect.getcoroutinestate(inner[0]) == inspect.CORO_CLOSED
     finally:
         loop.set_task_factory(None)
