@@ -26,6 +26,7 @@ from ..gpu_events.records import (
     GpuEvent,
     GpuEventKind,
 )
+from ..pod_names import PodNames
 
 __all__ = [
     "EVENTS_SCHEMA",
@@ -33,6 +34,7 @@ __all__ = [
     "insert",
     "last_sequence",
     "log_id",
+    "name_pending",
     "prune_older",
     "select",
 ]
@@ -146,6 +148,21 @@ def fill_names(db: sqlite3.Connection, events: Iterable[GpuEvent]) -> None:
         if not any(p.pod_uid in names and not p.pod_name for p in event.processes):
             continue
         event.processes = tuple(_named(p, names.get(p.pod_uid)) for p in event.processes)
+
+
+def name_pending(events: Iterable[GpuEvent], pod_names: PodNames) -> None:
+    """Name the pods of processes whose names arrived while the events waited to be written,
+    so the namespace filter finds them too."""
+    for event in events:
+        if not any(p.pod_uid and not p.pod_name for p in event.processes):
+            continue
+        named = []
+        for process in event.processes:
+            pod = pod_names.get(process.pod_uid) if process.pod_uid else None
+            found = None if pod is None else (pod.namespace, pod.name, dict(pod.containers))
+            named.append(_named(process, found))
+        event.processes = tuple(named)
+        event.index_pods()
 
 
 _IN_JSON = "EXISTS (SELECT 1 FROM json_each(e.{column}) WHERE value IN ({{0}}))"

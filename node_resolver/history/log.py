@@ -27,6 +27,7 @@ from typing import Protocol
 from ..gpu_events.records import EventQuery, GpuEvent
 from ..models import NodeSnapshot
 from ..pod_names import PodNames
+from .events import name_pending
 from .records import AllocationRecord, HistoryQuery, OccupancyRecord, UsageQuery, UsageRow
 from .store import HistoryStore
 from .tracker import OccupancyTracker
@@ -214,6 +215,7 @@ class HistoryLog:
         try:
             self.store.write(records, pods, now, allocations)
             if events:
+                name_pending(events, self.pod_names)
                 self.store.write_events(events)
             self._flushes += 1
             if self._flushes % _PRUNE_EVERY == 0 or self.store.size_bytes() > (

@@ -12,8 +12,9 @@ from node_resolver.gpu_events.records import (
     GpuEvent,
     GpuEventKind,
 )
+from node_resolver.history.log import HistoryLog, HistorySettings
 from node_resolver.history.store import HistoryStore
-from node_resolver.pod_names import PodName
+from node_resolver.pod_names import PodName, PodNames
 
 
 def event(at: float, gpu: str = "GPU-0", namespace: str = "ml", pid: int = 1) -> GpuEvent:
@@ -91,3 +92,25 @@ def test_the_size_bound_takes_the_oldest_events(tmp_path: Path) -> None:
         assert kept[0].time > 0.0
     finally:
         store.close()
+
+
+def test_names_that_arrive_before_the_flush_are_found_by_the_namespace_filter(
+    tmp_path: Path,
+) -> None:
+    names = PodNames()
+    log = HistoryLog(
+        HistorySettings(directory=tmp_path, retention_seconds=3600.0), boot_id="b", pod_names=names
+    )
+    log.start()
+    try:
+        unnamed = event(1.0, pid=7)
+        unnamed.processes = (EventProcess(7, "python3", "c" * 64, pod_uid="uid-7"),)
+        unnamed.allocated = ()
+        unnamed.index_pods()
+        log.add_events([unnamed])
+        names.put([PodName("uid-7", "late", "named-later", {"c" * 64: "main"})])
+        found, _, last = log.gpu_events(EventQuery(namespaces=["late"]))
+        assert [(e.id, e.processes[0].pod_name) for e in found] == [(1, "named-later")]
+        assert last == 1
+    finally:
+        log.stop()
