@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from node_resolver.gpu_events.nvml_events import WANTED, event_kind
 from node_resolver.nvml import (
     MPS_ABSENT,
     MPS_LIST,
@@ -27,12 +28,6 @@ from node_resolver.nvml_process_info import ProcessListReader, process_list_layo
 LEGACY_UTILIZATION = "nvmlDeviceGetProcessUtilization"
 # The samples asked for: those of the last two seconds, the agent's default window.
 UTILIZATION_WINDOW_SECONDS = 2.0
-# The event types the agent registers for, by pynvml's names for them.
-EVENT_TYPES = (
-    ("XID", "nvmlEventTypeXidCriticalError"),
-    ("ECC_DOUBLE_BIT", "nvmlEventTypeDoubleBitEccError"),
-    ("ECC_SINGLE_BIT", "nvmlEventTypeSingleBitEccError"),
-)
 
 
 def probe_lines(wait_seconds: float, nvml: Any | None = None) -> Iterator[str]:
@@ -195,9 +190,9 @@ class Probes:
                 f"{where}: nvmlDeviceGetSupportedEventTypes answered {self.error_name(exc)}",
                 False,
             )
-        wanted = [(name, getattr(nvml, attr)) for name, attr in EVENT_TYPES]
-        kinds = [name for name, bit in wanted if supported & bit]
-        mask = sum(bit for _, bit in wanted if supported & bit)
+        # What the agent registers for: the types it reads that the GPU supports.
+        mask = supported & WANTED
+        kinds = [_kind_name(1 << bit) for bit in range(mask.bit_length()) if mask >> bit & 1]
         shown = f"supported types {supported:#x} ({', '.join(kinds) or 'none the agent reads'})"
         if not mask:
             return f"{where}: {shown}", False
@@ -217,11 +212,13 @@ class Probes:
             if name == "TIMEOUT":
                 return f"events: {waited}: no event (TIMEOUT), as on a healthy GPU"
             return f"events: {waited}: nvmlEventSetWait_v2 answered {name}"
-        kind = next(
-            (name for name, attr in EVENT_TYPES if int(data.eventType) & getattr(nvml, attr)),
-            f"type {int(data.eventType):#x}",
-        )
+        kind = _kind_name(int(data.eventType))
         return f"events: {waited}: an event came: {kind}, data {int(data.eventData)}"
+
+
+def _kind_name(event_type: int) -> str:
+    kind = event_kind(event_type)
+    return f"type {event_type:#x}" if kind is None else kind.value
 
 
 def _answered(answer: str) -> bool:

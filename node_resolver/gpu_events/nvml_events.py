@@ -28,9 +28,11 @@ from .records import ON, UNSUPPORTED, GpuEventKind
 __all__ = [
     "NO_INSTANCE",
     "WAIT_MS",
+    "WANTED",
     "GpuAddress",
     "NvmlEventWatcher",
     "RawEvent",
+    "event_kind",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,11 @@ NO_INSTANCE = 0xFFFFFFFF
 WAIT_MS = 500
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 60.0
+
+
+def event_kind(event_type: int) -> GpuEventKind | None:
+    """The kind of an NVML event type the agent reads, or None for one it does not."""
+    return next((kind for bit, kind in _KINDS if event_type & bit), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +244,7 @@ class NvmlEventWatcher:
         if address is None:
             return
         event_type = int(data.eventType)
-        kind = next((k for bit, k in _KINDS if event_type & bit), None)
+        kind = event_kind(event_type)
         if kind is None:
             return
         gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
