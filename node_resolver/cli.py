@@ -369,8 +369,15 @@ def scan_hooks(
         return hooks[0]
 
     def both(snapshot: NodeSnapshot) -> None:
+        # Each sees every scan whatever the other does; the sampler reports a failure.
+        failed: Exception | None = None
         for hook in hooks:
-            hook(snapshot)
+            try:
+                hook(snapshot)
+            except Exception as exc:
+                failed = exc
+        if failed is not None:
+            raise failed
 
     return both
 
