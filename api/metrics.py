@@ -89,6 +89,8 @@ class Metrics:
             "gpugraph_snapshot_requests",
             "Snapshot requests by how they were served: called (a new agent call), "
             "shared (joined an in-flight call), cached (within the TTL), "
+            "stale (past the TTL by at most the agent timeout, while a background "
+            "refresh is in flight), refresh (a background refresh started), "
             "backoff (refused while the agent is backing off).",
             ["source"],
             registry=r,

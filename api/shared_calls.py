@@ -23,8 +23,9 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 # How a caller was answered: from the kept answer, by joining the call in
-# flight, or by a call of its own.
-Source = Literal["cached", "shared", "called"]
+# flight, or by a call of its own; or from a kept answer past its time while a
+# background call for it is in flight.
+Source = Literal["cached", "shared", "called", "stale"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,8 @@ class SharedCalls(Generic[K, V]):
         self.clock = clock
         self._kept: OrderedDict[K, _Kept[V]] = OrderedDict()
         self._inflight: dict[K, asyncio.Task[V]] = {}
+        # Keys whose call in flight is a background one (``refresh``).
+        self._refreshing: set[K] = set()
         # How callers were answered, by Source.
         self.counts: Counter[Source] = Counter()
 
@@ -68,16 +71,23 @@ class SharedCalls(Generic[K, V]):
         before_call: Callable[[], None] | None = None,
         observe: Callable[[Source], None] | None = None,
         name: str | None = None,
+        stale_while_refreshing: float = 0.0,
     ) -> V:
         """``key``'s kept answer, the call in flight's, or a new call's.
 
         ``before_call`` runs only when a new call would start, and may raise to
-        refuse it; ``observe`` hears how each caller was answered.
+        refuse it; ``observe`` hears how each caller was answered. An answer up to
+        ``stale_while_refreshing`` seconds past its time is still given while a
+        background call (``refresh``) for it is in flight, rather than waiting for it.
         """
         kept = self._kept.get(key)
         if kept is not None:
-            if self.clock() - kept.keep.since < kept.keep.ttl:
+            age = self.clock() - kept.keep.since
+            if age < kept.keep.ttl:
                 self._observe("cached", observe)
+                return kept.value
+            if key in self._refreshing and age < kept.keep.ttl + stale_while_refreshing:
+                self._observe("stale", observe)
                 return kept.value
             del self._kept[key]
         task = self._inflight.get(key)
@@ -119,6 +129,7 @@ class SharedCalls(Generic[K, V]):
             self._call(key, call, keep, started), name=name
         )
         self._inflight[key] = task
+        self._refreshing.add(key)
         task.add_done_callback(lambda t: self._done(key, t))
         return True
 
@@ -138,6 +149,7 @@ class SharedCalls(Generic[K, V]):
     def _done(self, key: K, task: asyncio.Task[V]) -> None:
         if self._inflight.get(key) is task:
             del self._inflight[key]
+            self._refreshing.discard(key)
         if not task.cancelled():
             # Mark the exception retrieved even when every caller went away.
             task.exception()

@@ -250,6 +250,10 @@ class AgentPool:
             before_call=unless_backing_off,
             observe=self._count,
             name=f"agent-call-{node_name}",
+            # A refresh late to land (a busy server, a slow agent) does not hold the
+            # reader: the snapshot it replaces is read, at most a timeout past its
+            # time, and its age says so.
+            stale_while_refreshing=self.timeout,
         )
         # The very snapshot object every other reader got: the graph objects
         # built from it are cached by identity (see graph_schema.views).

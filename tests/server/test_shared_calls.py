@@ -169,3 +169,50 @@ async def test_close_cancels_calls_in_flight_and_drops_kept_answers() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert shared.keys() == set()
+
+
+async def test_while_a_refresh_is_late_a_caller_gets_the_answer_past_its_time_but_not_forever() -> (
+    None
+):
+    clock = ManualClock()
+    calls = Calls()
+    shared: SharedCalls[str, int] = SharedCalls(clock=clock)
+    heard: list[Source] = []
+
+    def get() -> asyncio.Future[int]:
+        return asyncio.ensure_future(
+            shared.get("k", calls, keep_for(1.0), observe=heard.append, stale_while_refreshing=2.0)
+        )
+
+    assert await get() == 1
+    calls.gate = asyncio.Event()
+    assert shared.refresh("k", calls, keep_for(1.0))
+    # Past its TTL, the refresh not landed: the kept answer, without waiting for it...
+    clock.advance(1.5)
+    assert await get() == 1
+    assert heard[-1] == "stale"
+    # ...up to the allowance past the TTL; then the caller joins the refresh.
+    clock.advance(1.5)
+    late = get()
+    await asyncio.sleep(0)
+    assert not late.done()
+    calls.gate.set()
+    assert await late == 2
+    assert heard[-1] == "shared"
+
+
+async def test_without_a_refresh_in_flight_an_expired_answer_is_never_given() -> None:
+    clock = ManualClock()
+    calls = Calls()
+    shared: SharedCalls[str, int] = SharedCalls(clock=clock)
+    assert await shared.get("k", calls, keep_for(1.0)) == 1
+    clock.advance(1.5)
+    # A caller's own call in flight is no refresh: the next caller waits for it too.
+    calls.gate = asyncio.Event()
+    first = asyncio.ensure_future(shared.get("k", calls, keep_for(1.0), stale_while_refreshing=5))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(shared.get("k", calls, keep_for(1.0), stale_while_refreshing=5))
+    await asyncio.sleep(0)
+    assert not second.done()
+    calls.gate.set()
+    assert await asyncio.gather(first, second) == [2, 2]
