@@ -138,6 +138,8 @@ class KernelLogReader:
         # Set once the reader is at the end of the file and follows it (tests wait on it).
         self.following = threading.Event()
         self._rotated = False
+        # Reads of a character device so far, empty ones included (tests wait on it).
+        self.device_reads = 0
 
     def start(self) -> None:
         """Start following from the file's current end."""
@@ -192,6 +194,7 @@ class KernelLogReader:
                 continue
             try:
                 record = os.read(fd, MAX_LINE_BYTES)
+                self.device_reads += 1
             except BlockingIOError:
                 continue
             except OSError as exc:
@@ -201,6 +204,9 @@ class KernelLogReader:
                     self.counts.malformed += 1
                     continue
                 raise
+            if not record:  # not /dev/kmsg after all (a device at its end): wait, do not spin
+                self._stop.wait(self._poll)
+                continue
             self._line(record)
 
     def _follow_lines(self, fd: int) -> None:

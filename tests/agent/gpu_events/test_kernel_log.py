@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 from pathlib import Path
 
@@ -108,3 +109,23 @@ def test_an_unreadable_log_is_a_status_not_a_crash(tmp_path: Path) -> None:
         eventually(lambda: reader.status.startswith("FileNotFoundError"), what="the status")
     finally:
         reader.stop()
+
+
+@pytest.mark.parametrize("device", ["/dev/kmsg", "/dev/null"])
+def test_a_character_device_is_followed_record_by_record_from_its_end(device: str) -> None:
+    if not os.access(device, os.R_OK):
+        pytest.skip(f"{device} is not readable here")
+    reader = KernelLogReader(device, lambda line: None, poll_seconds=0.01)
+    reader.start()
+    try:
+        assert reader.following.wait(30)
+        assert reader.status == "ok"
+        # What the kernel logged before (the boot's records) is not read: no XID, nothing bad.
+        assert (reader.counts.xid, reader.counts.malformed) == (0, 0)
+        if device == "/dev/null":
+            # A device at its end reads nothing, which is no line (and no busy loop).
+            eventually(lambda: reader.device_reads >= 3, what="reads at the device's end")
+            assert reader.counts.skipped == 0
+    finally:
+        reader.stop()
+    assert reader._thread is not None and not reader._thread.is_alive()
