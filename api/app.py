@@ -10,15 +10,22 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Lifespan
 
+from graph_schema.admission import SizeGauge
 from graph_schema.allocation_join import AllocationRules, DraCatalog
 from graph_schema.cache_status import cache_age
 from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.interfaces import Cluster, SnapshotSource
 from graph_schema.schema import build_schema
+from graph_schema.state import SharedState
 from graph_schema.visibility import VisibleCluster
 
 from .auth import AuthMiddleware, KubernetesAuth, request_scope
-from .execution import GraphQLApp, QueryTimer, RequestTimeoutError, SharedResults
+from .execution import (
+    GraphQLApp,
+    QueryMetrics,
+    RequestTimeoutError,
+    SharedResults,
+)
 from .gpu_metrics import GpuMetricsExporter
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
 from .http.cluster_map import map_routes
@@ -27,7 +34,7 @@ from .log_limits import limit_tracebacks
 from .metrics import Metrics
 from .settings import Settings, SettingsError
 
-__all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "create_app"]
+__all__ = ["GraphQLApp", "QueryMetrics", "RequestTimeoutError", "create_app"]
 
 
 def readiness(cluster: Cluster) -> dict[str, object]:
@@ -59,14 +66,17 @@ def create_app(
     lifespan: Lifespan[Starlette] | None = None,
     auth: KubernetesAuth | None = None,
     dra: DraCatalog | None = None,
+    state: SharedState | None = None,
+    gauge: SizeGauge | None = None,
 ) -> Starlette:
     """The server's ASGI app over a Kubernetes cache and an agent snapshot source.
 
     With ``settings.auth_mode == "kubernetes"``, ``auth`` checks every caller
     (SettingsError without it).
 
-    ``app.state.graph_state`` is the schema's server-wide state, which the
-    server prunes when nodes leave the cluster.
+    ``state`` and ``gauge`` are the server's, built by its composition root
+    (``api/serve.py``), which prunes the state when nodes leave the cluster;
+    without them the app builds its own, its allocation join reading ``dra``.
     """
     if settings.auth_mode == "kubernetes" and auth is None:
         raise SettingsError("--auth kubernetes needs a way to ask the Kubernetes API server")
@@ -76,15 +86,22 @@ def create_app(
     metrics.watch_cluster(cluster)
     limit_tracebacks()
     request_timeout = settings.request_timeout
-    # The one allocation join's inputs, which GraphQL's objects (so /gpu-pods and /metrics) read.
-    rules = AllocationRules(dra=dra, gpus=settings.gpus)
+    if state is None:
+        # The one allocation join's inputs, which GraphQL's objects (so /gpu-pods and
+        # /metrics) read.
+        state = SharedState.for_limits(
+            settings.limits, AllocationRules(dra=dra, gpus=settings.gpus)
+        )
+    # Queries it covers skip strawberry's executor (graph_schema/compiled).
+    compiled = CompiledDocuments()
     schema = build_schema(
         settings.limits,
-        extensions=[lambda: QueryTimer(metrics, request_timeout)],
-        allocation_rules=rules,
+        time_limit=request_timeout,
+        report=QueryMetrics(metrics),
+        state=state,
+        gauge=gauge,
+        compiled=compiled if settings.compiled_execution else None,
     )
-    # Queries it covers skip strawberry's executor (graph_schema/compiled).
-    compiled = CompiledDocuments(schema)
     graphql = GraphQLApp(
         schema,
         cluster=cluster,
@@ -94,8 +111,6 @@ def create_app(
         shared=SharedResults(ttl=settings.snapshot_ttl),
         auth=auth,
         metrics=metrics,
-        compiled=compiled if settings.compiled_execution else None,
-        request_timeout=request_timeout,
     )
 
     async def healthz(request: Request) -> Response:
@@ -167,5 +182,4 @@ def create_app(
     app.state.compiled = compiled
     app.state.cluster = cluster
     app.state.snapshots = snapshots
-    app.state.graph_state = schema.state
     return app

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.applications import Starlette
 
+from graph_schema.admission import SizeGauge
+from graph_schema.allocation_join import AllocationRules
 from graph_schema.interfaces import Cluster
 from graph_schema.records import NodeRecord, PodRecord
+from graph_schema.state import SharedState
 from node_resolver.auth import TokenFile
 from node_resolver.models import NodeSnapshot
 from node_resolver.version import version
@@ -124,6 +127,8 @@ class Services:
     pool: AgentPool
     metrics: Metrics
     app: Starlette
+    # Server-wide: what every query shares (views, subscription slots, GPU hints).
+    state: SharedState
     pod_names: PodNamePusher | None = None
 
 
@@ -144,12 +149,17 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
         auth = kubernetes_auth(
             configuration, cache, audiences=settings.auth_audiences, ttl=settings.auth_cache_ttl
         )
-    app = create_app(settings, cache, pool, metrics=metrics, auth=auth, dra=cache.dra)
-    departed = DepartedNodes(
-        cache, pool, app.state.graph_state, metrics, asyncio.get_running_loop()
+    # What outlives a request, built here and handed to the schema; its graph objects
+    # read the one allocation join's inputs (the cached claims, the GPU resource names).
+    state = SharedState.for_limits(
+        settings.limits, AllocationRules(dra=cache.dra, gpus=settings.gpus)
     )
+    views = state.views
+    app = create_app(
+        settings, cache, pool, metrics=metrics, auth=auth, state=state, gauge=SizeGauge(views)
+    )
+    departed = DepartedNodes(cache, pool, state, metrics, asyncio.get_running_loop())
     stop_pruning = cache.subscribe(departed.on_change)
-    views = app.state.graph_state.views
 
     def build_views(node_name: str, snapshot: NodeSnapshot) -> None:
         # Kept warm, a snapshot's graph objects are built as it lands, not by the next query.
@@ -164,7 +174,7 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
     _tune_gc_once_ready(cache)
     watcher.start()
     try:
-        yield Services(cache, watcher, pool, metrics, app, pod_names)
+        yield Services(cache, watcher, pool, metrics, app, state, pod_names)
     finally:
         log.info("shutting down: closing agent channels and the Kubernetes watch")
         stop_naming()

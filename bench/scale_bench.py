@@ -102,7 +102,9 @@ def paths(
 ) -> tuple[Run, Run, Callable[[], Any]]:
     """A query (the full-cluster one) through strawberry and through the plan, over ``source``."""
     schema = build_schema()
-    compiled = CompiledDocuments(schema)
+    # The same schema over the same state, with the plan in strawberry's executing step.
+    compiled = CompiledDocuments()
+    planned = build_schema(state=schema.state, gauge=schema.gauge, compiled=compiled)
     if isinstance(source, AgentPool):
         # As ``gpugraph serve`` wires it: a refreshed snapshot's objects built as it lands.
         views = schema.state.views
@@ -120,10 +122,13 @@ def paths(
         )
 
     async def compiled_run() -> Any:
-        result = await compiled.execute(
-            query, None, variables, GraphContext(cache, source, schema.state)
+        answered = compiled.counts["compiled"]
+        result = await planned.execute(
+            query,
+            variable_values=variables,
+            context_value=GraphContext(cache, source, schema.state),
         )
-        assert result is not None, "the plan declined the full-cluster query"
+        assert compiled.counts["compiled"] > answered, "the plan declined the query"
         return result
 
     return strawberry_run, compiled_run, lambda: compiled.counts
@@ -191,7 +196,7 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
         worker = random.Random(7).choice([p for p in cluster.cache.pods() if p.node_name])
         variables = {"ns": worker.namespace, "name": worker.name}
         schema = build_schema()
-        compiled = CompiledDocuments(schema)
+        planned = build_schema(state=schema.state, gauge=schema.gauge, compiled=CompiledDocuments())
         walk_pool = AgentPool(
             NodeIpDiscovery(cluster.cache, cluster.port), ttl=1.0, timeout=AGENT_TIMEOUT
         )
@@ -204,11 +209,10 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
             )
 
         async def walk_compiled() -> Any:
-            return await compiled.execute(
+            return await planned.execute(
                 TRAVERSAL_QUERY,
-                None,
-                variables,
-                GraphContext(cluster.cache, walk_pool, schema.state),
+                variable_values=variables,
+                context_value=GraphContext(cluster.cache, walk_pool, schema.state),
             )
 
         await walk_compiled()

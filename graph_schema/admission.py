@@ -1,8 +1,8 @@
 """The admission step, before validation: variables' size, the cost estimate, the width limit.
 
-A schema extension, so that operations over HTTP and over a WebSocket are
-admitted alike. The cluster's sizes are measured at most once a second
-(one pass over the cached pods), not once per query.
+Every operation passes it, over HTTP and over a WebSocket, whichever
+executor answers it (``pipeline.py``). The cluster's sizes are measured at
+most once a second (one pass over the cached pods), not once per query.
 """
 
 from __future__ import annotations
@@ -10,22 +10,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError, GraphQLSchema
-from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionContext
 
 from .context import GraphContext
 from .cost import ClusterSizes, CostError, SelectionTooWideError, estimate
 from .errors import GraphUserError
 from .input_size import check_variable_items
 from .interfaces import Cluster
+from .internals import graphql_schema
 from .limits import SchemaLimits
 from .views import ViewCache
 from .visibility import VisibleCluster
 
-__all__ = ["CostAdmission", "SizeGauge", "admit"]
+__all__ = ["SizeGauge", "admit", "admit_operation"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,36 +98,25 @@ class SizeGauge:
         )
 
 
-class CostAdmission(SchemaExtension):
-    """Refuses, before validation, operations too large to coerce, run or validate."""
-
-    def __init__(self, gauge: SizeGauge, limits: SchemaLimits) -> None:
-        super().__init__()
-        self.gauge = gauge
-        self.limits = limits
-
-    def on_validate(self) -> Iterator[None]:
-        ec = self.execution_context
-        if ec.graphql_document is not None and ec.pre_execution_errors is None:
-            try:
-                self._admit(ec.schema._schema, ec.graphql_document, ec.context)
-            except GraphUserError as exc:
-                # Errors set here make strawberry skip validation; graphql-core copies
-                # the error's extensions (code, estimate, limit) into the response.
-                ec.pre_execution_errors = [GraphQLError(str(exc), original_error=exc)]
-        yield
-
-    def _admit(self, schema: GraphQLSchema, document: DocumentNode, ctx: object) -> None:
-        cluster = ctx.cluster if isinstance(ctx, GraphContext) else None
+def admit_operation(ec: ExecutionContext, gauge: SizeGauge, limits: SchemaLimits) -> None:
+    """Refuse, before validation, an operation too large to coerce, run or validate: its
+    refusal becomes the operation's errors, and strawberry then skips validation."""
+    if ec.graphql_document is None or ec.pre_execution_errors is not None:
+        return
+    ctx = ec.context
+    try:
         admit(
-            self.gauge,
-            self.limits,
-            schema,
-            document,
-            cluster,
-            operation_name=self.execution_context.operation_name,
-            variables=self.execution_context.variables,
+            gauge,
+            limits,
+            graphql_schema(ec.schema),
+            ec.graphql_document,
+            ctx.cluster if isinstance(ctx, GraphContext) else None,
+            operation_name=ec.operation_name,
+            variables=ec.variables,
         )
+    except GraphUserError as exc:
+        # graphql-core copies the error's extensions (code, estimate, limit) into the response.
+        ec.pre_execution_errors = [GraphQLError(str(exc), original_error=exc)]
 
 
 def admit(
@@ -142,8 +132,7 @@ def admit(
     """Refuse an operation too large to coerce, run or validate (GraphUserError).
 
     ``cluster`` is None where the operation has no GraphContext; the width
-    and depth are then bounded alone. Shared by the strawberry extension and
-    the compiled path, so both admit exactly the same operations.
+    and depth are then bounded alone.
     """
     # First: graphql-core would coerce the variables before anything below matters.
     check_variable_items(variables, limits.max_variable_items)

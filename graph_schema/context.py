@@ -11,11 +11,13 @@ costs nothing.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
 from graphql import GraphQLError
+from strawberry.types.graphql import OperationType
 
 from node_resolver.models import NodeSnapshot
 
@@ -75,6 +77,8 @@ class GraphContext:
         scope: Scope = EVERYTHING,
         viewer: Viewer | None = None,
         history: HistorySource | object | None = _UNSET,
+        shielded: bool = True,
+        operation_types: frozenset[OperationType] | None = None,
     ) -> None:
         self.raw_cluster = cluster
         # What the caller may see; ``viewer`` re-checks it for long-lived operations.
@@ -90,15 +94,21 @@ class GraphContext:
         self.state = state
         self.request = request
         self.response = response
+        # The operation types the request's transport may carry (an HTTP method's);
+        # None: any (a WebSocket).
+        self.operation_types = operation_types
         # A WebSocket's connection_init payload (strawberry sets it), where a
         # client may send its token.
         self.connection_params: object = None
         self._snapshot_loader: SnapshotLoader | None = None
         self._gpu_loader: GpuLoader | None = None
         # graphql-core cancels a failed object's other fields, so each field awaits the
-        # loaders' shared futures through a shield; the compiled plan cancels none and
-        # turns this off for its operations (loaders.py ``_shielded``).
-        self.shield_loads = True
+        # loaders' shared futures through a shield; the compiled plan cancels none, and
+        # runs in a context without them (loaders.py ``_shielded``).
+        self.shielded = shielded
+        # History records read once per operation (or subscription tick) where two
+        # fields ask the same (history and hiddenHistoryCount): what they read -> the read.
+        self.history_reads: dict[Hashable, asyncio.Future[Any]] = {}
         # A restricted caller's GPUs by pod, per node (unrestricted ones share the views').
         self._by_pod: dict[str, tuple[list[Gpu], dict[str, list[Gpu]]]] = {}
         # Errors for parts of an aggregate list that could not be fetched; the
@@ -137,8 +147,9 @@ class GraphContext:
         self.cluster = VisibleCluster(self.raw_cluster, scope)
         self.viewer = viewer
 
-    def fork(self) -> GraphContext:
-        """A fresh context for one operation of the same request or WebSocket."""
+    def fork(self, *, shielded: bool = True) -> GraphContext:
+        """A fresh context for one operation of the same request or WebSocket;
+        ``shielded`` False for an executor that never cancels one field under another."""
         return GraphContext(
             self.raw_cluster,
             self.snapshots,
@@ -149,6 +160,8 @@ class GraphContext:
             scope=self.scope,
             viewer=self.viewer,
             history=self._history,
+            shielded=shielded,
+            operation_types=self.operation_types,
         )
 
     async def refresh_scope(self) -> None:
@@ -168,7 +181,7 @@ class GraphContext:
     def _snapshots(self) -> SnapshotLoader:
         if self._snapshot_loader is None:
             self._snapshot_loader = SnapshotLoader(
-                self.snapshots, self.state.gpu_nodes, self.freshness, shielded=self.shield_loads
+                self.snapshots, self.state.gpu_nodes, self.freshness, shielded=self.shielded
             )
         return self._snapshot_loader
 
@@ -176,6 +189,7 @@ class GraphContext:
         """Start a subscription tick: fresh loaders (so fresh snapshots) and a fresh budget."""
         self._snapshot_loader = None
         self._gpu_loader = None
+        self.history_reads.clear()
         # The cache moves between ticks: the visible nodes are worked out afresh.
         self.cluster = VisibleCluster(self.raw_cluster, self.scope)
         self.result_items = 0
@@ -190,6 +204,7 @@ class GraphContext:
         self._snapshot_loader = None
         self._gpu_loader = None
         self._by_pod.clear()
+        self.history_reads.clear()
 
     async def pace(self) -> None:
         """Let other requests run when this operation has held the loop long enough."""
@@ -269,6 +284,6 @@ class GraphContext:
         await self.pace()
         if self._gpu_loader is None:
             self._gpu_loader = GpuLoader(
-                self.cluster, self.state.gpu_nodes, self.gpus_of, shielded=self.shield_loads
+                self.cluster, self.state.gpu_nodes, self.gpus_of, shielded=self.shielded
             )
         return await self._gpu_loader.load(uuid)

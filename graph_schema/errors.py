@@ -38,6 +38,15 @@ class ResultBudgetError(GraphUserError):
         )
 
 
+class RequestTimeoutError(GraphUserError):
+    """An operation ran past the server's time limit."""
+
+    extensions: ClassVar[dict[str, str]] = {"code": "REQUEST_TIMEOUT"}
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request exceeded the server's {seconds:g} s time limit")
+
+
 class BadUserInputError(GraphUserError):
     """An argument's value that is not one the field takes (e.g. a forged cursor)."""
 

@@ -8,7 +8,9 @@ the GPU type for the same reason.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+import asyncio
+from collections.abc import Hashable
+from typing import Any, Protocol, TypeVar
 
 from graphql import GraphQLError
 
@@ -49,6 +51,12 @@ class Operation(Protocol[GpuT]):
     @property
     def partial_errors(self) -> list[GraphQLError]:
         """Errors for the parts of an aggregate list that could not be fetched."""
+        ...
+
+    @property
+    def history_reads(self) -> dict[Hashable, asyncio.Future[Any]]:
+        """This operation's reads of history records in flight or done, by what they read,
+        for fields that read the same records to share one read."""
         ...
 
     def charge(self, items: int) -> None:

@@ -1,6 +1,6 @@
-"""GraphQL execution over HTTP and WebSocket: strawberry's view, time limits, shared results."""
+"""GraphQL execution over HTTP and WebSocket: strawberry's view, query metrics, shared results."""
 
 from .shared_results import SharedResults
-from .view import GraphQLApp, QueryTimer, RequestTimeoutError
+from .view import GraphQLApp, QueryMetrics, RequestTimeoutError
 
-__all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "SharedResults"]
+__all__ = ["GraphQLApp", "QueryMetrics", "RequestTimeoutError", "SharedResults"]

@@ -1,33 +1,31 @@
-"""strawberry's ASGI view for gpugraph: per-request contexts, time limits, shared executions."""
+"""strawberry's ASGI view for gpugraph: per-request contexts, query metrics, shared executions."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
 from cross_web import HTTPException
-from graphql import ExecutionResult, GraphQLError
+from graphql import ExecutionResult
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
-from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
-from strawberry.extensions import SchemaExtension
+from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLRequestData
 from strawberry.http.parse_content_type import parse_content_type
-from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
+from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types import ExecutionContext
 from strawberry.types import ExecutionResult as StrawberryExecutionResult
 from strawberry.types.graphql import OperationType
 
-from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.context import GraphContext
-from graph_schema.errors import GraphUserError
+from graph_schema.errors import RequestTimeoutError
 from graph_schema.identity import asks_who, identity_of
 from graph_schema.interfaces import Cluster, SnapshotSource
 from graph_schema.schema import GraphSchema
@@ -56,7 +54,12 @@ HTTP_OPERATION_TYPES: dict[str, frozenset[OperationType]] = {
     "POST": frozenset({OperationType.QUERY, OperationType.MUTATION}),
 }
 
-__all__ = ["GraphQLApp", "QueryTimer", "RequestTimeoutError", "quiet_cut_off_executions"]
+__all__ = [
+    "GraphQLApp",
+    "QueryMetrics",
+    "RequestTimeoutError",
+    "quiet_cut_off_executions",
+]
 
 
 def quiet_cut_off_executions() -> None:
@@ -82,55 +85,16 @@ def quiet_cut_off_executions() -> None:
 quiet_cut_off_executions()
 
 
-class RequestTimeoutError(GraphUserError):
-    """An operation ran past the server's time limit."""
+class QueryMetrics:
+    """The schema's report of each query (its time, and what went wrong) to the server's metrics."""
 
-    extensions: ClassVar[dict[str, str]] = {"code": "REQUEST_TIMEOUT"}
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"the request exceeded the server's {seconds:g} s time limit")
-
-
-class QueryTimer(SchemaExtension):
-    """Holds every query to the server's time limit and records it in the metrics.
-
-    A schema extension rather than a wrapper around the HTTP handler, so that
-    queries over a WebSocket are bounded and counted too. Subscriptions are
-    neither: they are meant to run for as long as the client listens.
-    """
-
-    def __init__(self, metrics: Metrics, seconds: float) -> None:
-        super().__init__()
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self.seconds = seconds
-        self._deadline = 0.0
-        self._subscription = False
-        self._timed_out = False
 
-    def on_operation(self) -> Iterator[None]:
-        started = time.perf_counter()
-        self._deadline = asyncio.get_running_loop().time() + self.seconds
-        try:
-            yield
-        finally:
-            if not self._subscription:
-                self.metrics.query_seconds.observe(time.perf_counter() - started)
-                self._count_errors()
-
-    async def on_execute(self) -> AsyncIterator[None]:
-        self._subscription = self.execution_context.operation_type is OperationType.SUBSCRIPTION
-        if self._subscription:
-            yield
-            return
-        try:
-            async with asyncio.timeout_at(self._deadline):
-                yield
-        except TimeoutError:
-            self._timed_out = True
-            raise RequestTimeoutError(self.seconds) from None
-
-    def _count_errors(self) -> None:
-        kind = "timeout" if self._timed_out else error_kind(self.execution_context.result)
+    def __call__(self, ec: ExecutionContext, seconds: float, timed_out: bool) -> None:
+        """Record one query that ended after ``seconds``."""
+        self.metrics.query_seconds.observe(seconds)
+        kind = "timeout" if timed_out else error_kind(ec.result)
         if kind is not None:
             self.metrics.query_errors.labels(kind=kind).inc()
 
@@ -165,8 +129,6 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         shared: SharedResults | None = None,
         auth: KubernetesAuth | None = None,
         metrics: Metrics | None = None,
-        compiled: CompiledDocuments | None = None,
-        request_timeout: float | None = None,
     ) -> None:
         super().__init__(
             schema,
@@ -180,12 +142,9 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         self.state: SharedState = schema.state
         self.shared = shared if shared is not None else SharedResults(ttl=0.0)
         self.auth = auth
-        # Counts answers served from another request's execution, which QueryTimer
-        # (an extension of that execution) does not see.
+        # Counts answers served from another request's execution, which the schema's
+        # report (a policy of that execution) does not see.
         self.metrics = metrics
-        # Queries the plan covers skip strawberry's executor; the rest fall back to it.
-        self.compiled = compiled
-        self.request_timeout = request_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """strawberry's entry point; a request it refuses gets GraphQL's error shape, not text."""
@@ -266,6 +225,13 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             response=response,
             scope=request_scope(request, self.auth),
             viewer=caller_of(request),
+            # strawberry would let a subscription in over GET and POST, to fail inside
+            # as if it were a query; refused, the view's 400 names the WebSocket.
+            operation_types=(
+                HTTP_OPERATION_TYPES.get(request.method, frozenset())
+                if isinstance(request, Request)
+                else None
+            ),
         )
 
     async def on_ws_connect(self, context: Any) -> Any:
@@ -296,7 +262,8 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         root_value: Any,
         request_data: GraphQLRequestData,
     ) -> ExecutionResult:
-        """Execute one operation, shared with identical operations within the snapshot TTL."""
+        """strawberry's, shared with identical operations within the snapshot TTL; a
+        subscription over HTTP is a 400 naming the WebSocket."""
         try:
             variables = orjson.dumps(request_data.variables, option=orjson.OPT_SORT_KEYS)
         except TypeError:  # not JSON-shaped (e.g. uploads): run it alone
@@ -304,10 +271,27 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
 
         executed = False
 
-        def execute() -> Any:
+        async def execute() -> Any:
             nonlocal executed
             executed = True
-            return self._execute_unshared(request_adapter, context, root_value, request_data)
+            try:
+                return await super(GraphQLApp, self).execute_single(
+                    request=request,
+                    request_adapter=request_adapter,
+                    sub_response=sub_response,
+                    context=context,
+                    root_value=root_value,
+                    request_data=request_data,
+                )
+            except HTTPException as exc:
+                refused = exc.__cause__
+                if (
+                    isinstance(refused, InvalidOperationTypeError)
+                    and refused.operation_type is OperationType.SUBSCRIPTION
+                ):
+                    reason = f"{exc.reason}; subscribe over the graphql-transport-ws WebSocket"
+                    raise HTTPException(400, f"{reason} at this URL") from None
+                raise
 
         if variables is None or request_data.extensions:
             return await execute()
@@ -325,81 +309,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
         started = time.perf_counter()
         result = await self.shared.run(key, execute, lambda: context.freshness.oldest)
         if not executed and self.metrics is not None:
-            self.metrics.query_seconds.observe(time.perf_counter() - started)
-            kind = error_kind(result)
-            if kind is not None:
-                self.metrics.query_errors.labels(kind=kind).inc()
-        return result
-
-    async def _execute_unshared(
-        self,
-        request_adapter: Any,
-        context: Any,
-        root_value: Any,
-        request_data: GraphQLRequestData,
-    ) -> StrawberryExecutionResult:
-        """strawberry's ``execute_single``, without subscriptions.
-
-        strawberry would run a subscription over plain HTTP as if it were a
-        query and fail inside it; here it is a 400 naming the WebSocket.
-        """
-        method = request_adapter.method
-        allowed = HTTP_OPERATION_TYPES.get(method, frozenset())
-        if (
-            self.compiled is not None
-            and OperationType.QUERY in allowed
-            and request_data.query
-            and not request_data.extensions
-            and isinstance(context, GraphContext)
-        ):
-            compiled = await self._execute_compiled(context, request_data)
-            if compiled is not None:
-                return compiled
-        try:
-            return await self.schema.execute(
-                request_data.query,
-                root_value=root_value,
-                variable_values=request_data.variables,
-                context_value=context,
-                operation_name=request_data.operation_name,
-                allowed_operation_types=allowed,
-                operation_extensions=request_data.extensions,
-            )
-        except CannotGetOperationTypeError as exc:
-            raise HTTPException(400, exc.as_http_error_reason()) from None
-        except InvalidOperationTypeError as exc:
-            reason = exc.as_http_error_reason(method)
-            if exc.operation_type is OperationType.SUBSCRIPTION:
-                reason += "; subscribe over the graphql-transport-ws WebSocket at this URL"
-            raise HTTPException(400, reason) from None
-        except MissingQueryError:
-            raise HTTPException(400, "No GraphQL query found in the request") from None
-
-    async def _execute_compiled(
-        self, context: GraphContext, request_data: GraphQLRequestData
-    ) -> StrawberryExecutionResult | None:
-        """The operation through its plan, held to the time limit and counted as QueryTimer
-        counts strawberry's; None when strawberry must answer it."""
-        assert self.compiled is not None and request_data.query is not None
-        started = time.perf_counter()
-        result: StrawberryExecutionResult | None
-        try:
-            async with asyncio.timeout(self.request_timeout):
-                result = await self.compiled.execute(
-                    request_data.query,
-                    request_data.operation_name,
-                    request_data.variables,
-                    context,
-                )
-        except TimeoutError:
-            assert self.request_timeout is not None
-            error = RequestTimeoutError(self.request_timeout)
-            result = StrawberryExecutionResult(
-                data=None, errors=[GraphQLError(str(error), original_error=error)]
-            )
-        if result is None:
-            return None
-        if self.metrics is not None:
+            # Answered from another request's execution, which the schema's report counted once.
             self.metrics.query_seconds.observe(time.perf_counter() - started)
             kind = error_kind(result)
             if kind is not None:

@@ -1,7 +1,7 @@
 """The HTTP-side limit: a cap on request bodies.
 
 Query-shape limits (depth, aliases, tokens, result items) belong to the
-schema, and the time limit to the app's ``QueryTimer``; this one guards the
+schema, and the time limit to the schema's policies; this one guards the
 transport, before GraphQL sees anything.
 """
 

@@ -1,14 +1,16 @@
-"""Plans cached by document hash, and the per-request choice: the plan or strawberry.
+"""The compiled path behind strawberry's own execution step: plans by document hash.
 
-A document is parsed and validated once, with the same rules strawberry
-applies (graphql-core's, the depth and alias limits, the token limit); one
-that fails any of them is left to strawberry, which reports the failure its
-own way. Each request then repeats what depends on it: the variables are
-coerced, the operation is admitted against the cluster's current sizes by
-the same ``admit`` the strawberry extension calls, and the plan runs. When
-anything on the way says no (not covered, not ready, refused, a result too
-large, an internal error), ``execute`` returns None and the caller runs
-strawberry, so an answer never depends on what the plan covers.
+The schema's policies (``pipeline.py``) ask ``CompiledDocuments.answer``
+in strawberry's executing step, inside the time limit, after strawberry has
+parsed the document (its parser cache), admitted it and validated it (its
+validation cache) with the schema's one list of rules, for HTTP and
+graphql-transport-ws alike. When the plan answers, its result is the
+operation's and strawberry skips graphql-core's executor; what follows
+(errors logged, partial errors added and ordered, the one budget error,
+masking, metrics) is the same for both. When anything on the way says no
+(not covered, not ready, variables strawberry must report, a result too
+large, an internal error), ``answer`` returns None and strawberry executes
+the operation, so an answer never depends on what the plan covers.
 """
 
 from __future__ import annotations
@@ -17,30 +19,16 @@ import hashlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from graphql import (
-    DocumentNode,
-    GraphQLError,
-    OperationDefinitionNode,
-    OperationType,
-    parse,
-    specified_rules,
-)
-from graphql.execution.values import get_variable_values
-from strawberry.extensions import DisableIntrospection, MaxAliasesLimiter, QueryDepthLimiter
-from strawberry.schema.schema import validate_document
-from strawberry.types import ExecutionResult
+from graphql import DocumentNode, GraphQLSchema, OperationDefinitionNode
+from graphql import ExecutionResult as GraphQLExecutionResult
+from graphql.execution import get_variable_values
+from strawberry.types import ExecutionContext
 
-from ..admission import admit
 from ..context import GraphContext
-from ..errors import (
-    GraphUserError,
-    ResultBudgetError,
-    forget_tracebacks,
-    in_response_order,
-    is_internal,
-)
+from ..errors import ResultBudgetError, forget_tracebacks, is_internal
+from ..internals import graphql_schema
 from .codegen import attach_generated_functions
 from .plan import (
     Fallback,
@@ -51,9 +39,6 @@ from .plan import (
     find_operation,
 )
 from .run import PlanRun
-
-if TYPE_CHECKING:
-    from ..schema import GraphSchema
 
 __all__ = ["CompiledDocuments", "document_key"]
 
@@ -72,7 +57,7 @@ def document_key(query: str, operation_name: str | None) -> bytes:
 
 @dataclass(slots=True)
 class _Document:
-    """One (document, operation name): its AST and its plans, or why strawberry runs it."""
+    """One (document, operation name): its operation and its plans, or why strawberry runs it."""
 
     document: DocumentNode | None = None
     operation: OperationDefinitionNode | None = None
@@ -82,59 +67,59 @@ class _Document:
 
 
 class CompiledDocuments:
-    """The compiled path of one schema: plans by document hash, and running them."""
+    """The compiled path of one schema: plans by document hash, and how often each path ran."""
 
-    def __init__(self, schema: GraphSchema, *, max_documents: int = MAX_DOCUMENTS) -> None:
-        self.schema = schema
+    def __init__(self, *, max_documents: int = MAX_DOCUMENTS) -> None:
         self.max_documents = max_documents
-        limits = schema.limits
-        self._max_tokens = limits.max_tokens
-        rules = [
-            *QueryDepthLimiter(max_depth=limits.max_depth).validation_rules,
-            *MaxAliasesLimiter(max_alias_count=limits.max_aliases).validation_rules,
-        ]
-        if not limits.introspection:
-            rules.extend(DisableIntrospection().validation_rules)
-        self._rules = (*specified_rules, *rules)
         self._documents: OrderedDict[bytes, _Document] = OrderedDict()
-        # How many operations each path answered; benchmarks and tests read them.
+        # How many queries each path answered; benchmarks and tests read them.
         self.counts = {"compiled": 0, "fallback": 0}
 
-    def _document(self, query: str, operation_name: str | None) -> _Document:
+    async def answer(self, ec: ExecutionContext) -> GraphQLExecutionResult | None:
+        """A query's result through its plan; None when strawberry must answer it."""
+        try:
+            result = await self._answer(ec)
+        except Exception:
+            logger.exception("the compiled plan failed; strawberry answers instead")
+            result = None
+        self.counts["fallback" if result is None else "compiled"] += 1
+        return result
+
+    def _document(
+        self, query: str, operation_name: str | None, document: DocumentNode
+    ) -> _Document:
         key = document_key(query, operation_name)
         entry = self._documents.get(key)
         if entry is not None:
             self._documents.move_to_end(key)
             return entry
-        entry = self._prepare(query, operation_name)
+        try:
+            operation = find_operation(document, operation_name)
+        except Unsupported as exc:
+            entry = _Document(unsupported=str(exc))
+        else:
+            entry = _Document(
+                document, operation, directive_variables=directive_variables(document)
+            )
         self._documents[key] = entry
         if len(self._documents) > self.max_documents:
             self._documents.popitem(last=False)
         return entry
 
-    def _prepare(self, query: str, operation_name: str | None) -> _Document:
-        try:
-            document = parse(query, max_tokens=self._max_tokens)
-        except GraphQLError:
-            return _Document(unsupported="does not parse")
-        if validate_document(self.schema._schema, document, self._rules):
-            return _Document(unsupported="not valid")
-        try:
-            operation = find_operation(document, operation_name)
-        except Unsupported as exc:
-            return _Document(unsupported=str(exc))
-        if operation.operation is not OperationType.QUERY:
-            return _Document(unsupported=f"a {operation.operation.value}")
-        return _Document(document, operation, directive_variables=directive_variables(document))
-
-    def _plan(self, entry: _Document, variables: dict[str, Any], operation_name: str | None) -> Any:
+    def _plan(
+        self,
+        schema: GraphQLSchema,
+        entry: _Document,
+        variables: dict[str, Any],
+        operation_name: str | None,
+    ) -> ObjectPlan | str:
         assert entry.document is not None
         values = tuple(variables.get(name) for name in entry.directive_variables)
         plan = entry.plans.get(values)
         if plan is None:
             try:
                 plan = compile_operation(
-                    self.schema._schema,
+                    schema,
                     entry.document,
                     operation_name,
                     dict(zip(entry.directive_variables, values, strict=True)),
@@ -146,80 +131,44 @@ class CompiledDocuments:
             entry.plans[values] = plan
         return plan
 
-    async def execute(
-        self,
-        query: str,
-        operation_name: str | None,
-        variables: dict[str, Any] | None,
-        context: GraphContext,
-    ) -> ExecutionResult | None:
-        """The operation's result through its plan; None when strawberry must answer."""
-        result = await self._execute(query, operation_name, variables, context)
-        self.counts["fallback" if result is None else "compiled"] += 1
-        return result
-
-    async def _execute(
-        self,
-        query: str,
-        operation_name: str | None,
-        variables: dict[str, Any] | None,
-        context: GraphContext,
-    ) -> ExecutionResult | None:
-        entry = self._document(query, operation_name)
-        if entry.unsupported is not None:
+    async def _answer(self, ec: ExecutionContext) -> GraphQLExecutionResult | None:
+        ctx = ec.context
+        document = ec.graphql_document
+        if not isinstance(ctx, GraphContext) or not ec.query or document is None:
             return None
-        assert entry.document is not None and entry.operation is not None
-        ctx = context.fork()
-        # The plan never cancels one field under another: no shields on shared loads.
-        ctx.shield_loads = False
-        try:
-            return await self._run(entry, operation_name, variables, ctx)
-        finally:
-            # Over, its errors final: no reference cycle through them (errors.forget_tracebacks).
-            ctx.finish()
-
-    async def _run(
-        self,
-        entry: _Document,
-        operation_name: str | None,
-        variables: dict[str, Any] | None,
-        ctx: GraphContext,
-    ) -> ExecutionResult | None:
-        assert entry.document is not None and entry.operation is not None
         if not ctx.cluster.ready:
             return None
+        operation_name = ec.operation_name
+        entry = self._document(ec.query, operation_name, document)
+        if entry.unsupported is not None:
+            return None
+        assert entry.operation is not None
+        schema = graphql_schema(ec.schema)
         coerced = get_variable_values(
-            self.schema._schema, entry.operation.variable_definitions or (), variables or {}
+            schema, entry.operation.variable_definitions or (), ec.variables or {}
         )
         if isinstance(coerced, list):  # coercion errors: strawberry reports them
             return None
-        try:
-            admit(
-                self.schema.gauge,
-                self.schema.limits,
-                self.schema._schema,
-                entry.document,
-                ctx.cluster,
-                operation_name=operation_name,
-                variables=variables,
-            )
-        except GraphUserError:
-            return None
-        plan = self._plan(entry, coerced.coerced, operation_name)
+        plan = self._plan(schema, entry, coerced.coerced, operation_name)
         if isinstance(plan, str):
             return None
-        run = PlanRun(ctx, coerced)
+        # A context of its own, which a decline drops whole; its loads unshielded,
+        # since the plan never cancels one field under another.
+        run_ctx = ctx.fork(shielded=False)
+        run = PlanRun(run_ctx, coerced)
         try:
             data = await run.execute(plan)
         except (Fallback, ResultBudgetError) as exc:
             logger.debug("strawberry answers instead of the plan: %s", exc)
-            forget_tracebacks([exc])
+            forget_tracebacks([exc, *run.errors, *run_ctx.partial_errors])
             return None
         finally:
-            forget_tracebacks([*run.errors, *ctx.partial_errors])
-        errors = [*run.errors, *ctx.partial_errors]
-        if any(is_internal(e) for e in errors):
+            run_ctx.finish()
+        partial = run_ctx.partial_errors
+        if any(is_internal(e) for e in (*run.errors, *partial)):
+            forget_tracebacks([*run.errors, *partial])
             return None
-        if len(errors) > 1:
-            errors = in_response_order(data, errors)
-        return ExecutionResult(data=data, errors=errors or None)
+        # The schema's partial-results extension adds them to the answer and orders
+        # every error, as it does strawberry's.
+        ctx.partial_errors.extend(partial)
+        return GraphQLExecutionResult(data=data, errors=run.errors or None)

@@ -53,8 +53,14 @@ from graphql import (
 )
 from strawberry.relay import GlobalID
 from strawberry.scalars import is_scalar
-from strawberry.types.arguments import convert_arguments
-from strawberry.types.base import StrawberryMaybe, StrawberryOptional
+
+from ..internals import (
+    FIELD_DEFINITION,
+    StrawberryMaybe,
+    StrawberryOptional,
+    convert_arguments,
+    strawberry_schema_of,
+)
 
 __all__ = [
     "Completer",
@@ -70,8 +76,6 @@ __all__ = [
     "find_operation",
 ]
 
-# Where strawberry keeps a GraphQL field's own definition.
-_DEFINITION = "strawberry-definition"
 _MAX_INT = 2**31 - 1
 _MIN_INT = -(2**31)
 
@@ -396,7 +400,7 @@ class _Compiler:
         definition = parent.fields.get(name)
         if definition is None:
             raise Unsupported(f"no field {parent.name}.{name}")
-        strawberry_field = (definition.extensions or {}).get(_DEFINITION)
+        strawberry_field = (definition.extensions or {}).get(FIELD_DEFINITION)
         if strawberry_field is None:
             raise Unsupported(f"{parent.name}.{name} is not a strawberry field")
         if strawberry_field.extensions or strawberry_field.permission_classes:
@@ -539,5 +543,5 @@ def compile_operation(
     }
     collector = _Collector(fragments, directive_values)
     # Where strawberry keeps itself on the schema it built (its argument conversion).
-    strawberry_schema = getattr(schema, "_strawberry_schema", None)
+    strawberry_schema = strawberry_schema_of(schema)
     return _Compiler(collector, strawberry_schema).object_plan(root, [operation.selection_set])

@@ -14,7 +14,6 @@ import dataclasses
 import datetime
 import math
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -120,16 +119,13 @@ def _query(span: Window, **filters: Any) -> HistoryQuery:
     return HistoryQuery(since=span.since, until=span.until, **filters)
 
 
-# Per operation: a GPU's records, read once for history and hiddenHistoryCount where both
-# read the same (a caller who sees every record).
-_GPU_READS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
 async def _gpu_records(
     info: Info, gpu: _GpuLike, span: Window, *, everyone: bool
 ) -> tuple[list[Occupancy], int]:
     ctx = operation_of(info)
-    reads = _GPU_READS.setdefault(ctx, {})
+    # A GPU's records, read once for history and hiddenHistoryCount where both read
+    # the same (a caller who sees every record).
+    reads = ctx.history_reads
     query = _query(span, gpu_uuids=(gpu.uuid,))
     # history reads only the caller's records; hiddenHistoryCount counts the others.
     namespaces = () if everyone else agent_namespaces(ctx.cluster.owner_namespaces())

@@ -14,6 +14,7 @@ from graph_schema.limits import SchemaLimits
 from graph_schema.records import PodRecord
 from graph_schema.schema import build_schema
 from graph_schema.scope import EVERYTHING, Scope
+from graph_schema.state import SharedState
 from graph_schema.views import ViewCache
 from graph_schema.visibility import VisibleCluster
 from node_resolver.models import NodeSnapshot
@@ -102,26 +103,31 @@ async def test_a_busy_gpu_raises_the_estimate_only_while_its_nodes_snapshot_says
     # The full-cluster query and the map's at 1,000 nodes x 8 GPUs: admitted at the
     # floor (4 processes per GPU), refused at 10 (estimates 169,000 and 170,001).
     sc = synthetic_cluster(1000, gpus_per_node=8, processes_per_gpu=1)
-    schema = sc.schema
     clock = ManualClock()
-    schema.gauge = SizeGauge(schema.state.views, clock=clock)
-    ttl = schema.gauge.ttl
-    compiled = CompiledDocuments(schema)
+    # The server's state and gauge, as its composition root hands them to the schema.
+    state = SharedState.for_limits(SchemaLimits())
+    gauge = SizeGauge(state.views, clock=clock)
+    schema = sc.schema = build_schema(state=state, gauge=gauge)
+    compiled = CompiledDocuments()
+    planned = build_schema(state=state, gauge=gauge, compiled=compiled)
+    ttl = gauge.ttl
 
     def context() -> GraphContext:
         return GraphContext(sc.cluster, sc.snapshots, schema.state)
 
     async def admitted(query: str) -> bool:
         """Whether both paths admit ``query``: the plan runs it, strawberry does not refuse."""
-        by_plan = await compiled.execute(query, None, None, context())
+        answered = compiled.counts["compiled"]
+        await planned.execute(query, context_value=context())
+        by_plan = compiled.counts["compiled"] > answered
         refusal = await schema.execute(query, context_value=context())
         by_strawberry = _code(refusal) != "QUERY_TOO_COSTLY"
-        assert (by_plan is not None) == by_strawberry, (query, refusal.errors)
+        assert by_plan == by_strawberry, (query, refusal.errors)
         return by_strawberry
 
     # Every node read once, as a dashboard's first query does.
-    warm = await compiled.execute(FULL_CLUSTER, None, None, context())
-    assert warm is not None and warm.errors is None
+    warm = await planned.execute(FULL_CLUSTER, context_value=context())
+    assert warm.errors is None and compiled.counts["compiled"] == 1
     busy = "node-00007"
     one_node = f'{{ gpus(nodeName: "{busy}") {{ processes {{ pid }} }} }}'
 
@@ -142,16 +148,16 @@ async def test_a_busy_gpu_raises_the_estimate_only_while_its_nodes_snapshot_says
     clock.advance(ttl)
     assert await admitted(FULL_CLUSTER)
     assert await admitted(SNAPSHOT_QUERY)
-    assert schema.gauge.sizes(VisibleCluster(sc.cluster, EVERYTHING)).processes_per_gpu == 4
+    assert gauge.sizes(VisibleCluster(sc.cluster, EVERYTHING)).processes_per_gpu == 4
 
 
 async def test_a_tenants_estimate_does_not_move_with_another_tenants_processes() -> None:
     # 20 nodes, namespace ns-<n % 10>: ns-1 runs on nodes 1 and 11, ns-2 on 2 and 12.
     sc = synthetic_cluster(20, gpus_per_node=8, processes_per_gpu=1)
     limits = SchemaLimits(max_result_items=100)
-    sc.schema = build_schema(limits)
     clock = ManualClock()
-    sc.schema.gauge = SizeGauge(sc.schema.state.views, clock=clock)
+    state = SharedState.for_limits(limits)
+    sc.schema = build_schema(limits, state=state, gauge=SizeGauge(state.views, clock=clock))
     tenant = Scope(pod_namespaces=frozenset({"ns-1"}))
     both = Scope(pod_namespaces=frozenset({"ns-1", "ns-2"}))
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from strawberry.types import ExecutionResult
 
-from graph_schema import parsing
+from graph_schema import parsing, pipeline
 from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import build_schema
@@ -29,13 +30,18 @@ async def test_a_large_document_is_parsed_off_the_loop_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     threads: list[str] = []
-    real = parsing.parse
+    real = pipeline.cached_parse
 
-    def recording(*args: object, **kwargs: object) -> object:
-        threads.append(threading.current_thread().name)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def recording_cache(maxsize: int) -> Callable[..., object]:
+        cached = real(maxsize)
 
-    monkeypatch.setattr(parsing, "parse", recording)
+        def recording(*args: object, **kwargs: object) -> object:
+            threads.append(threading.current_thread().name)
+            return cached(*args, **kwargs)
+
+        return recording
+
+    monkeypatch.setattr(pipeline, "cached_parse", recording_cache)
     big = "{ " + " ".join(f"a{i}: __typename" for i in range(25)) + " nodes { name } }"
     big += " " * parsing.THREAD_FROM_BYTES
     result = await run(big)
@@ -44,7 +50,7 @@ async def test_a_large_document_is_parsed_off_the_loop_thread(
     assert threads and threads[0] != threading.main_thread().name
     threads.clear()
     await run("{ nodes { name } }")
-    assert threads == [], "small documents parse inline, in strawberry"
+    assert threads == [threading.main_thread().name], "small documents parse inline"
 
 
 async def test_the_token_limit_and_syntax_errors_read_as_before() -> None:
@@ -66,21 +72,26 @@ async def test_concurrent_large_documents_parse_one_at_a_time(
     running = 0
     most = 0
     lock = threading.Lock()
-    real = parsing.parse
+    real = pipeline.cached_parse
 
-    def slow(*args: object, **kwargs: object) -> object:
-        nonlocal running, most
-        with lock:
-            running += 1
-            most = max(most, running)
-        time.sleep(0.02)
-        try:
-            return real(*args, **kwargs)  # type: ignore[arg-type]
-        finally:
+    def slow_cache(maxsize: int) -> Callable[..., object]:
+        cached = real(maxsize)
+
+        def slow(*args: object, **kwargs: object) -> object:
+            nonlocal running, most
             with lock:
-                running -= 1
+                running += 1
+                most = max(most, running)
+            time.sleep(0.02)
+            try:
+                return cached(*args, **kwargs)
+            finally:
+                with lock:
+                    running -= 1
 
-    monkeypatch.setattr(parsing, "parse", slow)
+        return slow
+
+    monkeypatch.setattr(pipeline, "cached_parse", slow_cache)
     big = "{ nodes { name } }" + " " * parsing.THREAD_FROM_BYTES
     results = await asyncio.gather(*(run(big) for _ in range(6)))
     assert all(r.errors is None for r in results)

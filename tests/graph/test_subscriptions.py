@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from graph_schema.limits import SchemaLimits
 from graph_schema.schema import GraphSchema, build_schema
 from graph_schema.scope import EVERYTHING, Scope
 from tests.support.graph import GiB, gpu_sample, process, snapshot, synthetic_cluster
+from tests.support.history_agents import HistoryAgents, at, occupancy, open_stores
 
 GPU_UPDATES = """subscription($node: String, $every: Float) {
   gpuUpdates(nodeName: $node, intervalSeconds: $every) {
@@ -218,3 +220,29 @@ async def test_interval_is_clamped(ticks: list[float], asked: float | None, slep
     await next_data(stream)
     assert ticks == [slept]
     await stream.aclose()
+
+
+async def test_each_tick_reads_history_afresh(ticks: list[float], tmp_path: pathlib.Path) -> None:
+    # A GPU's history is read once per operation, shared by the fields that read the
+    # same records; a subscription's tick is a new read, not the first tick's again.
+    uuid = "GPU-node-00000-0"
+    stores = open_stores(tmp_path, {"node-00000": [occupancy(uuid, 1, 0, 1)]})
+    try:
+        sc = synthetic_cluster(
+            1, gpus_per_node=1, processes_per_gpu=1, agents=HistoryAgents(stores)
+        )
+        schema = build_schema()
+        query = """subscription { gpuUpdates(nodeName: "node-00000", intervalSeconds: 1) {
+          uuid history(since: "2026-12-01T00:00:00Z", until: "2026-12-02T00:00:00Z") { pid }
+          hiddenHistoryCount(since: "2026-12-01T00:00:00Z", until: "2026-12-02T00:00:00Z") } }"""
+        context = GraphContext(sc.cluster, sc.snapshots, schema.state)
+        stream = await subscribe(schema, context, query)
+        first = await next_data(stream)
+        assert [p["pid"] for p in first["gpuUpdates"][0]["history"]] == [1]
+        stores["node-00000"].write([occupancy(uuid, 2, 2, 3)], [], now=at(24))
+        second = await next_data(stream)
+        assert [p["pid"] for p in second["gpuUpdates"][0]["history"]] == [1, 2]
+        await stream.aclose()
+    finally:
+        for store in stores.values():
+            store.close()

@@ -59,7 +59,7 @@ async def test_a_deleted_node_releases_its_channel_and_cached_state(
         result = await server.query("{ nodes { name gpus { uuid } } }")
         assert "errors" not in result, result
         pool = server.services.pool
-        state = server.services.app.state.graph_state
+        state = server.services.state
         assert pool.channel_count() == 3
         assert "node-2" in state.node_names()
         assert 'node="node-2"' in (await server.client.get("/metrics")).text

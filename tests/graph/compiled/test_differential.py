@@ -2,7 +2,8 @@
 
 Every document runs through both over the same cluster, agents and caller,
 and the two answers, formatted as the server formats them and encoded by
-orjson, must be equal byte for byte. Where the plan declines (it returns
+orjson, must be equal byte for byte; the map's, top's and the docs' documents
+also over graphql-transport-ws, against the real app. Where the plan declines (it returns
 None), strawberry's answer is the answer, so there is nothing to compare;
 the documents the map and ``top`` send must not be declined.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+import websockets
 from graphql import (
     GraphQLList,
     GraphQLNonNull,
@@ -27,10 +29,13 @@ from graphql import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strawberry.http import process_result
+from websockets.typing import Subprotocol
 
+from api.app import create_app
 from api.demo.history_scenario import HISTORY_QUERY
 from api.demo.queries import NO_POD, SHARED_GPU, WORKER
 from api.http import map_queries
+from api.settings import Settings
 from api.top import gpu_hours
 from api.top import queries as top_queries
 from graph_schema.compiled.documents import CompiledDocuments
@@ -54,6 +59,7 @@ from tests.support.graph import (
     synthetic_cluster,
 )
 from tests.support.history_agents import HistoryAgents, occupancy, open_stores
+from tests.support.server import serve_app
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -72,7 +78,13 @@ SCOPES = {
 
 
 class World:
-    """A cluster, its agents and a schema: what both paths run over."""
+    """A cluster, its agents and a schema: what both paths run over.
+
+    ``schema`` runs every operation through strawberry's executor; ``planned``
+    is the same schema over the same server-wide state, with the compiled plan
+    in strawberry's executing step, so both pass the same pipeline and
+    policies and differ only in what executes.
+    """
 
     def __init__(
         self, cluster: MemoryCluster, agents: MemorySnapshots, schema: GraphSchema
@@ -80,7 +92,10 @@ class World:
         self.cluster = cluster
         self.agents = agents
         self.schema = schema
-        self.compiled = CompiledDocuments(schema)
+        self.compiled = CompiledDocuments()
+        self.planned = build_schema(
+            schema.limits, state=schema.state, gauge=schema.gauge, compiled=self.compiled
+        )
 
     async def both(
         self, query: str, variables: dict[str, Any] | None, scope: Scope
@@ -92,11 +107,16 @@ class World:
             variable_values=variables,
             context_value=GraphContext(self.cluster, self.agents, state, scope=scope),
         )
-        compiled = await self.compiled.execute(
-            query, None, variables, GraphContext(self.cluster, self.agents, state, scope=scope)
+        answered = self.compiled.counts["compiled"]
+        planned = await self.planned.execute(
+            query,
+            variable_values=variables,
+            context_value=GraphContext(self.cluster, self.agents, state, scope=scope),
         )
         expected = orjson.dumps(process_result(reference))
-        return expected, None if compiled is None else orjson.dumps(process_result(compiled))
+        if self.compiled.counts["compiled"] == answered:
+            return expected, None
+        return expected, orjson.dumps(process_result(planned))
 
 
 # Each world's agents' logs, by node; built once per module (the stores are only read).
@@ -462,6 +482,45 @@ def test_the_map_and_top_documents_run_compiled_and_answer_the_same(
             assert masked(expected) or not_found(expected), f"the plan declined {name}"
             continue
         assert got == expected, f"{name}\nstrawberry: {expected!r}\ncompiled: {got!r}"
+
+
+def test_queries_over_graphql_transport_ws_run_compiled_and_answer_the_same(logs: Logs) -> None:
+    # The app's schema over the world's state, served by real uvicorn: each document
+    # over the WebSocket must be answered by the plan, with strawberry's answer.
+    world = small_world(logs)
+    documents = [*client_documents(), *((q, q, None) for q in readme_examples())]
+    run(_over_websocket(world, documents))
+
+
+async def _over_websocket(
+    world: World, documents: Sequence[tuple[str, str, dict[str, Any] | None]]
+) -> None:
+    settings = Settings()
+    app = create_app(
+        settings, world.cluster, world.agents, state=world.schema.state, gauge=world.schema.gauge
+    )
+    counts = app.state.compiled.counts
+    async with (
+        serve_app(app, settings) as server,
+        websockets.connect(server.ws_url, subprotocols=[Subprotocol("graphql-transport-ws")]) as ws,
+    ):
+        await ws.send(orjson.dumps({"type": "connection_init"}).decode())
+        assert orjson.loads(await ws.recv())["type"] == "connection_ack"
+        for n, (name, query, variables) in enumerate(documents):
+            expected, by_plan = await world.both(query, variables, EVERYTHING)
+            answered = counts["compiled"]
+            payload = {"query": query, "variables": variables or {}}
+            await ws.send(
+                orjson.dumps({"id": str(n), "type": "subscribe", "payload": payload}).decode()
+            )
+            message = orjson.loads(await asyncio.wait_for(ws.recv(), 30))
+            assert (message["id"], message["type"]) == (str(n), "next"), (name, message)
+            complete = orjson.loads(await asyncio.wait_for(ws.recv(), 30))
+            assert (complete["id"], complete["type"]) == (str(n), "complete")
+            assert message["payload"] == orjson.loads(expected), name
+            if by_plan is not None:
+                assert counts["compiled"] == answered + 1, f"{name} over the WebSocket: strawberry"
+    assert counts["compiled"] > len(documents) // 2
 
 
 @pytest.mark.parametrize("query", readme_examples())
