@@ -63,6 +63,13 @@ MIG_MEMORY_SLICES = 8
 CARRY_SECONDS = 300.0
 
 _SM_UNREAD = "processes.sm_utilization"
+# The verdicts, looked up once: an enum member's lookup costs more than the rest of a step.
+_ACTIVE_USE, _IDLE, _UNUSED, _UNKNOWN = (
+    AllocationUse.ACTIVE,
+    AllocationUse.IDLE,
+    AllocationUse.UNUSED,
+    AllocationUse.UNKNOWN,
+)
 _PRESENT = 1
 _ACTIVE = 2
 _UNREAD = 4
@@ -153,6 +160,8 @@ class AllocationJudge:
         self._containers: tuple[ContainerAllocations, ...] | None = None
         self._names_version = -1
         self._holders: dict[tuple[str, str, str], int] = {}
+        # Each device of the answer: its key, container, device and holder index.
+        self._plan: list[tuple[AllocationKey, ContainerAllocations, DeviceAllocation, int]] = []
         # Container ID -> holder index, _NOT_HOLDER or _UNNAMED.
         self._ident: dict[str, int] = {}
         self._by_container: dict[str, tuple[str, str, str]] = {}
@@ -217,28 +226,23 @@ class AllocationJudge:
         """
         if allocations is None or not allocations.available:
             return allocations
+        self._index(allocations.containers)
         if sample.error is not None and not sample.gpus:
             flags: dict[str, dict[int, int]] = {}
             blind: set[str] = set()
             gpus: dict[str, GpuSample] = {}
         else:
-            self._index(allocations.containers)
             flags, blind, gpus = self._scan(sample)
         complete = {u for u, g in gpus.items() if g.process_list_complete()}
         uses: dict[AllocationKey, AllocationUseState] = {}
-        holders = self._holders
+        step = self._step
         with self._lock:
             opened = self._open
-            for c in allocations.containers:
-                if not c.devices:
-                    continue
-                holder = holders.get((c.namespace, c.pod, c.container), _NOT_HOLDER)
-                for d in c.devices:
-                    key = (c.namespace, c.pod, c.container, d.resource, d.device_id)
-                    record = opened.get(key)
-                    if record is None:
-                        record = opened[key] = self._open_record(c, d, gpus, allocations, now)
-                    uses[key] = self._step(record, d, holder, flags, blind, complete, now)
+            for key, c, d, holder in self._plan:
+                record = opened.get(key)
+                if record is None:
+                    record = opened[key] = self._open_record(c, d, gpus, allocations, now)
+                uses[key] = step(record, d, holder, flags, blind, complete, now)
             if len(uses) != len(opened):
                 self._end_unlisted(uses, now)
         return replace(allocations, uses=uses)
@@ -251,9 +255,14 @@ class AllocationJudge:
             return
         if containers is not self._containers:
             self._holders = {}
+            self._plan = []
             for c in containers:
                 if c.devices:
-                    self._holders[(c.namespace, c.pod, c.container)] = len(self._holders)
+                    holder = self._holders[(c.namespace, c.pod, c.container)] = len(self._holders)
+                    self._plan += [
+                        ((c.namespace, c.pod, c.container, d.resource, d.device_id), c, d, holder)
+                        for d in c.devices
+                    ]
             self._replicas_listed = _listed_replicas(containers)
             self._containers = containers
         if version != self._names_version:
@@ -396,10 +405,10 @@ class AllocationJudge:
                 record.absent_seconds += step
         window = self.policy.idle_after
         if unknown:
-            use = AllocationUse.UNKNOWN
+            use = _UNKNOWN
             _close(record)
         elif record.quiet_seconds >= window:
-            use = AllocationUse.UNUSED if record.absent_seconds >= window else AllocationUse.IDLE
+            use = _UNUSED if record.absent_seconds >= window else _IDLE
             if record.idle_start is None:
                 # The stretch counts as idle from its beginning, not from when it was judged.
                 start = max(record.first_seen, now - record.quiet_seconds, record.idle_end)
@@ -409,10 +418,10 @@ class AllocationJudge:
                 record.counted_idle += weight * step
             record.idle_end = max(record.idle_end, now)
         else:
-            use = AllocationUse.ACTIVE
+            use = _ACTIVE_USE
             _close(record)
         record.use = use.value
-        idle = use is AllocationUse.IDLE or use is AllocationUse.UNUSED
+        idle = use is _IDLE or use is _UNUSED
         return AllocationUseState(
             use=use,
             idle_since=now - record.quiet_seconds if idle else None,

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from api.demo.cluster.fake_proc import kubelet_cgroup
 from api.demo.cluster.kubelet import FakeKubelet
 from node_resolver.allocation_use import AllocationJudge, IdlePolicy, device_weight
 from node_resolver.cli import add_agent_arguments
@@ -44,13 +45,18 @@ from node_resolver.pod_names import PodName, PodNames
 from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from tests.support.agents import (
     AgentThread,
+    FakeProc,
     StaticResolver,
     gpu_json,
     nvml_json,
     resolved,
+    start_agent_process,
     start_agent_thread,
+    write_proc_tree,
 )
 from tests.support.clock import ManualClock
+from tests.support.libnvml import FakeGpu, FakeNode, FakeProcess, build_library, library_env
+from tests.support.polling import eventually
 
 NODE = "node-a"
 T0 = 1_800_000_000.0
@@ -599,3 +605,62 @@ def test_the_idle_flags_and_their_defaults() -> None:
     for bad in (["--idle-after", "soon"], ["--idle-sm-percent", "101"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+
+
+# -- the agent command, through nvidia-ml-py and the fake libnvidia-ml ----------------------
+
+
+def test_the_agent_command_judges_through_nvml_with_its_idle_flags(tmp_path: Path) -> None:
+    """The CLI's wiring: its flags, the kubelet's socket, the cgroup resolver over a /proc
+    tree, and NVML's own per-process utilization samples (the fake library's)."""
+    sockets = Path(tempfile.mkdtemp(prefix="au-", dir="/tmp"))
+    pods = {"busy": (101, 60), "idle": (100, 0)}
+    processes = {
+        pid: FakeProc(cgroup=kubelet_cgroup(f"uid-{pod}", container_id(pod)))
+        for pod, (pid, _) in pods.items()
+    }
+    proc = write_proc_tree(tmp_path / "proc", processes)
+    # Samples stamped far ahead: always within NVML's window.
+    future = 1 << 62
+    node = FakeNode(
+        [
+            FakeGpu(gpu(i), processes=[FakeProcess(pid)], samples=[(pid, future, sm)])
+            for i, (pid, sm) in enumerate(pods.values())
+        ]
+        + [FakeGpu(gpu(2))]
+    )
+    config = node.write(tmp_path / "nvml.conf")
+    data = {"pods": [holder("busy", gpu(0)), holder("idle", gpu(1)), holder("notebook", gpu(2))]}
+    socket = str(sockets / "kubelet.sock")
+    flags = ["--pod-resources-socket", socket, "--idle-after", "1s", "--idle-sm-percent", "5"]
+    try:
+        with (
+            FakeKubelet(socket, data=data),
+            start_agent_process(
+                None,
+                log_path=tmp_path / "agent.log",
+                proc_root=proc,
+                extra_args=flags,
+                env=library_env(build_library(), config),
+            ) as agent,
+        ):
+            names = [PodName(f"uid-{p}", "ml", p, {container_id(p): "main"}) for p in pods]
+
+            async def judged() -> dict[str, AllocationUse] | None:
+                async with AgentClient(agent.address) as client:
+                    await client.put_pod_names(NODE, names, timeout=10)
+                    allocations = (await client.get_snapshot(timeout=10)).allocations
+                if allocations is None or not allocations.uses:
+                    return None
+                uses = {
+                    c.pod: allocations.use_of(c, d)
+                    for c in allocations.containers
+                    for d in c.devices
+                }
+                found = {pod: state.use for pod, state in uses.items() if state is not None}
+                return found if found.get("notebook") is U.UNUSED else None
+
+            found = eventually(lambda: asyncio.run(judged()), what="a window of judged scans")
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert found == {"busy": U.ACTIVE, "idle": U.IDLE, "notebook": U.UNUSED}
