@@ -73,6 +73,9 @@ LINGER_PERIODS = 3.0
 INITIAL_COST = 0.0006
 # Weight of the newest read gap and the newest refresh cost in their running means.
 _SMOOTHING = 0.3
+# The share of the budget a plan spends: refreshes cost what the last ones did, give
+# or take, and nodes read repeatedly since the plan are refreshed before the next.
+PLANNED_SHARE = 0.9
 # How often the plan is worked out again (reads and costs move it).
 REPLAN_EVERY = 1.0
 
@@ -317,20 +320,21 @@ class KeepWarm:
         # than what keeps it within the TTL.
         wanted = [max(base, period) for period, _ in live]
         demand = sum(cost / r for r in wanted)
-        if demand <= self.budget:
+        budget = self.budget * PLANNED_SHARE
+        if demand <= budget:
             return Plan("within-ttl", len(live), base, demand)
         # Space out the shortest intervals first (water-filling): with ``floor`` as the
         # shortest, node i refreshes every max(wanted[i], floor).
-        floor = _floor_for(wanted, cost, self.budget)
+        floor = _floor_for(wanted, cost, budget)
         if floor <= MAX_STRETCH:
-            return Plan("stretched", len(live), floor, self.budget)
+            return Plan("stretched", len(live), floor, budget)
         # Even at MAX_STRETCH the budget does not cover them: keep the most often read.
         chosen: list[str] = []
         spend = 0.0
         cutoff = 0.0
         for r, (period, name) in zip(wanted, live, strict=True):
             share = cost / max(r, MAX_STRETCH)
-            if spend + share > self.budget:
+            if spend + share > budget:
                 break
             chosen.append(name)
             spend += share
