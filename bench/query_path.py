@@ -7,8 +7,9 @@ holds only the server. The production server stack (``serving``) answers
     { nodes { name gpus { uuid memoryUsedBytes utilizationGpu
                           processes { pid usedMemoryBytes pod { name namespace } } } } }
 
-(its list under an alias of each run's own) over HTTP, once to warm up (imports, the plan), then ``--runs`` times under
-``sys.settrace`` on the event loop's thread, where a query runs; a file counts
+(its list under an alias of each run's own) over HTTP, once to warm up (imports,
+the plan), then ``--runs`` times under ``sys.settrace`` on the event loop's
+thread, where a query runs; a file counts
 when code of ``api/``, ``graph_schema/`` or ``node_resolver/`` runs during a
 query. Background work that lands in the same moment (a watch bookmark, a
 timer) is left out by counting only the files every run passes through. Two
