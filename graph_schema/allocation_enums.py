@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import strawberry
 
-from node_resolver.models import AllocationMechanism
+from node_resolver.models import AllocationMechanism, AllocationUse
 
 from .allocation_join import AllocationRule, AllocationSource, AllocationVerdict
 
-__all__ = ["AllocationMechanism", "AllocationRule", "AllocationSource", "AllocationVerdict"]
+__all__ = [
+    "AllocationMechanism",
+    "AllocationRule",
+    "AllocationSource",
+    "AllocationUse",
+    "AllocationVerdict",
+]
 
 strawberry.enum(
     AllocationVerdict,
@@ -35,4 +41,13 @@ strawberry.enum(
 strawberry.enum(
     AllocationMechanism,
     description="How the device was handed out: a device plugin, or Dynamic Resource Allocation.",
+)
+strawberry.enum(
+    AllocationUse,
+    description="How an allocation's holder uses its device, as the node's agent judged it: "
+    "ACTIVE (a process of the holder's container ran above the idle threshold within the "
+    "idle window), IDLE (its processes hold the device, none ran above the threshold for the "
+    "whole window), UNUSED (no process of it was on the device for the whole window), "
+    "UNKNOWN (no allocation data, or utilization could not be read). docs/allocation.md has "
+    "the rule.",
 )

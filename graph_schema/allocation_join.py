@@ -32,13 +32,15 @@ with what only it knows: which resource names are GPUs, and the claims.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from node_resolver.allocation_verdicts import AllocationVerdict, devices_verdict
 from node_resolver.models import (
+    AllocationKey,
     AllocationMechanism,
+    AllocationUseState,
     ContainerAllocations,
     GpuProcess,
     NodeAllocations,
@@ -130,6 +132,9 @@ class Allocation:
     pool: str | None = None
     # Whether it is a GPU at all (a GPU resource name or GPU DRA driver).
     is_gpu: bool = True
+    # How its holder uses it, as the node's agent judged it; None where none judged
+    # (an older agent, or a claim the kubelet's answer does not list).
+    use: AllocationUseState | None = None
 
     @property
     def pod_namespace(self) -> str:
@@ -154,6 +159,8 @@ class AllocationTable:
     # device-plugin devices are judged from these records directly and copied into
     # ``allocations`` only when a listing asks (most queries never do).
     kubelet: dict[_ContainerKey, ContainerAllocations] = field(default_factory=dict)
+    # The agent's judged use of each kubelet device (``NodeAllocations.uses``).
+    uses: Mapping[AllocationKey, AllocationUseState] = field(default_factory=dict)
     gpus: GpuResources = field(default_factory=GpuResources)
     # Pods on the node with a DRA claim the cache cannot show.
     unresolved_pods: set[tuple[str, str]] = field(default_factory=set)
@@ -227,6 +234,11 @@ class AllocationTable:
         self._index_plugin()
         return self.by_pod.get((namespace, name), [])
 
+    def listed(self) -> list[Allocation]:
+        """Every allocation of the node, the kubelet's device-plugin devices included."""
+        self._index_plugin()
+        return self.allocations
+
     def _is_gpu(self, resource: str) -> bool:
         found = self._gpu_names.get(resource)
         if found is None:
@@ -253,6 +265,9 @@ class AllocationTable:
                             gpu_uuid=d.gpu_uuid,
                             mig_device_uuid=d.mig_device_uuid,
                             is_gpu=self._is_gpu(d.resource),
+                            use=self.uses.get(
+                                (c.namespace, c.pod, c.container, d.resource, d.device_id)
+                            ),
                         )
                     )
 
@@ -323,6 +338,7 @@ def _kubelet_dra(
                 driver=d.driver,
                 pool=d.pool,
                 is_gpu=gpus.is_gpu_driver(d.driver or ""),
+                use=allocations.use_of(c, d),
             )
 
 
@@ -359,6 +375,7 @@ def allocation_table(
     merged: dict[tuple[object, ...], Allocation] = {}
     if kubelet is not None and kubelet.available:
         table.kubelet = {(c.namespace, c.pod, c.container): c for c in kubelet.containers}
+        table.uses = kubelet.uses
         table._plugin_indexed = False
         for allocation in _kubelet_dra(kubelet, dra, gpus):
             merged[_dra_key(allocation)] = allocation

@@ -11,10 +11,11 @@ from strawberry.types import Info
 from .cache_status import CacheStatus
 from .errors import named_nodes
 from .identity import Identity, identity_of
+from .idle_allocations import idle_gpu_allocations
 from .occupancy import resolvers as occupancy
 from .operation import Operation
 from .selectors import parse_label_selector
-from .types import Gpu, GpuProcess, Node, Pod, context_of, ready_context
+from .types import Gpu, GpuAllocation, GpuProcess, Node, Pod, context_of, ready_context
 
 
 async def gpus_of_nodes(ctx: Operation[Gpu], info: Info, node_names: list[str]) -> list[Gpu]:
@@ -129,6 +130,20 @@ class Query:
             processes = [p for p in processes if p.pod is not None and p.pod.namespace == namespace]
         ctx.charge(len(processes))
         return processes
+
+    @strawberry.field(
+        description="Every GPU allocation (a GPU, MIG device, replica or DRA device the kubelet "
+        "gave a container) that its node's agent now judges IDLE or UNUSED, longest idle "
+        "first; only those idle at least minIdleSeconds, of pods in namespace, when given. "
+        "Nodes whose agent cannot answer are named in the response's errors."
+    )
+    async def idle_gpu_allocations(
+        self,
+        info: Info,
+        min_idle_seconds: float | None = None,
+        namespace: str | None = None,
+    ) -> list[GpuAllocation]:
+        return await idle_gpu_allocations(info, min_idle_seconds, namespace)
 
     gpu_history = occupancy.gpu_history_connection
     gpu_usage = occupancy.gpu_usage

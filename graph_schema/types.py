@@ -8,6 +8,7 @@ node's snapshot, and they go through the operation's loader: one call per node.
 
 from __future__ import annotations
 
+import datetime
 from typing import cast
 
 import strawberry
@@ -17,6 +18,7 @@ from .allocation_enums import (
     AllocationMechanism,
     AllocationRule,
     AllocationSource,
+    AllocationUse,
     AllocationVerdict,
 )
 from .allocation_join import Allocation, LazyTable, pod_gpu_request
@@ -245,7 +247,7 @@ class Gpu:
         records = table.get().for_gpu(self.uuid) if table is not None else []
         shown, _ = ctx.cluster.split_owned(records, _owner)
         ctx.charge(len(shown))
-        return [GpuAllocation.of(a) for a in shown]
+        return [GpuAllocation.of(a, self.node_name) for a in shown]
 
     @strawberry.field(description="Distinct pods with processes on this GPU.")
     def pods(self, info: Info) -> list[Pod]:
@@ -378,7 +380,7 @@ class Pod:
         mine = [a for a in table.for_pod(self.namespace, self.name) if a.is_gpu]
         shown, _ = ctx.cluster.split_owned(mine, _owner)
         ctx.charge(len(shown))
-        return [GpuAllocation.of(a) for a in shown]
+        return [GpuAllocation.of(a, self.node_name) for a in shown]
 
     @strawberry.field(description="The node it is scheduled on.")
     def node(self, info: Info) -> Node | None:
@@ -453,6 +455,10 @@ def _owner(allocation: Allocation) -> str | None:
     return allocation.pod_namespace
 
 
+# The verdicts of an allocation its holder leaves idle (idleGpuAllocations lists them).
+IDLE_USES = frozenset({AllocationUse.IDLE, AllocationUse.UNUSED})
+
+
 @strawberry.type(description="One device the kubelet gave a container, on a GPU.")
 class GpuAllocation:
     container_name: str | None = strawberry.field(
@@ -470,11 +476,15 @@ class GpuAllocation:
         "claims (shareID)."
     )
     mig_device_uuid: str | None = strawberry.field(description="Set for a MIG device.")
+    gpu_uuid: str | None = strawberry.field(
+        description="The GPU it is on (a MIG device's parent); null when it matches no GPU."
+    )
+    node_name: str = strawberry.field(description="The node whose kubelet gave it.")
     record: strawberry.Private[Allocation]
 
     @classmethod
-    def of(cls, allocation: Allocation) -> GpuAllocation:
-        """The graph object of one allocation."""
+    def of(cls, allocation: Allocation, node_name: str) -> GpuAllocation:
+        """The graph object of one allocation on ``node_name``."""
         return cls(
             container_name=allocation.container,
             mechanism=allocation.mechanism,
@@ -482,6 +492,8 @@ class GpuAllocation:
             device_id=allocation.device_id,
             shared=allocation.shared,
             mig_device_uuid=allocation.mig_device_uuid,
+            gpu_uuid=allocation.gpu_uuid,
+            node_name=node_name,
             record=allocation,
         )
 
@@ -489,3 +501,32 @@ class GpuAllocation:
     def pod(self, info: Info) -> Pod | None:
         record = context_of(info).cluster.pod(self.record.namespace, self.record.pod)
         return None if record is None else Pod.from_record(record)
+
+    @strawberry.field(
+        description="How its holder uses it, as the node's agent judged it at its last scan; "
+        "UNKNOWN where the agent does not judge (no kubelet answer, an older agent, a claim "
+        "the kubelet does not list)."
+    )
+    def use(self) -> AllocationUse:
+        state = self.record.use
+        return AllocationUse.UNKNOWN if state is None else state.use
+
+    @strawberry.field(
+        description="When it became IDLE or UNUSED (the start of the window with no process "
+        "of its holder above the threshold); null while ACTIVE or UNKNOWN."
+    )
+    def idle_since(self) -> datetime.datetime | None:
+        state = self.record.use
+        if state is None or state.idle_since is None or state.use not in IDLE_USES:
+            return None
+        return datetime.datetime.fromtimestamp(state.idle_since, datetime.UTC)
+
+    @strawberry.field(
+        description="How long it has been IDLE or UNUSED, in seconds; 0 while ACTIVE, null "
+        "while UNKNOWN."
+    )
+    def idle_seconds(self) -> float | None:
+        state = self.record.use
+        if state is None or state.use is AllocationUse.UNKNOWN:
+            return None
+        return state.idle_seconds if state.use in IDLE_USES else 0.0

@@ -43,6 +43,8 @@ def _add_node(series: GpuSeries, result: NodeResult, rules: AllocationRules) -> 
         return
     series.snapshot_age.add_metric([node], result.age_seconds)
     use = attribute_node(result.gpus)
+    # The agent's judged allocations, counted as its own /metrics counts them (same series).
+    use.attributed.add_allocations(result.snapshot.allocations)
     series.add_attribution(node, use.attributed)
     for pod, devices in use.pod_devices.values():
         beyond = len(devices) - (pod_gpu_request(pod, rules) or 0)

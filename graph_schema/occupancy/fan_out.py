@@ -277,11 +277,14 @@ async def usage_rows(
             if total is None:
                 totals[key] = UsageRow(
                     namespace, row.pod_name, row.gpu_uuid, row.gpu_seconds,
-                    row.memory_gib_seconds, node_key,
+                    row.memory_gib_seconds, node_key, row.allocated_gpu_seconds,
+                    row.idle_allocated_gpu_seconds,
                 )  # fmt: skip
             else:
                 total.gpu_seconds += row.gpu_seconds
                 total.memory_gib_seconds += row.memory_gib_seconds
+                total.allocated_gpu_seconds += row.allocated_gpu_seconds
+                total.idle_allocated_gpu_seconds += row.idle_allocated_gpu_seconds
     ordered = sorted(
         totals.values(),
         key=lambda r: (

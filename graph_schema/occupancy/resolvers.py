@@ -335,6 +335,8 @@ async def _gpu_usage(
             gpu_uuid=row.gpu_uuid or None,
             gpu_seconds=row.gpu_seconds,
             memory_gib_seconds=row.memory_gib_seconds,
+            allocated_gpu_seconds=row.allocated_gpu_seconds,
+            idle_allocated_gpu_seconds=row.idle_allocated_gpu_seconds,
         )
         for row in rows
     ]

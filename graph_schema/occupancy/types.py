@@ -195,3 +195,14 @@ class GpuUsageRow:
     memory_gib_seconds: float = strawberry.field(
         description="GiB of GPU memory held times seconds (time-weighted mean x time), summed."
     )
+    allocated_gpu_seconds: float = strawberry.field(
+        default=0.0,
+        description="GPU-equivalents the kubelet had given the group's containers, times "
+        "seconds, summed: a whole GPU counts 1, a MIG device its share of its GPU's memory, a "
+        "time-sliced replica 1/replicas (docs/allocation.md). 0 from agents that do not judge "
+        "allocations.",
+    )
+    idle_allocated_gpu_seconds: float = strawberry.field(
+        default=0.0,
+        description="The part of allocatedGpuSeconds spent IDLE or UNUSED.",
+    )

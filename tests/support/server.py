@@ -33,6 +33,7 @@ from api.demo.cluster.manifests import container_id_for
 from api.http.uvicorn_server import UvicornServer
 from api.settings import Settings
 from node_resolver.agent import agent_running
+from node_resolver.allocation_use import AllocationJudge, IdlePolicy
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.history.log import HistoryLog, HistorySettings, read_boot_id
 from node_resolver.pids import CgroupResolver
@@ -76,6 +77,8 @@ class Gpu:
     # MIG device UUIDs (MIG mode on when any); processes[i] runs on mig_of[pid] if given.
     mig_devices: list[str] = field(default_factory=list)
     mig_of: dict[int, str] = field(default_factory=dict)
+    # pid -> the process's SM utilization in percent (unset: NVML gave no sample).
+    sm_of: dict[int, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The fake NVML file's entry for this GPU."""
@@ -102,6 +105,7 @@ class Gpu:
                     "usedMemoryBytes": used,
                     "type": "COMPUTE",
                     "migDeviceUuid": self.mig_of.get(pid),
+                    **({"smUtilization": self.sm_of[pid]} if pid in self.sm_of else {}),
                 }
                 for pid, used in self.processes
             ],
@@ -124,8 +128,13 @@ class AgentNode:
         history: bool = False,
         clock: Callable[[], float] = time.time,
         kubelet: Mapping[str, Any] | None = None,
+        idle_after: float | None = None,
     ) -> None:
         self.name = name
+        # With the kubelet: the agent judges each allocation (``--idle-after``).
+        self.idle_after = idle_after
+        self.sampler: Sampler | None = None
+        self.poller: PodResourcesPoller | None = None
         # The sampler's clock: what the occupancy log takes for "now".
         self.clock = clock
         self.ip = ip
@@ -204,6 +213,16 @@ class AgentNode:
     async def start(self) -> None:
         """Start serving and sampling; returns once sampled. A restart reuses the port."""
         history = None
+        pod_names = PodNames()
+        judge = None
+        if self.idle_after is not None and self.kubelet_data is not None:
+            judge = AllocationJudge(
+                node_name=self.name,
+                boot_id=read_boot_id(str(self.proc_root)),
+                policy=IdlePolicy(self.idle_after),
+                pod_names=pod_names,
+                interval=self.interval,
+            )
         if self.history_dir is not None:
             settings = HistorySettings(
                 self.history_dir,
@@ -214,8 +233,9 @@ class AgentNode:
             history = HistoryLog(
                 settings,
                 boot_id=read_boot_id(str(self.proc_root)),
-                pod_names=PodNames(),
+                pod_names=pod_names,
                 clock=self.clock,
+                allocations=judge,
             )
         self.history = history
         # A unix socket path must fit in 108 bytes; the workdir's may not.
@@ -226,6 +246,13 @@ class AgentNode:
             self.kubelet = FakeKubelet(socket_path, data=self.kubelet_data).start()
         kubelet_socket = self.kubelet.socket_path if self.kubelet is not None else socket_path
         client = PodResourcesClient(kubelet_socket)
+        poller = PodResourcesPoller(
+            client.list,
+            interval=self.interval,
+            list_replicas=client.replicas,
+            # A judging agent's answers age by the clock its scans judge by.
+            clock=self.clock if judge is not None else time.monotonic,
+        )
         sampler = Sampler(
             FakeGpuSource(self.nvml_path),
             CgroupResolver(proc_root=str(self.proc_root)),
@@ -233,8 +260,10 @@ class AgentNode:
             interval=self.interval,
             clock=self.clock,
             on_scan=history.observe if history is not None else None,
-            pod_resources=PodResourcesPoller(client.list, interval=self.interval),
+            pod_resources=poller,
+            judge=judge,
         )
+        self.sampler, self.poller = sampler, poller
         stack = contextlib.AsyncExitStack()
         stack.callback(client.close)
         # grace=None: stopping is like a killed process, connections drop at once.
@@ -254,6 +283,12 @@ class AgentNode:
         assert server.address is not None
         self.port = int(server.address.rsplit(":", 1)[1])
         self._running, self._server = stack, server
+
+    def scan(self) -> None:
+        """One scan now (by the agent's clock), with the kubelet's answer of this moment."""
+        assert self.sampler is not None and self.poller is not None
+        self.poller.poll()
+        self.sampler.scan()
 
     async def stop(self) -> None:
         """Stop at once, like a killed process: connections drop, the port refuses."""
@@ -408,10 +443,12 @@ class GraphTestCluster:
         gpus: Sequence[Gpu] = (),
         procs: Sequence[Proc] = (),
         kubelet: Mapping[str, Any] | None = None,
+        **options: Any,
     ) -> AgentNode:
         """A node on the stub server with an agent (started by ``start``).
 
         ``kubelet`` is the node's fake kubelet PodResources data; None: no kubelet socket.
+        ``options``: more of ``AgentNode``'s options (``clock``, ``interval``, ``idle_after``).
         """
         from api.demo.cluster.manifests import make_node
 
@@ -425,6 +462,7 @@ class GraphTestCluster:
             token=self.token,
             history=self.history,
             kubelet=kubelet,
+            **options,
         )
         self.agents[name] = agent
         self.stub.add_node(make_node(name, ip, gpus=len(gpus)))

@@ -45,6 +45,14 @@ from graph_schema.schema import GraphSchema, build_schema
 from graph_schema.scope import EVERYTHING, Scope
 from node_resolver.history.records import OccupancyRecord
 from node_resolver.history.store import HistoryStore
+from node_resolver.models import (
+    AllocationMechanism,
+    AllocationUse,
+    AllocationUseState,
+    ContainerAllocations,
+    DeviceAllocation,
+    NodeAllocations,
+)
 from tests.support.graph import (
     GiB,
     MemoryCluster,
@@ -252,6 +260,7 @@ LITERALS: dict[str, list[str]] = {
         "$groupBy",
     ],
     "first": ["1", "2", "3", "0", "5000", "null"],
+    "minIdleSeconds": ["0", "3600", "7200.5", "-1", "null"],
 }
 # The variables a document may use, their declarations and values.
 VARIABLES = {
@@ -741,3 +750,103 @@ def test_history_pages_run_compiled_and_answer_the_same(logs: Logs, scope: str) 
     if scope == "everything":
         # Every record of the live agents with history, once each (node-c down, node-d off).
         assert sorted(pids) == sorted([101, 202, 401, 101, 999, 555, 301, 302, 303])
+
+
+# ------------------------------------------------------------ allocations and their use
+
+
+def allocation_world(logs: Logs) -> World:
+    """The small world, its two live agents judging each allocation: train-1 ACTIVE on GPU 0,
+    train-2 IDLE on it (a replica), idle (a notebook) UNUSED on node-b's GPU, infer-1's
+    DRA device UNKNOWN, and a device of a pod the cluster no longer has, IDLE."""
+    world = small_world(logs)
+    state = AllocationUseState
+    given = {
+        "node-a": [
+            ("ml", "train-1", "c0", "nvidia.com/gpu", gpu_uuid("node-a", 0),
+             state(AllocationUse.ACTIVE, weight=1.0)),
+            ("ml", "train-2", "c0", "nvidia.com/gpu.shared", gpu_uuid("node-a", 0) + "::1",
+             state(AllocationUse.IDLE, idle_since=1_700_000_000.0, idle_seconds=3600.0)),
+            ("ml", "gone", "c0", "nvidia.com/gpu", gpu_uuid("node-a", 1),
+             state(AllocationUse.IDLE, idle_since=1_699_990_000.0, idle_seconds=7200.5)),
+        ],
+        "node-b": [
+            ("ml", "idle", "c0", "nvidia.com/gpu", gpu_uuid("node-b", 0),
+             state(AllocationUse.UNUSED, idle_since=1_699_000_000.0, idle_seconds=90000.0)),
+            ("serving", "infer-1", "c0", "gpu.nvidia.com", "gpu-0",
+             state(AllocationUse.UNKNOWN)),
+        ],
+    }  # fmt: skip
+    for node, devices in given.items():
+        containers = []
+        uses = {}
+        for namespace, pod, container, resource, device_id, use in devices:
+            gpu = device_id.partition("::")[0] if device_id.startswith("GPU-") else None
+            mechanism = (
+                AllocationMechanism.DRA if resource == "gpu.nvidia.com" else
+                AllocationMechanism.DEVICE_PLUGIN
+            )  # fmt: skip
+            device = DeviceAllocation(
+                mechanism, resource, device_id, gpu_uuid=gpu or gpu_uuid(node, 0),
+                shared="::" in device_id, driver="gpu.nvidia.com" if gpu is None else None,
+            )  # fmt: skip
+            containers.append(ContainerAllocations(namespace, pod, container, (device,)))
+            uses[(namespace, pod, container, resource, device_id)] = use
+        received = run(world.agents.fetch(node)).snapshot
+        allocations = NodeAllocations(available=True, containers=tuple(containers), uses=uses)
+        world.agents.put(dataclasses.replace(received, allocations=allocations))
+    return world
+
+
+ALLOCATION_FIELDS = (
+    "containerName mechanism resource deviceId shared migDeviceUuid gpuUuid nodeName "
+    "use idleSince idleSeconds pod { namespace name }"
+)
+ALLOCATION_DOCUMENTS = [
+    f"{{ idleGpuAllocations {{ {ALLOCATION_FIELDS} }} }}",
+    f"{{ a: idleGpuAllocations(minIdleSeconds: 7200) {{ {ALLOCATION_FIELDS} }}"
+    f' b: idleGpuAllocations(namespace: "ml") {{ deviceId idleSeconds }}'
+    f" c: idleGpuAllocations(minIdleSeconds: -1) {{ deviceId }} }}",
+    f"{{ nodes {{ name gpus {{ uuid allocations {{ {ALLOCATION_FIELDS} }} }} }} }}",
+    f"{{ pods {{ name gpuAllocations {{ {ALLOCATION_FIELDS} }} }} }}",
+    '{ gpuUsage(since: "2026-12-01T00:00:00Z", groupBy: [NAMESPACE]) {'
+    " namespace gpuSeconds allocatedGpuSeconds idleAllocatedGpuSeconds } }",
+]
+
+
+@pytest.mark.parametrize("scope", sorted(SCOPES))
+@pytest.mark.parametrize("query", ALLOCATION_DOCUMENTS)
+def test_allocation_use_and_idle_allocations_run_compiled_and_answer_the_same(
+    logs: Logs, query: str, scope: str
+) -> None:
+    world = allocation_world(logs)
+    expected, got = run(world.both(query, None, SCOPES[scope]))
+    body = orjson.loads(expected)
+    if "minIdleSeconds: -1" in query:
+        # An error in a non-null field nulls data: strawberry's answer, the plan declines.
+        assert got is None and body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+        return
+    assert got is not None, f"the plan declined {query}"
+    assert got == expected, f"{query}\nstrawberry: {expected!r}\ncompiled: {got!r}"
+    if scope == "everything" and query == ALLOCATION_DOCUMENTS[0]:
+        listed = [
+            (a["pod"], a["use"], a["idleSeconds"]) for a in body["data"]["idleGpuAllocations"]
+        ]
+        # Longest idle first; the pod no longer cached is listed, its pod null.
+        assert listed == [
+            ({"namespace": "ml", "name": "idle"}, "UNUSED", 90000.0),
+            (None, "IDLE", 7200.5),
+            ({"namespace": "ml", "name": "train-2"}, "IDLE", 3600.0),
+        ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    document=documents(_SCHEMA, roots=["idleGpuAllocations", "pods", "gpus"]),
+    scope=st.sampled_from(sorted(SCOPES)),
+)
+def test_generated_allocation_documents_answer_the_same(
+    logs: Logs, document: tuple[str, dict[str, Any]], scope: str
+) -> None:
+    query, variables = document
+    assert_same(allocation_world(logs), query, variables, SCOPES[scope])
