@@ -110,6 +110,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/map_bench.py --small
 	$(PY) bench/top_bench.py --small
 	$(PY) bench/scale_bench.py --small
+	$(PY) bench/keep_warm_bench.py --small
 	$(PY) bench/occupancy_log_bench.py --small
 	$(PY) bench/allocation_bench.py --small
 	$(PY) bench/agent_metrics_bench.py --small
@@ -127,6 +128,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/map_bench.py
 	$(PY) bench/top_bench.py
 	$(PY) bench/scale_bench.py
+	$(PY) bench/keep_warm_bench.py
 	$(PY) bench/occupancy_log_bench.py
 	$(PY) bench/allocation_bench.py
 	$(PY) bench/agent_metrics_bench.py
