@@ -14,7 +14,7 @@ from graph_schema.admission import SizeGauge
 from graph_schema.allocation_join import AllocationRules, DraCatalog
 from graph_schema.cache_status import cache_age
 from graph_schema.compiled.documents import CompiledDocuments
-from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.interfaces import Cluster, EventSource, SnapshotSource
 from graph_schema.schema import build_schema
 from graph_schema.state import SharedState
 from graph_schema.visibility import VisibleCluster
@@ -27,6 +27,7 @@ from .execution import (
     SharedResults,
 )
 from .gpu_metrics import GpuMetricsExporter
+from .gpu_metrics.events import EventCounts
 from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
 from .http.cluster_map import map_routes
 from .http.exposition import exposition_response
@@ -134,10 +135,15 @@ def create_app(
         pacer=schema.state.pacer,
     )
 
+    # GPU health events, counted from the agents' logs (a pool reads them; other sources not).
+    event_counts = EventCounts(cluster, snapshots) if isinstance(snapshots, EventSource) else None
+
     async def metrics_endpoint(request: Request) -> Response:
         # The GPU series are fetched first, so the server's own counters
         # include the agent calls this scrape made.
         gpus = await gpu_metrics.render() if settings.metrics_gpu_series else b""
+        if settings.metrics_gpu_series and event_counts is not None:
+            gpus += await event_counts.render()
         return await exposition_response(request, metrics.render() + gpus)
 
     def view_of(request: Request) -> VisibleCluster:

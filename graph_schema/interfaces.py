@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
+from node_resolver.gpu_events.records import EventPage, EventQuery
 from node_resolver.history.records import HistoryPage, HistoryQuery, UsageQuery, UsageRow
 from node_resolver.models import NodeSnapshot
 
@@ -87,6 +88,10 @@ class ClusterView(Cluster, Protocol):
         self, items: Iterable[T], namespace_of: Callable[[T], str | None]
     ) -> tuple[list[T], list[T]]:
         """``items`` split into those the caller may see and those withheld, by owning namespace."""
+        ...
+
+    def sees_shared(self, namespaces: Iterable[str]) -> bool:
+        """Whether the caller may see what pods of ``namespaces`` shared (a GPU event)."""
         ...
 
     def owner_namespaces(self, namespace: str | None = None) -> frozenset[str] | None:
@@ -168,6 +173,23 @@ class HistorySource(Protocol):
 
     async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
         """The node's usage sums and its log's status; AgentUnavailableError on failure."""
+        ...
+
+
+@runtime_checkable
+class EventSource(HistorySource, Protocol):
+    """Reads the agents' GPU health events too (they live in the occupancy log)."""
+
+    async def gpu_events(
+        self, node_name: str, query: EventQuery, page_token: str = ""
+    ) -> EventPage:
+        """One page of the node's events; AgentUnavailableError when its agent cannot answer."""
+        ...
+
+    async def follow_gpu_events(
+        self, node_name: str, query: EventQuery, *, wait_seconds: float
+    ) -> EventPage:
+        """The node's events after ``query.after_sequence``, waiting up to ``wait_seconds``."""
         ...
 
 

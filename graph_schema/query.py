@@ -12,6 +12,7 @@ from .cache_status import CacheStatus
 from .errors import named_nodes
 from .identity import Identity, identity_of
 from .idle_allocations import idle_gpu_allocations
+from .occupancy import event_resolvers as event_fields
 from .occupancy import resolvers as occupancy
 from .operation import Operation
 from .selectors import parse_label_selector
@@ -147,3 +148,4 @@ class Query:
 
     gpu_history = occupancy.gpu_history_connection
     gpu_usage = occupancy.gpu_usage
+    gpu_events = event_fields.gpu_event_connection

@@ -12,6 +12,8 @@ from strawberry.types import Info
 from .context import GraphContext
 from .errors import named_nodes
 from .limits import clamp_interval
+from .occupancy.event_resolvers import EVENT_STREAM_DESCRIPTION, batch_of, event_stream
+from .occupancy.events import GpuEventObject
 from .query import gpus_of_nodes
 from .types import Gpu, Pod, ready_context
 
@@ -76,3 +78,15 @@ class Subscription:
                 record = ctx.cluster.pod(namespace, name)
                 yield None if record is None else Pod.from_record(record)
                 await sleep(interval)
+
+    @strawberry.subscription(description=EVENT_STREAM_DESCRIPTION)
+    async def gpu_event_stream(
+        self, info: Info, node_name: str | None = None, namespace: str | None = None
+    ) -> AsyncGenerator[GpuEventObject, None]:
+        ctx = _live_context(info)
+        with ctx.state.subscriptions.hold(_identity(ctx)):
+            async for batch in event_stream(ctx, node_name, namespace):
+                # Re-checks the caller once its reviews expire; ends when it fails.
+                await ctx.refresh_scope()
+                for event in batch_of(ctx, batch):
+                    yield event

@@ -23,6 +23,7 @@ from .allocation_enums import (
 )
 from .allocation_join import Allocation, LazyTable, pod_gpu_request
 from .errors import GraphUserError, require_ready
+from .occupancy import event_resolvers as event_fields
 from .occupancy import resolvers as occupancy
 from .operation import Operation
 from .records import ContainerRecord, NodeRecord, PodRecord
@@ -168,6 +169,8 @@ class Node:
         return snapshot.history_status
 
     gpu_history = occupancy.node_gpu_history
+    gpu_event_status = event_fields.node_gpu_event_status
+    gpu_events = event_fields.node_gpu_events
 
 
 @strawberry.type(description="A MIG device (GPU instance + compute instance) of a GPU.")
@@ -236,6 +239,7 @@ class Gpu:
 
     history = occupancy.gpu_history
     hidden_history_count = occupancy.gpu_hidden_history_count
+    events = event_fields.gpu_events
 
     @strawberry.field(
         description="The devices on this GPU (it, or a MIG device of it) that the kubelet gave "
@@ -407,6 +411,7 @@ class Pod:
         return processes
 
     gpu_history = occupancy.pod_gpu_history
+    gpu_events = event_fields.pod_gpu_events
 
     @strawberry.field(description="GPUs where it has processes; null when the agent fails.")
     async def gpus(self, info: Info) -> list[Gpu] | None:

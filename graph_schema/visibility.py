@@ -91,6 +91,12 @@ class VisibleCluster:
             (shown if self.sees_owner(namespace_of(item)) else hidden).append(item)
         return shown, hidden
 
+    def sees_shared(self, namespaces: Iterable[str]) -> bool:
+        """Whether the caller may see something that pods of ``namespaces`` shared (a GPU
+        event): one of them is its own, or it may list pods cluster-wide (then even with none).
+        """
+        return self._scope.all_pods or any(self._scope.sees_namespace(n) for n in namespaces)
+
     def owner_namespaces(self, namespace: str | None = None) -> frozenset[str] | None:
         """The namespaces whose records the caller may see, within ``namespace`` when given.
 

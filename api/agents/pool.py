@@ -10,7 +10,11 @@ History and usage reads are shared too, while in flight only (an occupancy
 log moves on, so a kept answer would soon be stale history): identical
 requests to one node reach its agent once. Each caller has a budget of reads
 in flight (``caller_reads``), so one tenant's flood of varied history queries
-waits its own turn instead of filling every agent's readers.
+waits its own turn instead of filling every agent's readers. GPU event reads
+are history reads: the same sharing, the same budget. A follower's long poll
+(a subscription waiting for the next event) is shared by identical followers
+but holds no read slot, since it waits up to half a minute by design; the
+subscription cap bounds how many there are.
 
 Kept warm (the default), the fan-out leaves the query path: a node read by
 repeated queries is fetched again in the background ahead of its next read,
@@ -32,17 +36,18 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeGuard, TypeVar, cast, runtime_checkable
 
 import grpc
 from prometheus_client import Counter
 
-from graph_schema.interfaces import AgentUnavailableError, HistorySource, Received
+from graph_schema.interfaces import AgentUnavailableError, EventSource, Received
 from graph_schema.limits import (
     DEFAULT_MAX_HISTORY_READS_PER_CALLER,
     DEFAULT_MAX_HISTORY_READS_PER_CALLER_PER_NODE,
 )
 from node_resolver.auth import TokenFile
+from node_resolver.gpu_events.records import EventPage, EventQuery
 from node_resolver.history.records import (
     HistoryPage,
     HistoryQuery,
@@ -65,8 +70,10 @@ __all__ = [
     "AgentClientLike",
     "AgentPool",
     "ClientFactory",
+    "GpuEventReader",
     "HistoryReader",
     "RefreshListener",
+    "event_reader",
     "history_reader",
     "reads_history",
 ]
@@ -129,6 +136,34 @@ def history_reader(client: AgentClientLike) -> HistoryReader:
     if not reads_history(client):
         raise TypeError(f"{type(client).__name__} reads no history")
     return client
+
+
+@runtime_checkable
+class GpuEventReader(Protocol):
+    """An agent client's reads of its GPU health events (node_resolver.client.AgentClient's)."""
+
+    async def get_gpu_events(
+        self,
+        query: EventQuery,
+        *,
+        page_token: str = "",
+        wait_seconds: float = 0.0,
+        timeout: float,
+    ) -> EventPage:
+        """One GetGpuEvents page; following, the agent waits up to ``wait_seconds``."""
+        ...
+
+
+@functools.cache
+def _class_reads_events(client_class: type) -> bool:
+    return issubclass(client_class, GpuEventReader)
+
+
+def event_reader(client: AgentClientLike) -> GpuEventReader:
+    """``client`` as a GpuEventReader; TypeError (the node's failure) when it reads none."""
+    if not _class_reads_events(type(client)):
+        raise TypeError(f"{type(client).__name__} reads no GPU events")
+    return cast(GpuEventReader, client)
 
 
 ClientFactory = Callable[[str, "str | None"], AgentClientLike]
@@ -204,6 +239,9 @@ class AgentPool:
         # History reads, keyed by node and the exact request; shared in flight only.
         self._pages: SharedCalls[tuple[object, ...], HistoryPage] = SharedCalls(clock=clock)
         self._usage: SharedCalls[tuple[object, ...], Usage] = SharedCalls(clock=clock)
+        self._events: SharedCalls[tuple[object, ...], EventPage] = SharedCalls(clock=clock)
+        self._follows: SharedCalls[tuple[object, ...], EventPage] = SharedCalls(clock=clock)
+        self._following: dict[str, int] = {}
         self.history_reads = CallerReads(history_reads_per_caller, history_reads_per_node)
         self._closed = False
         # Refresh ahead: which nodes, how often (None: adaptive, within the budget;
@@ -428,7 +466,54 @@ class AgentPool:
             self._usage, key, caller, node_name, lambda: self.call(node_name, get, what="GetUsage")
         )
 
-    def for_caller(self, caller: Hashable) -> HistorySource:
+    async def gpu_events(
+        self, node_name: str, query: EventQuery, page_token: str = "", *, caller: Hashable = None
+    ) -> EventPage:
+        """One page of the node's GPU events (graph_schema's EventSource).
+
+        Counted and shared as ``history_page`` is.
+        """
+        timeout = self.timeout
+
+        async def get(client: AgentClientLike) -> EventPage:
+            reader = event_reader(client)
+            return await reader.get_gpu_events(query, page_token=page_token, timeout=timeout)
+
+        key = (node_name, *_exact(query), page_token)
+        return await self._read(
+            self._events, key, caller, node_name,
+            lambda: self.call(node_name, get, what="GetGpuEvents"),
+        )  # fmt: skip
+
+    async def follow_gpu_events(
+        self, node_name: str, query: EventQuery, *, wait_seconds: float
+    ) -> EventPage:
+        """The node's events after ``query.after_sequence``, waiting up to ``wait_seconds``
+        on the agent for one to land; identical followers share one call."""
+        timeout = self.timeout + wait_seconds
+
+        async def get(client: AgentClientLike) -> EventPage:
+            reader = event_reader(client)
+            return await reader.get_gpu_events(query, wait_seconds=wait_seconds, timeout=timeout)
+
+        key = (node_name, *_exact(query), wait_seconds)
+        self._following[node_name] = self._following.get(node_name, 0) + 1
+        try:
+            return await self._follows.get(
+                key, lambda: self.call(node_name, get, what="GetGpuEvents"), _in_flight_only
+            )
+        finally:
+            left = self._following[node_name] - 1
+            if left:
+                self._following[node_name] = left
+            else:
+                del self._following[node_name]
+
+    def followers(self, node_name: str) -> int:
+        """How many followers of the node's GPU events wait on its agent now."""
+        return self._following.get(node_name, 0)
+
+    def for_caller(self, caller: Hashable) -> EventSource:
         """The agents' logs as one caller reads them: each read counted against its budget."""
         return _CallerHistory(self, caller)
 
@@ -530,6 +615,8 @@ class AgentPool:
         await self._calls.close()
         await self._pages.close()
         await self._usage.close()
+        await self._events.close()
+        await self._follows.close()
         for node_name in list(self._clients):
             await self._drop_client(node_name)
 
@@ -544,7 +631,7 @@ class AgentPool:
 
 
 class _CallerHistory:
-    """The pool's history reads on one caller's budget (graph_schema's HistorySource)."""
+    """The pool's history and event reads on one caller's budget (graph_schema's EventSource)."""
 
     __slots__ = ("_caller", "_pool")
 
@@ -561,6 +648,18 @@ class _CallerHistory:
     async def usage(self, node_name: str, query: UsageQuery) -> Usage:
         """The node's usage sums, read on this caller's budget."""
         return await self._pool.usage(node_name, query, caller=self._caller)
+
+    async def gpu_events(
+        self, node_name: str, query: EventQuery, page_token: str = ""
+    ) -> EventPage:
+        """One page of the node's GPU events, read on this caller's budget."""
+        return await self._pool.gpu_events(node_name, query, page_token, caller=self._caller)
+
+    async def follow_gpu_events(
+        self, node_name: str, query: EventQuery, *, wait_seconds: float
+    ) -> EventPage:
+        """The node's next events, followed (held by the subscription cap, not the budget)."""
+        return await self._pool.follow_gpu_events(node_name, query, wait_seconds=wait_seconds)
 
 
 class _NoSlotYet(Exception):

@@ -37,6 +37,7 @@ __all__ = [
     "HISTORY_LIST_LIMIT",
     "MAX_FIRST",
     "ConnectionPage",
+    "Failures",
     "HistoryUnavailableError",
     "Occupancy",
     "agent_namespaces",
@@ -45,6 +46,7 @@ __all__ = [
     "node_history",
     "owner_of",
     "partial",
+    "unusable",
     "usage_rows",
 ]
 
@@ -118,11 +120,12 @@ class HistoryUnavailableError(GraphUserError):
             super().__init__(f"history on node {node_name!r} is unusable: {status}")
 
 
-def _unusable(node_name: str, status: str) -> HistoryUnavailableError | None:
+def unusable(node_name: str, status: str) -> HistoryUnavailableError | None:
+    """The error of a node whose log answered ``status``; None when it is usable."""
     return None if status in ("ok", "") else HistoryUnavailableError(node_name, status)
 
 
-class _Failures:
+class Failures:
     """Nodes that could not answer a fan-out: each named where the caller may see it,
     the rest counted, so the answer says what it lacks without naming hidden nodes."""
 
@@ -158,9 +161,9 @@ async def node_history(
     while True:
         ask = min(_AGENT_PAGE, limit - len(found) + 1)
         page = await source.history_page(node_name, _limited(query, ask), token)
-        unusable = _unusable(node_name, page.status)
-        if unusable is not None:
-            raise unusable
+        broken = unusable(node_name, page.status)
+        if broken is not None:
+            raise broken
         found += [Occupancy(record, node_name) for record in page.records]
         if len(found) > limit:
             return found[:limit], True
@@ -214,7 +217,7 @@ async def connection_page(
     answers = await bounded([fetch(n) for n in nodes])
     merged: list[Occupancy] = []
     more = False
-    failures = _Failures("history", named)
+    failures = Failures("history", named)
     for node, answer in zip(nodes, answers, strict=True):
         # A node that cannot answer is reported on every page it fails; the walk goes on
         # without it (and picks it up where the walk is, should it come back).
@@ -223,9 +226,9 @@ async def connection_page(
             continue
         if isinstance(answer, BaseException):
             raise answer
-        unusable = _unusable(node, answer.status)
-        if unusable is not None:
-            failures.add(node, unusable)
+        broken = unusable(node, answer.status)
+        if broken is not None:
+            failures.add(node, broken)
         merged += [Occupancy(r, node) for r in answer.records]
         more = more or bool(answer.next_page_token)
     merged.sort(key=lambda o: merged_order(o.record, o.node_name))
@@ -256,7 +259,7 @@ async def usage_rows(
 
     answers = await bounded([fetch(n) for n in nodes])
     totals: dict[tuple[str | None, str | None, str | None, str | None], UsageRow] = {}
-    failures = _Failures("usage", named)
+    failures = Failures("usage", named)
     by_node = UsageGroup.NODE in query.group_by
     for node, answer in zip(nodes, answers, strict=True):
         if isinstance(answer, AgentUnavailableError):
@@ -265,9 +268,9 @@ async def usage_rows(
         if isinstance(answer, BaseException):
             raise answer
         rows, status = answer
-        unusable = _unusable(node, status)
-        if unusable is not None:
-            failures.add(node, unusable)
+        broken = unusable(node, status)
+        if broken is not None:
+            failures.add(node, broken)
             continue
         for row in visible(rows):
             node_key = node if by_node else None

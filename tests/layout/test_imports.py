@@ -199,9 +199,9 @@ def test_the_gpugraph_command_loads_no_demo_module_for(command: str) -> None:
 
 
 def test_importing_the_graph_loads_none_of_the_agents_machinery() -> None:
-    # The server reads the agent's records (node_resolver.models, and the occupancy
-    # log's plain records) and its verdict vocabulary, and nothing else of it: no
-    # gRPC, protobuf, NVML or containerd code.
+    # The server reads the agent's records (node_resolver.models, the occupancy log's
+    # and GPU events' plain records, the XID catalog) and its verdict vocabulary, and
+    # nothing else of it: no gRPC, protobuf, NVML or containerd code.
     code = (
         "import sys\n"
         "import graph_schema.schema\n"
@@ -209,8 +209,9 @@ def test_importing_the_graph_loads_none_of_the_agents_machinery() -> None:
         "print(sorted(m for m in sys.modules if m.startswith(prefixes)))\n"
     )
     assert run_python(code) == (
-        "['node_resolver', 'node_resolver.allocation_verdicts', 'node_resolver.history', "
-        "'node_resolver.history.records', 'node_resolver.models']"
+        "['node_resolver', 'node_resolver.allocation_verdicts', 'node_resolver.gpu_events', "
+        "'node_resolver.gpu_events.records', 'node_resolver.gpu_events.xid', "
+        "'node_resolver.history', 'node_resolver.history.records', 'node_resolver.models']"
     )
 
 

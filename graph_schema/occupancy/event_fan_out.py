@@ -1,0 +1,183 @@
+"""Reading many nodes' GPU health events at once: bounded, failures per node, merged by time.
+
+Events live in the agents' occupancy logs beside the occupancy records, and
+are read the same way: the nodes a query can touch, a bounded number at a
+time, with the caller's namespaces sent along so the agents never page over
+another tenant's events; a node that cannot answer is reported, not fatal.
+A subscription follows each node's log by sequence number instead (a long
+poll on the agent), starting again from 0 when the log is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from node_resolver.gpu_events.records import EventPage, EventQuery, GpuEvent
+
+from ..errors import GraphUserError
+from ..interfaces import AgentUnavailableError, EventSource, HistorySource
+from .cursor import Position
+from .fan_out import (
+    HISTORY_LIST_LIMIT,
+    Failures,
+    HistoryUnavailableError,
+    bounded,
+    unusable,
+)
+
+__all__ = [
+    "FOLLOW_WAIT_SECONDS",
+    "EventPageOfNodes",
+    "NodeEvent",
+    "event_page",
+    "event_source",
+    "follow",
+    "node_events",
+]
+
+# How long one follower's call waits on the agent for the next event (the agent's cap is 30 s).
+FOLLOW_WAIT_SECONDS = 25.0
+# A sequence past any the log gives out: asking after it reads where the log stands.
+_PAST_THE_END = (1 << 62) - 1
+# A follower's call answered empty sooner than this did not wait: the next waits this long.
+_EARLY = 1.0
+# Per agent call: the agent's own page limit.
+_AGENT_PAGE = 500
+
+
+def event_source(source: HistorySource | None) -> EventSource:
+    """The agents' event logs, or a clear error on a server that cannot read them."""
+    if source is None or not isinstance(source, EventSource):
+        raise GraphUserError("this server cannot read the agents' GPU events")
+    return source
+
+
+@dataclass(slots=True)
+class NodeEvent:
+    """One event of one node's log."""
+
+    event: GpuEvent
+    node_name: str
+
+    def position(self) -> Position:
+        """Its place in the merged order: time, node, sequence."""
+        return Position(self.event.time, self.node_name, self.event.id)
+
+
+async def node_events(
+    source: EventSource, node_name: str, query: EventQuery, *, limit: int = HISTORY_LIST_LIMIT
+) -> tuple[list[NodeEvent], bool]:
+    """Up to ``limit`` events of one node, oldest first, and whether more were left."""
+    found: list[NodeEvent] = []
+    token = ""
+    while True:
+        ask = min(_AGENT_PAGE, limit - len(found) + 1)
+        page = await source.gpu_events(node_name, dataclasses.replace(query, limit=ask), token)
+        broken = unusable(node_name, page.status)
+        if broken is not None:
+            raise broken
+        found += [NodeEvent(event, node_name) for event in page.events]
+        if len(found) > limit:
+            return found[:limit], True
+        if not page.next_page_token:
+            return found, False
+        token = page.next_page_token
+
+
+@dataclass(slots=True)
+class EventPageOfNodes:
+    """One page of the merged, oldest-first events of several nodes."""
+
+    events: list[NodeEvent]
+    has_next_page: bool
+    end_cursor: str | None
+    errors: list[str]
+
+    def cursor_after(self, index: int) -> str:
+        """The cursor that resumes right after event ``index`` of this page."""
+        return self.events[index].position().encode()
+
+
+async def event_page(
+    source: EventSource,
+    nodes: Sequence[str],
+    query: EventQuery,
+    *,
+    first: int,
+    after: Position | None,
+    named: Callable[[str], bool],
+) -> EventPageOfNodes:
+    """The next ``first`` events across ``nodes`` after the position ``after``.
+
+    ``query`` carries the caller's namespaces, so the agents page over only
+    events the caller may see; ``named`` says which nodes a failure may name.
+    """
+
+    def fetch(node: str) -> Callable[[], Awaitable[EventPage]]:
+        # One event past the page, so whether another page follows is known, not guessed.
+        resume = None if after is None else after.resume(node)
+        asked = dataclasses.replace(query, limit=first + 1, after=resume)
+        return lambda: source.gpu_events(node, asked)
+
+    answers = await bounded([fetch(n) for n in nodes])
+    merged: list[NodeEvent] = []
+    more = False
+    failures = Failures("GPU events", named)
+    for node, answer in zip(nodes, answers, strict=True):
+        if isinstance(answer, AgentUnavailableError | HistoryUnavailableError):
+            failures.add(node, answer)
+            continue
+        if isinstance(answer, BaseException):
+            raise answer
+        broken = unusable(node, answer.status)
+        if broken is not None:
+            failures.add(node, broken)
+        merged += [NodeEvent(e, node) for e in answer.events]
+        more = more or bool(answer.next_page_token)
+    merged.sort(key=lambda found: _order(found))
+    taken = merged[:first]
+    has_next = more or len(merged) > first
+    end = taken[-1].position().encode() if taken else None
+    return EventPageOfNodes(taken, has_next, end, failures.messages())
+
+
+def _order(found: NodeEvent) -> tuple[float, str, int]:
+    return found.event.time, found.node_name, found.event.id
+
+
+async def follow(
+    source: EventSource, node_name: str, query: EventQuery
+) -> AsyncIterator[list[NodeEvent]]:
+    """Each batch of events that lands in one node's log from now on, as it lands.
+
+    Starts where the log stands; a log replaced meanwhile (a new ``log_id``) is
+    read again from its start. AgentUnavailableError or HistoryUnavailableError
+    when the node cannot answer.
+    """
+    page = await source.gpu_events(
+        node_name, dataclasses.replace(query, after_sequence=_PAST_THE_END, limit=1)
+    )
+    log_id, after = page.log_id, page.last_sequence
+    while True:
+        broken = unusable(node_name, page.status)
+        if broken is not None:
+            raise broken
+        asked = dataclasses.replace(query, after_sequence=after, limit=_AGENT_PAGE)
+        started = time.monotonic()
+        page = await source.follow_gpu_events(node_name, asked, wait_seconds=FOLLOW_WAIT_SECONDS)
+        if log_id and page.log_id and page.log_id != log_id:
+            # Another log (deleted and made again): its sequence numbers start over.
+            log_id, after = page.log_id, 0
+            continue
+        log_id = page.log_id or log_id
+        if page.events:
+            after = max(after, *(e.id for e in page.events))
+            yield [NodeEvent(e, node_name) for e in page.events]
+        elif time.monotonic() - started < _EARLY:
+            # Answered at once with nothing: the agent had no room for another waiter
+            # (or is older than long polls); ask again later rather than at once.
+            await asyncio.sleep(_EARLY)

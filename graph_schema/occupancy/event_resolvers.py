@@ -1,0 +1,294 @@
+"""The graph's fields that read GPU health events, declared once here.
+
+The root ``gpuEvents``, the ``gpuEventStream`` subscription and the event
+fields of Node, Gpu and Pod are built here; ``query``, ``subscriptions`` and
+``types`` name them. As for history, every read asks the agents only for
+events of the namespaces the caller may see, and what comes back goes
+through the seam again: an event is shown to a caller who had a pod on the
+GPU (or allocated to it) at that moment, or who may list pods cluster-wide,
+with other tenants' processes withheld and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.types import Info
+
+from node_resolver.gpu_events.records import EventQuery
+
+from ..errors import GraphUserError, named_nodes, require_ready
+from ..interfaces import AgentUnavailableError, ClusterView
+from ..operation import Operation
+from .cursor import Position
+from .event_fan_out import NodeEvent, event_page, event_source, follow, node_events
+from .events import GpuEventConnection, GpuEventEdge, GpuEventKind, GpuEventObject, event_object
+from .fan_out import (
+    DEFAULT_FIRST,
+    HISTORY_LIST_LIMIT,
+    MAX_FIRST,
+    HistoryUnavailableError,
+    agent_namespaces,
+    partial,
+)
+from .resolvers import Window, window
+from .types import PageInfo, operation_of
+
+__all__ = [
+    "EVENT_STREAM_DESCRIPTION",
+    "batch_of",
+    "event_stream",
+    "gpu_event_connection",
+    "gpu_events",
+    "node_gpu_event_status",
+    "node_gpu_events",
+    "pod_gpu_events",
+    "visible_events",
+]
+
+
+def visible_events(view: ClusterView, found: list[NodeEvent]) -> list[GpuEventObject]:
+    """The events of ``found`` the caller may see, each with only the processes it may see."""
+    shown: list[GpuEventObject] = []
+    sees_unowned = view.sees_owner(None)
+    for item in found:
+        if not view.sees_shared(item.event.namespaces):
+            continue
+        processes, hidden = view.split_owned(
+            item.event.processes, lambda p: p.pod_namespace or None
+        )
+        shown.append(event_object(item, processes, len(hidden), sees_unowned=sees_unowned))
+    return shown
+
+
+def _query(span: Window, namespaces: tuple[str, ...], **filters: Any) -> EventQuery:
+    return EventQuery(since=span.since, until=span.until, namespaces=namespaces, **filters)
+
+
+async def _read(info: Info, node_name: str, span: Window, **filters: Any) -> list[GpuEventObject]:
+    """One node's events in ``span`` that the caller may see (only those are read)."""
+    ctx = operation_of(info)
+    namespaces = agent_namespaces(ctx.cluster.owner_namespaces())
+    if namespaces is None:
+        return []
+    source = event_source(ctx.history)
+    await ctx.pace()
+    found, truncated = await node_events(source, node_name, _query(span, namespaces, **filters))
+    if truncated:
+        ctx.partial_errors.append(
+            GraphQLError(
+                f"more than {HISTORY_LIST_LIMIT} GPU events on node {node_name!r}; the oldest "
+                "are shown: narrow since and until, or page with gpuEvents",
+                path=info.path.as_list(),
+            )
+        )
+    shown = visible_events(ctx.cluster, found)
+    ctx.charge(len(shown))
+    return shown
+
+
+class _NodeLike(Protocol):
+    name: str
+
+
+class _GpuLike(Protocol):
+    uuid: str
+    node_name: str
+
+
+class _PodLike(Protocol):
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def node_name(self) -> str | None: ...
+
+
+async def _node_gpu_events(
+    self: _NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+) -> list[GpuEventObject]:
+    return await _read(info, self.name, window(since, until))
+
+
+async def _gpu_events(
+    self: _GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+) -> list[GpuEventObject]:
+    return await _read(info, self.node_name, window(since, until), gpu_uuids=(self.uuid,))
+
+
+async def _pod_gpu_events(
+    self: _PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+) -> list[GpuEventObject]:
+    if not self.node_name:
+        return []
+    return await _read(info, self.node_name, window(since, until), pod_uids=(str(self.uid),))
+
+
+async def _node_gpu_event_status(self: _NodeLike, info: Info) -> str | None:
+    try:
+        snapshot = await operation_of(info).snapshot(self.name)
+    except Exception:
+        return None
+    return snapshot.gpu_event_status
+
+
+node_gpu_events: Any = strawberry.field(
+    resolver=_node_gpu_events,
+    description="Health events on this node's GPUs between since and until (default: now), "
+    f"oldest first, as this caller may see them; at most {HISTORY_LIST_LIMIT} (gpuEvents "
+    "pages past that).",
+)
+gpu_events: Any = strawberry.field(
+    resolver=_gpu_events,
+    description="Health events on this GPU (or its MIG devices) between since and until "
+    "(default: now), oldest first, each with who was on it; an event is shown when one of "
+    "this caller's pods was on the GPU or allocated it then (or to callers who may list pods "
+    f"cluster-wide). At most {HISTORY_LIST_LIMIT}.",
+)
+pod_gpu_events: Any = strawberry.field(
+    resolver=_pod_gpu_events,
+    description="Health events on GPUs while this pod's processes were on them, between "
+    f"since and until (default: now), oldest first; at most {HISTORY_LIST_LIMIT}.",
+)
+node_gpu_event_status: Any = strawberry.field(
+    resolver=_node_gpu_event_status,
+    description='Whether the agent receives GPU health events: "ok", "unsupported" (no event '
+    'support in the driver or GPUs), "off", or the error; null when the agent cannot answer.',
+)
+
+
+# -- the root and the subscription ---------------------------------------------------
+
+
+def _nothing() -> GpuEventConnection:
+    page = PageInfo(
+        has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
+    )
+    return GpuEventConnection(edges=[], page_info=page)
+
+
+async def _gpu_event_connection(
+    self: object,
+    info: Info,
+    since: datetime.datetime,
+    until: datetime.datetime | None = None,
+    namespace: str | None = None,
+    node_name: str | None = None,
+    kind: GpuEventKind | None = None,
+    first: int | None = None,
+    after: str | None = None,
+) -> GpuEventConnection:
+    ctx = operation_of(info)
+    require_ready(ctx.cluster)
+    count = DEFAULT_FIRST if first is None else first
+    if not 1 <= count <= MAX_FIRST:
+        raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
+    span = window(since, until)
+    start = Position.decode(after)
+    # A node the caller may not see answers as one that does not exist, as for gpus.
+    nodes = named_nodes(ctx.cluster, node_name)
+    namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
+    if namespaces is None:
+        # Nothing the caller may see (as for a namespace that does not exist).
+        return _nothing()
+    source = event_source(ctx.history)
+    kinds = () if kind is None else (kind.recorded(),)
+    await ctx.pace()
+    page = await event_page(
+        source,
+        nodes,
+        _query(span, namespaces, kinds=kinds),
+        first=count,
+        after=start,
+        named=ctx.cluster.sees_node,
+    )
+    ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
+    edges: list[GpuEventEdge] = []
+    for index, found in enumerate(page.events):
+        for shown in visible_events(ctx.cluster, [found]):
+            edges.append(GpuEventEdge(node=shown, page=page, index=index))
+    ctx.charge(len(edges))
+    return GpuEventConnection(
+        edges=edges,
+        page_info=PageInfo(
+            has_next_page=page.has_next_page,
+            has_previous_page=after is not None,
+            start_cursor=after,
+            end_cursor=page.end_cursor,
+        ),
+    )
+
+
+gpu_event_connection: Any = strawberry.field(
+    resolver=_gpu_event_connection,
+    description="GPU health events (XID and ECC errors, lost GPUs) between since and until "
+    "(default: now) across nodes, oldest first, as a Relay connection; each names the "
+    "processes and pods on the GPU at that moment, kept after the pods are gone. Filter by "
+    "a namespace that had a pod on the GPU, by node and by kind. "
+    f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Nodes whose agent cannot answer are "
+    "named in the response's errors and skipped; a nodeName the caller cannot see (or no "
+    "node has) is the error NOT_FOUND.",
+)
+
+
+async def _merged(
+    ctx: Operation[Any], nodes: list[str], query: EventQuery
+) -> AsyncIterator[list[NodeEvent]]:
+    """The batches of every node's follower, as they land; a node that fails is left out."""
+    source = event_source(ctx.history)
+    landed: asyncio.Queue[list[NodeEvent]] = asyncio.Queue()
+
+    async def one(node: str) -> None:
+        try:
+            async for batch in follow(source, node, query):
+                await landed.put(batch)
+        except (AgentUnavailableError, HistoryUnavailableError):
+            # A node that cannot be followed is left out of the stream; the rest go on.
+            return
+
+    tasks = [asyncio.ensure_future(one(node)) for node in nodes]
+    try:
+        while True:
+            yield await landed.get()
+    finally:
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def event_stream(
+    ctx: Operation[Any], node_name: str | None, namespace: str | None
+) -> AsyncIterator[list[NodeEvent]]:
+    """gpuEventStream's batches: each node's new events as they land, only those of the
+    caller's namespaces read (``batch_of`` shows each as the caller may see it then)."""
+    require_ready(ctx.cluster)
+    nodes = named_nodes(ctx.cluster, node_name)
+    namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
+    if namespaces is None:
+        # Nothing the caller may see: a stream that never yields, as gpuEvents answers empty.
+        await asyncio.Event().wait()
+        return
+    async for batch in _merged(ctx, list(nodes), EventQuery(namespaces=namespaces)):
+        yield batch
+
+
+def batch_of(ctx: Operation[Any], batch: list[NodeEvent]) -> list[GpuEventObject]:
+    """A batch of landed events as the caller may see them now."""
+    shown = visible_events(ctx.cluster, batch)
+    ctx.charge(len(shown))
+    return shown
+
+
+EVENT_STREAM_DESCRIPTION = (
+    "Each new GPU health event as it lands, on one node or every node the caller may see, as "
+    "gpuEvents shows it; optionally only events on GPUs that a pod of namespace was on (or "
+    "allocated). Nodes whose agent cannot be followed are left out; a nodeName the caller "
+    "cannot see (or no node has) is the error NOT_FOUND."
+)
