@@ -131,7 +131,7 @@ def test_prometheus_rule_passes_promtool(chart: helm.Chart, tmp_path: Path) -> N
     require_prometheus()
     checked = promtool("check", "rules", str(rules_file(chart, tmp_path)))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 4 rules found" in checked.stdout
+    assert "SUCCESS: 5 rules found" in checked.stdout
 
 
 def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -> None:
@@ -256,6 +256,78 @@ def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -
     test_file.write_text(yaml.safe_dump(tests))
     tested = promtool("test", "rules", str(test_file))
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def _idle_alert_test(rules: Path, minutes: int) -> dict[str, Any]:
+    """promtool's test of GpuAllocationIdle: a notebook idle from 0 s, scraped from the server
+    and from its agent (one alert), and a busy pod whose gauge stays 0."""
+    labels = 'namespace="research",pod="notebook",container="main",node="n1",gpu_uuid="GPU-2"'
+    idle = 'gpugraph_container_gpu_allocation_idle_seconds{%s,job="%s"}'
+    # The gauge counts seconds: 60 more each minute.
+    climbing = "0+60x200"
+    return {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": idle % (labels, "gpugraph"), "values": climbing},
+                    {"series": idle % (labels, "gpugraph-agent"), "values": climbing},
+                    {
+                        "series": idle % (labels.replace("notebook", "busy"), "gpugraph"),
+                        "values": "0x200",
+                    },
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": f"{minutes - 1}m",
+                        "alertname": "GpuAllocationIdle",
+                        "exp_alerts": [],
+                    },
+                    {
+                        "eval_time": f"{minutes}m",
+                        "alertname": "GpuAllocationIdle",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "namespace": "research",
+                                    "pod": "notebook",
+                                    "container": "main",
+                                    "node": "n1",
+                                    "gpu_uuid": "GPU-2",
+                                },
+                                "exp_annotations": {
+                                    "summary": "A container holds a GPU it does not use",
+                                    "description": "Container main of pod research/notebook on "
+                                    "node n1 has held GPU GPU-2 without running on it for "
+                                    f"{minutes // 60}h {minutes % 60}m 0s (IDLE or UNUSED). "
+                                    "gpugraph's idleGpuAllocations lists every such "
+                                    "allocation; see docs/allocation.md.",
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+
+
+def test_the_idle_allocation_alert_fires_at_the_charts_setting(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    """GpuAllocationIdle fires once an allocation's idle gauge reaches the setting (60 minutes
+    by default), once per allocation however many scrapes carry its series."""
+    require_prometheus()
+    for minutes, values in ((60, None), (90, {"metrics": {"prometheusRule": {
+            "allocationIdleMinutes": 90}}})):  # fmt: skip
+        rules = rules_file(chart, tmp_path, values)
+        test_file = tmp_path / f"idle_{minutes}_test.yml"
+        test_file.write_text(yaml.safe_dump(_idle_alert_test(rules, minutes)))
+        tested = promtool("test", "rules", str(test_file))
+        assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def test_dashboard_config_map_is_the_dashboard_for_the_grafana_sidecar(chart: helm.Chart) -> None:

@@ -17,18 +17,21 @@ Scans every minute from 0 to 900 s with a 600 s idle window.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.demo.cluster.manifests import pod_uid_for
 from tests.end_to_end.test_auth import bearer
 from tests.support.clock import ManualClock
+from tests.support.demo_process import free_port
 from tests.support.history_agents import DAY
 from tests.support.polling import eventually_async
+from tests.support.prometheus import promtool, require_prometheus, running_prometheus
 from tests.support.server import GIB, AgentNode, Gpu, GraphTestCluster, Proc, Served, serving
 
 T0 = DAY
@@ -37,7 +40,8 @@ MIG_A = "MIG-a0000000-0000-0000-0000-000000000001"
 MIG_B = "MIG-a0000000-0000-0000-0000-000000000002"
 
 # (namespace, pod, pid, resource, device IDs); pid None: no process.
-HOLDERS: list[tuple[str, str, int | None, str, list[str]]] = [
+Holder = tuple[str, str, int | None, str, list[str]]
+HOLDERS: list[Holder] = [
     ("ml", "busy", 10, "nvidia.com/gpu", ["GPU-0"]),
     ("ml", "idle", 11, "nvidia.com/gpu", ["GPU-1"]),
     ("research", "notebook", None, "nvidia.com/gpu", ["GPU-2"]),
@@ -48,14 +52,17 @@ HOLDERS: list[tuple[str, str, int | None, str, list[str]]] = [
     ("ml", "ts-b", 15, "nvidia.com/gpu.shared", ["GPU-4::1"]),
 ]
 DRA_HOLDERS = [("ml", "dra", 16, "gpu-5"), ("ml", "dra-busy", 17, "gpu-6")]
-# (namespace, pod, pid) of every holder.
-EVERY_POD: list[tuple[str, str, int | None]] = [
-    *((ns, name, pid) for ns, name, pid, _, _ in HOLDERS),
-    *((ns, name, pid) for ns, name, pid, _ in DRA_HOLDERS),
-]
 
 
-def _kubelet() -> dict[str, Any]:
+def every_pod(holders: list[Holder]) -> list[tuple[str, str, int | None]]:
+    """(namespace, pod, pid) of every holder, the DRA ones included."""
+    return [
+        *((ns, name, pid) for ns, name, pid, _, _ in holders),
+        *((ns, name, pid) for ns, name, pid, _ in DRA_HOLDERS),
+    ]
+
+
+def _kubelet(holders: list[Holder]) -> dict[str, Any]:
     pods: list[dict[str, Any]] = [
         {
             "namespace": ns,
@@ -64,7 +71,7 @@ def _kubelet() -> dict[str, Any]:
                 {"name": "main", "devices": [{"resourceName": resource, "deviceIds": ids}]}
             ],
         }
-        for ns, name, _, resource, ids in HOLDERS
+        for ns, name, _, resource, ids in holders
     ]
     pods += [
         {
@@ -102,23 +109,27 @@ def _gpus(idle_sm: int) -> list[Gpu]:
     ]
 
 
-def build(workdir: Path) -> tuple[GraphTestCluster, AgentNode, ManualClock]:
+def build(
+    workdir: Path, holders: list[Holder] = HOLDERS
+) -> tuple[GraphTestCluster, AgentNode, ManualClock]:
     clock = ManualClock(T0)
     cluster = GraphTestCluster(workdir, history=True)
     procs = [
-        Proc(pid, "python", pod_uid_for(ns, name)) for ns, name, pid in EVERY_POD if pid is not None
+        Proc(pid, "python", pod_uid_for(ns, name))
+        for ns, name, pid in every_pod(holders)
+        if pid is not None
     ]
     node = cluster.add_node(
         "node-a",
         gpus=_gpus(45),
         procs=procs,
-        kubelet=_kubelet(),
+        kubelet=_kubelet(holders),
         clock=clock,
         # The test scans: the agent's own thread scans once, at start.
         interval=1e6,
         idle_after=WINDOW,
     )
-    for ns, name, _ in EVERY_POD:
+    for ns, name, _ in every_pod(holders):
         cluster.add_pod(name, ns, "node-a")
     return cluster, node, clock
 
@@ -126,18 +137,28 @@ def build(workdir: Path) -> tuple[GraphTestCluster, AgentNode, ManualClock]:
 class Timeline:
     """The cluster, served, with its agent scanned along the module docstring's timeline."""
 
-    def __init__(self, cluster: GraphTestCluster, node: AgentNode, clock: ManualClock) -> None:
+    def __init__(
+        self,
+        cluster: GraphTestCluster,
+        node: AgentNode,
+        clock: ManualClock,
+        holders: list[Holder] = HOLDERS,
+    ) -> None:
         self.cluster, self.node, self.clock = cluster, node, clock
+        self.holders = holders
 
     def scan_at(self, at: float) -> None:
         self.clock.now = T0 + at
         self.node.scan()
 
-    async def run(self, server: Served) -> None:
-        """Wait for the server's pod names to reach the agent, then scan 60 s apart to 900 s."""
+    async def run(
+        self, server: Served, after_scan: Callable[[float], Awaitable[None]] | None = None
+    ) -> None:
+        """Wait for the server's pod names to reach the agent, then scan 60 s apart to 900 s
+        (``after_scan`` awaited after each, with the scan's time)."""
         judge = self.node.sampler.judge if self.node.sampler is not None else None
         assert judge is not None
-        uids = [pod_uid_for(ns, name) for ns, name, _ in EVERY_POD]
+        uids = [pod_uid_for(ns, name) for ns, name, _ in every_pod(self.holders)]
         await eventually_async(
             lambda: all(judge.pod_names.get(uid) is not None for uid in uids),
             what="the server's pod names on the agent",
@@ -146,6 +167,8 @@ class Timeline:
             if minute == 3:
                 self.node.write_gpus(_gpus(0))
             self.scan_at(60.0 * minute)
+            if after_scan is not None:
+                await after_scan(T0 + 60.0 * minute)
 
 
 @pytest.fixture
@@ -335,3 +358,87 @@ async def test_the_servers_metrics_carry_the_agents_allocation_series(
     assert gauge["notebook"] == 900 and gauge["busy"] == 0
     # A device on no GPU has no series: there is no GPU to label it with.
     assert "lost" not in allocated
+
+
+# The allocation series, as Prometheus stores each family's samples.
+COUNTERS = (
+    "gpugraph_container_gpu_allocated_seconds",
+    "gpugraph_container_gpu_idle_allocated_seconds",
+)
+
+
+def openmetrics(scrapes: list[tuple[float, str]]) -> str:
+    """The allocation counters of each (time, /metrics text) scrape, as OpenMetrics with each
+    scrape's time: what Prometheus would have stored had it scraped at those moments."""
+    series: dict[str, dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]] = {
+        name: {} for name in COUNTERS
+    }
+    for at, text in scrapes:
+        for family in text_string_to_metric_families(text):
+            if family.name not in series:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    key = tuple(sorted(sample.labels.items()))
+                    series[family.name].setdefault(key, []).append((at, sample.value))
+    lines = []
+    for name, found in series.items():
+        lines.append(f"# TYPE {name} counter")
+        for labels, points in sorted(found.items()):
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines += [f"{name}_total{{{text}}} {value} {at:.3f}" for at, value in points]
+    return "\n".join([*lines, "# EOF", ""])
+
+
+async def test_prometheus_increase_by_namespace_agrees_with_gpu_usage(tmp_path: Path) -> None:
+    """Over the same 15 minutes, increase() of the server's counters by namespace, in a real
+    Prometheus, is gpuUsage's allocatedGpuSeconds (and its idle part) within 10%.
+
+    The server's /metrics is read after each scan and stored with the scan's time
+    (promtool's backfill), so time moves by scans alone. The device on no GPU is left
+    out: it has no GPU to label a series with (gpuUsage counts it)."""
+    require_prometheus()
+    holders = [h for h in HOLDERS if h[1] != "lost"]
+    cluster, node, clock = build(tmp_path, holders)
+    await cluster.start()
+    scrapes: list[tuple[float, str]] = []
+    try:
+        settings = cluster.settings(auth_mode="kubernetes", snapshot_ttl=0.0)
+        async with serving(settings) as server:
+            admin = cluster.stub.reviews.token_of("admin")
+
+            async def scrape(at: float) -> None:
+                response = await server.client.get("/metrics", headers=bearer(admin))
+                assert response.status_code == 200, response.text
+                scrapes.append((at, response.text))
+
+            await Timeline(cluster, node, clock, holders).run(server, scrape)
+            usage = await ask(server, USAGE, admin, since=_iso(T0), until=_iso(T0 + 900))
+    finally:
+        await cluster.stop()
+    source = tmp_path / "scrapes.om"
+    source.write_text(openmetrics(scrapes))
+    data = tmp_path / "prometheus"
+    data.mkdir()
+    made = promtool("tsdb", "create-blocks-from", "openmetrics", str(source), str(data / "data"))
+    assert made.returncode == 0, made.stdout + made.stderr
+    with running_prometheus(data, free_port(), []) as prometheus:
+
+        def by_namespace(counter: str) -> dict[str, float]:
+            query = f"sum by (namespace) (increase({counter}_total[15m]))"
+            response = httpx.get(
+                f"{prometheus.url}/api/v1/query",
+                params={"query": query, "time": T0 + 900},
+                timeout=30,
+            )
+            body = response.json()
+            assert body["status"] == "success", body
+            return {r["metric"]["namespace"]: float(r["value"][1]) for r in body["data"]["result"]}
+
+        allocated = by_namespace(COUNTERS[0])
+        idle = by_namespace(COUNTERS[1])
+    rows = {r["namespace"]: r for r in usage["gpuUsage"]}
+    assert set(allocated) == set(rows) == {"ml", "research"}
+    for namespace, row in rows.items():
+        assert allocated[namespace] == pytest.approx(row["allocatedGpuSeconds"], rel=0.1)
+        assert idle[namespace] == pytest.approx(row["idleAllocatedGpuSeconds"], rel=0.1)
