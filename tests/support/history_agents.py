@@ -15,6 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from graph_schema.interfaces import AgentUnavailableError
+from node_resolver.generated import agent_pb2
+from node_resolver.gpu_event_codec import (
+    event_page_from_proto,
+    event_query_from_proto,
+    event_query_to_proto,
+    event_to_proto,
+)
+from node_resolver.gpu_event_codec import page_token as token_after
+from node_resolver.gpu_events.records import EventPage, EventQuery
 from node_resolver.history.records import (
     HistoryPage,
     HistoryQuery,
@@ -134,6 +143,32 @@ class HistoryAgents(MemorySnapshots):
         records = store.history(asked)
         reply = history_page_to_proto(node_name, "ok", records, limit=asked.limit)
         return history_page_from_proto(reply)
+
+    async def gpu_events(
+        self, node_name: str, query: EventQuery, page_token: str = ""
+    ) -> EventPage:
+        """One page of the node's GPU events, as the agent's GetGpuEvents answers it, through
+        the wire's messages both ways."""
+        self._reachable(node_name)
+        store = self.stores.get(node_name)
+        reply = agent_pb2.GpuEventPage(node_name=node_name, event_status="ok", status="off")
+        if store is None:
+            return event_page_from_proto(reply)
+        asked, _ = event_query_from_proto(event_query_to_proto(query, page_token=page_token))
+        events = store.gpu_events(asked)
+        reply.log_id, last = store.events_position()
+        reply.status = "ok"
+        reply.last_sequence = max([last, *(e.id for e in events)])
+        reply.events.extend(event_to_proto(e) for e in events)
+        if asked.after_sequence is None and len(events) == asked.limit:
+            reply.next_page_token = token_after(events[-1])
+        return event_page_from_proto(reply)
+
+    async def follow_gpu_events(
+        self, node_name: str, query: EventQuery, *, wait_seconds: float
+    ) -> EventPage:
+        """The node's events after the query's sequence, at once (these logs never grow)."""
+        return await self.gpu_events(node_name, query)
 
     async def usage(self, node_name: str, query: UsageQuery) -> tuple[list[UsageRow], str]:
         """The node's sums, as the agent's GetUsage groups them, through the wire's messages."""

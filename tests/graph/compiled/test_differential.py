@@ -43,6 +43,12 @@ from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
 from graph_schema.schema import GraphSchema, build_schema
 from graph_schema.scope import EVERYTHING, Scope
+from node_resolver.gpu_events.records import (
+    AllocatedPod,
+    EventProcess,
+    GpuEvent,
+    GpuEventKind,
+)
 from node_resolver.history.records import OccupancyRecord
 from node_resolver.history.store import HistoryStore
 from node_resolver.models import (
@@ -66,7 +72,7 @@ from tests.support.graph import (
     snapshot,
     synthetic_cluster,
 )
-from tests.support.history_agents import HistoryAgents, occupancy, open_stores
+from tests.support.history_agents import HistoryAgents, at, occupancy, open_stores
 from tests.support.server import serve_app
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -178,6 +184,49 @@ def _synthetic_logs() -> dict[str, Sequence[OccupancyRecord]]:
     return logs
 
 
+def _small_events() -> dict[str, list[GpuEvent]]:
+    """GPU health events: an XID on node-a's shared GPU blamed on another tenant's process,
+    one on its MIG device with a process in no pod, a lost GPU on node-b with its pods."""
+    a0, a1, b0 = gpu_uuid("node-a", 0), gpu_uuid("node-a", 1), gpu_uuid("node-b", 0)
+    train = EventProcess(101, "python", "ctr-t1", "main", "uid-ml-train-1", "ml", "train-1",
+                         "ALLOCATED")  # fmt: skip
+    old = EventProcess(
+        401, "python", "ctr-old", "main", "uid-old", "serving", "old", "NOT_ALLOCATED"
+    )
+    xorg = EventProcess(999, "Xorg")
+    infer = EventProcess(301, "python", "ctr-i1", "main", "uid-serving-infer-1", "serving",
+                         "infer-1", "ALLOCATED")  # fmt: skip
+    events = {
+        "node-a": [
+            GpuEvent(
+                at(1),
+                GpuEventKind.XID,
+                a0,
+                xid=13,
+                culprit_pid=401,
+                processes=(train, old),
+                allocated=(AllocatedPod("ml", "train-1"),),
+            ),
+            GpuEvent(
+                at(3.5),
+                GpuEventKind.XID,
+                a1,
+                mig_device_uuid="MIG-node-a-1-0",
+                xid=31,
+                culprit_pid=77,
+                culprit_name="gone",
+                processes=(xorg,),
+            ),
+            GpuEvent(at(6), GpuEventKind.ECC_DOUBLE_BIT, a0, processes=(train,)),
+        ],
+        "node-b": [GpuEvent(at(4), GpuEventKind.GPU_LOST, b0, processes=(infer,))],
+    }
+    for node_events in events.values():
+        for event in node_events:
+            event.index_pods()
+    return events
+
+
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logs]:
     """The worlds' occupancy logs, in SQLite stores under a temporary directory."""
@@ -186,6 +235,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logs]:
         "small": open_stores(directory / "small", _small_logs()),
         "synthetic": open_stores(directory / "synthetic", _synthetic_logs()),
     }
+    for node, events in _small_events().items():
+        built["small"][node].write_events(events)
     yield built
     for stores in built.values():
         for store in stores.values():
@@ -260,6 +311,7 @@ LITERALS: dict[str, list[str]] = {
         "$groupBy",
     ],
     "first": ["1", "2", "3", "0", "5000", "null"],
+    "kind": ["XID", "GPU_LOST", "ECC_SINGLE_BIT", "null", '"XID"'],
     "minIdleSeconds": ["0", "3600", "7200.5", "-1", "null"],
 }
 # The variables a document may use, their declarations and values.
@@ -271,7 +323,7 @@ VARIABLES = {
         st.sampled_from([None, [], ["POD"], ["NODE"], ["NAMESPACE", "GPU"], ["BOGUS"]]),
     ),
 }
-HISTORY_ROOTS = ["gpuHistory", "gpuUsage", "gpu", "node", "nodes", "pod", "gpus"]
+HISTORY_ROOTS = ["gpuHistory", "gpuUsage", "gpuEvents", "gpu", "node", "nodes", "pod", "gpus"]
 
 
 def literal(draw: st.DrawFn, name: str) -> str:
@@ -401,6 +453,29 @@ def test_generated_history_documents_answer_the_same(
     query, variables = document
     world = small_world(logs) if which else synthetic_world(logs)
     assert_same(world, query, variables, SCOPES[scope])
+
+
+GPU_EVENTS = """{
+  gpuEvents(since: "2026-12-01T00:00:00Z") { edges { cursor node {
+    time kind xid description migDeviceUuid gpu { uuid } node { name } hiddenProcessCount
+    culprit { pid processName podName pod { name } allocation }
+    processes { pid podNamespace podName podUid containerId allocation pod { name } } } }
+    pageInfo { hasNextPage endCursor } }
+  node(name: "node-a") { name gpuEventStatus gpuEvents(since: "2026-12-01T00:00:00Z") { kind }
+    gpus { uuid events(since: "2026-12-01T00:00:00Z") { kind hiddenProcessCount } } }
+  pods { name gpuEvents(since: "2026-12-01T00:00:00Z") { kind } }
+}"""
+
+
+@pytest.mark.parametrize("scope", sorted(SCOPES))
+def test_gpu_events_answer_the_same_as_each_caller_sees_them(logs: Logs, scope: str) -> None:
+    world = small_world(logs)
+    assert assert_same(world, GPU_EVENTS, None, SCOPES[scope])
+    expected, _ = run(world.both(GPU_EVENTS, None, SCOPES[scope]))
+    edges = orjson.loads(expected)["data"]["gpuEvents"]["edges"]
+    # Everyone sees the events; ml's tenant only those its pods were on, others' withheld.
+    shown = {"everything": 4, "ml-only": 2, "ml-all-nodes": 2, "nobody": 0}[scope]
+    assert len(edges) == shown, edges
 
 
 # ------------------------------------------------------------ the clients' documents
