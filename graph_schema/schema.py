@@ -7,6 +7,8 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError
+from strawberry.extensions import SchemaExtension
+from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.federation.schema import FederationAny
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, ExecutionResult, Info
@@ -16,7 +18,7 @@ from .allocation_join import AllocationRules
 from .compiled.documents import CompiledDocuments
 from .errors import GraphUserError, forget_tracebacks, is_internal
 from .limits import SchemaLimits
-from .pipeline import Policies, QueryReport
+from .pipeline import OperationPolicies, Policies, PoliciesRunner, QueryReport
 from .query import Query
 from .representations import entity_keys, representation_problem
 from .scalars import Bytes, BytesScalar
@@ -44,6 +46,15 @@ class GraphSchema(strawberry.federation.Schema):
             (name, getattr(definition.definition, "origin", None))
             for name, definition in self.schema_converter.type_map.items()
         )
+
+    def create_extensions_runner(
+        self, execution_context: ExecutionContext, extensions: list[SchemaExtension]
+    ) -> SchemaExtensionsRunner:
+        """strawberry's runner, or for the schema's one extension (its policies) one that
+        looks its hooks up once rather than per operation (``pipeline.PoliciesRunner``)."""
+        if len(extensions) == 1 and isinstance(extensions[0], OperationPolicies):
+            return PoliciesRunner(execution_context, extensions)
+        return super().create_extensions_runner(execution_context, extensions)
 
     def entities_resolver(
         self, info: Info, representations: list[FederationAny]
