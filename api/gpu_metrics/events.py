@@ -4,11 +4,11 @@ Each scrape asks every GPU node's agent for the events logged since the last
 sequence number this server saw there (no wait), and counts them in the same
 two families the agents export (``node_resolver/gpu_events/counters.py``), so
 one Prometheus scraping only the server still alerts on XIDs with the pods
-they hit. A node is first met at where its log stands: the events before the
-server started are in the log and in GraphQL, not counted again as new
-(``increase`` would report a burst after every server restart otherwise). A
-log replaced (a new log ID) is counted from its start. A node that cannot
-answer keeps its counts and is asked again on the next scrape.
+they hit. A node first met counts the events logged since the server
+started: those before are in the log and in GraphQL, not counted again as
+new (alerts would fire again after every server restart otherwise). A log
+replaced (a new log ID) is counted from its start. A node that cannot answer
+keeps its counts and is asked again on the next scrape.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -51,9 +52,13 @@ class _Followed:
 class EventCounts:
     """The counters of every GPU node's events, brought up to date at each scrape."""
 
-    def __init__(self, cluster: Cluster, source: EventSource) -> None:
+    def __init__(
+        self, cluster: Cluster, source: EventSource, *, started: float | None = None
+    ) -> None:
         self._cluster = cluster
         self._source = source
+        # Events before this moment were not new to this server (Unix seconds).
+        self._started = time.time() if started is None else started
         self._nodes: dict[str, _Followed] = {}
         # One update at a time: two scrapes at once would count the same events twice.
         self._updating = asyncio.Lock()
@@ -64,7 +69,9 @@ class EventCounts:
             page = await self._read(node, _PAST_THE_END)
             if page.status not in ("ok", ""):
                 return
-            self._nodes[node] = _Followed(page.log_id, page.last_sequence, GpuEventCounters(node))
+            followed = _Followed(page.log_id, page.last_sequence, GpuEventCounters(node))
+            await self._since_start(node, followed)
+            self._nodes[node] = followed
             return
         while True:
             page = await self._read(node, followed.after)
@@ -79,6 +86,19 @@ class EventCounts:
                 followed.after = max(followed.after, event.id)
             if len(page.events) < _PAGE:
                 return
+
+    async def _since_start(self, node: str, followed: _Followed) -> None:
+        """Count the node's events from the server's start up to where its log stood."""
+        token = ""
+        while True:
+            query = EventQuery(since=self._started, limit=_PAGE)
+            page = await self._source.gpu_events(node, query, token)
+            for event in page.events:
+                if event.id <= followed.after:
+                    followed.counters.add(event)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
 
     async def _read(self, node: str, after: int) -> EventPage:
         query = EventQuery(after_sequence=after, limit=_PAGE)

@@ -4,6 +4,7 @@ nvidia-ml-py, with a kernel log in /dev/kmsg's format, real gRPC and a real SQLi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from tests.end_to_end.test_gpu_events import (
 )
 from tests.end_to_end.test_subscriptions import transport_ws
 from tests.support.libnvml import FakeGpu, FakeMig, FakeNode, FakeProcess
-from tests.support.libnvml.events import DOUBLE_BIT_ECC, XID, kernel_pci
+from tests.support.libnvml.events import DOUBLE_BIT_ECC, SINGLE_BIT_ECC, XID, kernel_pci
 from tests.support.polling import eventually_async
 from tests.support.server import GIB, Served, serving
 
@@ -369,6 +370,9 @@ async def test_the_servers_metrics_count_each_new_event_per_gpu_and_per_pod(
     shared: tuple[World, Cluster],
 ) -> None:
     world, cluster = shared
+    # Logged before the server started: in the log, not new to the server's counters.
+    world.events.emit(0, SINGLE_BIT_ECC, 0)
+    await asyncio.to_thread(world.follow_until, 0, bool, "the error before the server")
     async with serving(cluster.settings()) as server:
 
         async def scrape() -> str:
@@ -376,26 +380,43 @@ async def test_the_servers_metrics_count_each_new_event_per_gpu_and_per_pod(
             assert response.status_code == 200, response.text
             return response.text
 
-        # The first scrape meets the node where its log stands; what lands after counts.
-        first = await scrape()
-        assert "# TYPE gpugraph_gpu_events_total counter" in first
+        # Before any scrape: counted when the first scrape meets the node.
         raise_xid_13(world)
+        await asyncio.to_thread(
+            world.follow_until, 0, lambda seen: any(e.xid == 13 for e in seen), "the XID"
+        )
         series = (
             'gpugraph_gpu_events_total{gpu_uuid="GPU-shared-0",kind="XID",node="gpu-node",'
             'xid="13"} 1.0'
         )
+        first = await scrape()
+        assert series in first
+        world.events.emit(1, DOUBLE_BIT_ECC, 0)
+        dbe = (
+            'gpugraph_gpu_events_total{gpu_uuid="GPU-other-1",kind="ECC_DOUBLE_BIT",'
+            'node="gpu-node",xid=""} 1.0'
+        )
 
         async def counted() -> str | None:
             text = await scrape()
-            return text if series in text else None
+            return text if dbe in text else None
 
-        text = await eventually_async(counted, timeout=30, what="the XID counted")
-        # Counted once, however often it is scraped.
-        assert series in await scrape()
+        text = await eventually_async(counted, timeout=30, what="the ECC error counted")
+    # Each counted once, however often it is scraped.
+    assert series in text
+    assert "ECC_SINGLE_BIT" not in text
     for namespace, pod in (("ml", "trainer"), ("research", "notebook")):
         assert (
             f'gpugraph_pod_gpu_events_total{{kind="XID",namespace="{namespace}",pod="{pod}",'
             'xid="13"} 1.0' in text
         )
     pod_series = [line for line in text.splitlines() if line.startswith("gpugraph_pod_gpu_events")]
-    assert len(pod_series) == 2, pod_series
+    assert sorted(pod_series) == sorted(
+        [
+            'gpugraph_pod_gpu_events_total{kind="ECC_DOUBLE_BIT",namespace="ml",pod="other-gpu",'
+            'xid=""} 1.0',
+            'gpugraph_pod_gpu_events_total{kind="XID",namespace="ml",pod="trainer",xid="13"} 1.0',
+            'gpugraph_pod_gpu_events_total{kind="XID",namespace="research",pod="notebook",'
+            'xid="13"} 1.0',
+        ]
+    )
