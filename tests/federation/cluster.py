@@ -92,12 +92,14 @@ class LiveCluster:
         workdir: Path,
         *,
         snapshot_ttl: float = 1.0,
+        snapshot_keep_warm: float | None = None,
         max_subscriptions: int = 200,
         utilization: int = 37,
         auth: bool = False,
     ) -> None:
         self.auth = auth
         self.snapshot_ttl = snapshot_ttl
+        self.snapshot_keep_warm = snapshot_keep_warm
         self.max_subscriptions = max_subscriptions
         self.kube = GraphTestCluster(workdir)
         for name in (NODE_A, NODE_B):
@@ -170,6 +172,7 @@ class LiveCluster:
         self._stack.push_async_callback(self.kube.stop)
         settings = self.kube.settings(
             snapshot_ttl=self.snapshot_ttl,
+            snapshot_keep_warm=self.snapshot_keep_warm,
             max_subscriptions=self.max_subscriptions,
             auth_mode="kubernetes" if self.auth else "none",
         )
