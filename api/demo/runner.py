@@ -32,7 +32,10 @@ from typing import TextIO
 
 from node_resolver.address import join_host_port
 from node_resolver.agent import agent_running
+from node_resolver.cli import scan_hooks
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
+from node_resolver.gpu_events.node_events import NodeGpuEvents
+from node_resolver.history.log import read_boot_id
 from node_resolver.pids import build_resolver
 from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from node_resolver.sampler import Sampler
@@ -43,6 +46,15 @@ from ..http.uvicorn_server import UvicornServer
 from ..settings import Settings
 from .cluster import StubApiServer, write_kubeconfig
 from .cluster.kubelet import FakeKubelet
+from .events_scenario import (
+    EVENTS_QUERY,
+    KERNEL_LOG,
+    blamed_process,
+    kernel_xid_line,
+    lost_gpu,
+    mark_lost,
+    node_events,
+)
 from .gpus import GPU_NAME, fake_nvml_document
 from .history_scenario import (
     DELETED_NODE,
@@ -148,6 +160,7 @@ class _Agent:
     workdir: Path
     sampler: Sampler
     server: AgentServer
+    events: NodeGpuEvents | None = None
 
 
 @dataclass
@@ -166,6 +179,8 @@ class Demo:
     _agent_steps: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     _ticker: asyncio.Task[None] | None = None
     _started_at: float = 0.0
+    # (node, GPU UUID) of the GPU the events scenario has lost, once it has.
+    _lost: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -261,6 +276,9 @@ class Demo:
             short = tempfile.mkdtemp(prefix="gpugraph-kubelet-", dir="/tmp")
             self._agent_steps.callback(shutil.rmtree, short, ignore_errors=True)
             socket = str(Path(short) / "kubelet.sock")
+        events = node_events(
+            node, workdir, history.pod_names, history, read_boot_id(str(proc_root))
+        )
         kubelet = FakeKubelet(socket, data=node.kubelet or {"pods": []}).start()
         self._agent_steps.callback(kubelet.stop)
         client = PodResourcesClient(socket)
@@ -270,7 +288,7 @@ class Demo:
             build_resolver("cgroup", proc_root=str(proc_root)),
             node_name=node.name,
             interval=self.config.interval,
-            on_scan=history.observe,
+            on_scan=scan_hooks(history, events),
             pod_resources=PodResourcesPoller(client.list, interval=self.config.interval),
         )
         server = await self._agent_steps.enter_async_context(
@@ -283,10 +301,11 @@ class Demo:
                     grace=0.5,
                     join_timeout=5.0,
                     history=history,
+                    events=events,
                 ),
             )
         )
-        return _Agent(node, workdir, sampler, server)
+        return _Agent(node, workdir, sampler, server, events)
 
     async def _tick(self) -> None:
         """Rewrite every node's fake-NVML file each interval, so the numbers move."""
@@ -295,9 +314,45 @@ class Demo:
             t = time.monotonic() - self._started_at
             for agent in self.agents:
                 try:
-                    write_fake_nvml(agent.workdir / "nvml.json", fake_nvml_document(agent.node, t))
+                    self._write_gpus(agent, t)
                 except OSError as exc:
                     log.warning("cannot update the fake GPUs of %s: %s", agent.node.name, exc)
+
+    def _write_gpus(self, agent: _Agent, t: float) -> None:
+        document = fake_nvml_document(agent.node, t)
+        if self._lost is not None and self._lost[0] == agent.node.name:
+            mark_lost(document, self._lost[1])
+        write_fake_nvml(agent.workdir / "nvml.json", document)
+
+    async def raise_gpu_events(self) -> None:
+        """The events scenario: the driver blames a process on the shared GPU for XID 13
+        once its agent knows the pods' names, and another node's GPU is lost."""
+        node, gpu_index, pid, name = blamed_process(self.cluster)
+        agent = next((a for a in self.agents if a.node.name == node.name), None)
+        if agent is None:
+            return
+        uids = [p.pod_uid for p in node.processes if p.gpu_index == gpu_index and p.pod_uid]
+        deadline = time.monotonic() + READY_TIMEOUT
+        while any(agent.server.pod_names.get(uid) is None for uid in uids):
+            if time.monotonic() > deadline or self.stopping.is_set():
+                log.warning("the agent of %s was not told the pod names in time", node.name)
+                break
+            await asyncio.sleep(0.1)
+        with (agent.workdir / KERNEL_LOG).open("a") as kernel_log:
+            kernel_log.write(kernel_xid_line(gpu_index, pid, name, sequence=1))
+        lost = lost_gpu(self.cluster)
+        holder = next((a for a in self.agents if lost and a.node.name == lost[0]), None)
+        if lost is None or holder is None or holder.events is None:
+            return
+        # Lost for as long as its agent takes to record it, then back: the demo's other
+        # examples show every GPU, so the loss is over before the demo says it is ready.
+        found = holder.events.recorder.counts.lost_gpus
+        for losing in (True, False):
+            self._lost = lost if losing else None
+            self._write_gpus(holder, time.monotonic() - self._started_at)
+            deadline = time.monotonic() + READY_TIMEOUT
+            while (lost[1] in found) != losing and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
 
     async def delete_running_pod(self) -> None:
         """Delete the history scenario's pod while it runs, once its agent knows its name."""
@@ -371,6 +426,7 @@ class Demo:
                 raise DemoError(f"the server stopped while starting: {error!r}")
             if await asyncio.to_thread(_http_ok, url):
                 await self.delete_running_pod()
+                await self.raise_gpu_events()
                 return f"{self.base_url}/graphql"
             await asyncio.sleep(0.1)
         raise DemoError(f"the server did not become ready within {READY_TIMEOUT:g}s")
@@ -436,6 +492,8 @@ class Demo:
             "not give it (example 4)",
             "  allocations   MIG, time-sliced and DRA (template claims) nodes: "
             "kubectl get resourceclaims,resourceslices -A",
+            f"  GPU events    XID 13 on {shared_uuid}, blamed on a process of one of its two "
+            "pods; a GPU lost on another node (query below)",
         ]
         lines += ["", "Paste one of these into GraphiQL:", ""]
         for n, query in enumerate(example_queries(cluster), 1):
@@ -445,6 +503,12 @@ class Demo:
         lines += [
             "--- history ---",
             HISTORY_QUERY.format(uuid=history_gpu, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            "",
+        ]
+        started = datetime.datetime.fromtimestamp(time.time() - 3600, datetime.UTC)
+        lines += [
+            "--- GPU events ---",
+            EVENTS_QUERY.format(since=started.strftime("%Y-%m-%dT%H:%M:%SZ")),
             "",
         ]
         lines.append("Press Ctrl-C to stop.")

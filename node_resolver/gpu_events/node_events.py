@@ -15,7 +15,7 @@ from ..models import NodeSnapshot
 from ..pod_names import PodNames
 from .counters import GpuEventCounters
 from .kernel_log import KernelLogReader
-from .nvml_events import WAIT_MS, NvmlEventWatcher
+from .nvml_events import WAIT_MS, GpuAddress, NvmlEventWatcher
 from .recorder import GpuEventRecorder
 from .records import GpuEvent
 
@@ -40,8 +40,12 @@ class NodeGpuEvents:
         boot_id: str = "",
         wait_ms: int = WAIT_MS,
         clock: Callable[[], float] = time.time,
+        gpus_by_pci: Callable[[], dict[tuple[int, int, int], GpuAddress]] | None = None,
     ) -> None:
+        """``gpus_by_pci``: where the kernel's PCI addresses point without NVML (a fake GPU
+        source that knows its GPUs' bus IDs); with NVML, its own answer is used."""
         self._latest: NodeSnapshot | None = None
+        self._gpus_by_pci = gpus_by_pci
         self.counters = GpuEventCounters(node_name)
         self.watcher: NvmlEventWatcher | None = None
         self.kernel: KernelLogReader | None = None
@@ -54,7 +58,7 @@ class NodeGpuEvents:
             boot_id=boot_id,
             kernel_on=lambda: self.kernel is not None and self.kernel.status == "ok",
             nvml_xid_on=lambda uuid: self.watcher is not None and self.watcher.xid_registered(uuid),
-            gpus_by_pci=lambda: self.watcher.by_pci if self.watcher is not None else {},
+            gpus_by_pci=self._by_pci,
             clock=clock,
         )
         if nvml is not None:
@@ -63,6 +67,11 @@ class NodeGpuEvents:
             )
         if kernel_log:
             self.kernel = KernelLogReader(kernel_log, self.recorder.kernel_xid)
+
+    def _by_pci(self) -> dict[tuple[int, int, int], GpuAddress]:
+        if self.watcher is not None:
+            return self.watcher.by_pci
+        return self._gpus_by_pci() if self._gpus_by_pci is not None else {}
 
     @property
     def status(self) -> str:
