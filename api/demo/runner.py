@@ -338,8 +338,16 @@ class Demo:
                 log.warning("the agent of %s was not told the pod names in time", node.name)
                 break
             await asyncio.sleep(0.1)
+        recorded = agent.events.recorder.counts if agent.events is not None else None
+        before = recorded.records if recorded is not None else 0
         with (agent.workdir / KERNEL_LOG).open("a") as kernel_log:
             kernel_log.write(kernel_xid_line(gpu_index, pid, name, sequence=1))
+        # The XID is recorded first, so the two events always list in the same order.
+        deadline = time.monotonic() + READY_TIMEOUT
+        while recorded is not None and recorded.records == before:
+            if time.monotonic() > deadline or self.stopping.is_set():
+                break
+            await asyncio.sleep(0.05)
         lost = lost_gpu(self.cluster)
         holder = next((a for a in self.agents if lost and a.node.name == lost[0]), None)
         if lost is None or holder is None or holder.events is None:
