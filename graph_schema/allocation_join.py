@@ -40,6 +40,7 @@ from node_resolver.allocation_verdicts import AllocationVerdict, devices_verdict
 from node_resolver.models import (
     AllocationKey,
     AllocationMechanism,
+    AllocationUse,
     AllocationUseState,
     ContainerAllocations,
     GpuProcess,
@@ -52,6 +53,7 @@ from .interfaces import Cluster
 from .records import PodRecord, ResourceClaimRecord, SliceDeviceRecord
 
 __all__ = [
+    "IDLE_USES",
     "Allocation",
     "AllocationRule",
     "AllocationRules",
@@ -63,7 +65,11 @@ __all__ = [
     "allocation_table",
     "judge_process",
     "pod_gpu_request",
+    "use_shown",
 ]
+
+# The uses of an allocation its holder leaves idle (idleGpuAllocations lists them).
+IDLE_USES = frozenset({AllocationUse.IDLE, AllocationUse.UNUSED})
 
 
 class AllocationSource(enum.Enum):
@@ -484,3 +490,15 @@ class LazyTable:
         return self.get().verdict(
             pod, in_pod, container.name if container is not None else None, gpu_uuid
         )
+
+
+def use_shown(allocation: Allocation) -> tuple[AllocationUse, float | None, float | None]:
+    """(use, idle since in Unix seconds, idle seconds) as every surface shows them: UNKNOWN
+    where the agent did not judge; idle since only while IDLE or UNUSED; idle seconds 0 while
+    ACTIVE, None while UNKNOWN."""
+    state = allocation.use
+    if state is None or state.use is AllocationUse.UNKNOWN:
+        return AllocationUse.UNKNOWN, None, None
+    if state.use not in IDLE_USES:
+        return state.use, None, 0.0
+    return state.use, state.idle_since, state.idle_seconds

@@ -16,9 +16,9 @@ import math
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from .allocation_join import Allocation, AllocationTable
+from .allocation_join import IDLE_USES, Allocation, AllocationTable
 from .errors import BadUserInputError, named_nodes
-from .types import IDLE_USES, GpuAllocation, ready_context
+from .types import GpuAllocation, ready_context
 
 __all__ = ["idle_gpu_allocations", "idle_order"]
 

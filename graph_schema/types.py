@@ -21,7 +21,7 @@ from .allocation_enums import (
     AllocationUse,
     AllocationVerdict,
 )
-from .allocation_join import Allocation, LazyTable, pod_gpu_request
+from .allocation_join import Allocation, LazyTable, pod_gpu_request, use_shown
 from .errors import GraphUserError, require_ready
 from .occupancy import event_resolvers as event_fields
 from .occupancy import resolvers as occupancy
@@ -460,10 +460,6 @@ def _owner(allocation: Allocation) -> str | None:
     return allocation.pod_namespace
 
 
-# The verdicts of an allocation its holder leaves idle (idleGpuAllocations lists them).
-IDLE_USES = frozenset({AllocationUse.IDLE, AllocationUse.UNUSED})
-
-
 @strawberry.type(description="One device the kubelet gave a container, on a GPU.")
 class GpuAllocation:
     container_name: str | None = strawberry.field(
@@ -513,25 +509,19 @@ class GpuAllocation:
         "the kubelet does not list)."
     )
     def use(self) -> AllocationUse:
-        state = self.record.use
-        return AllocationUse.UNKNOWN if state is None else state.use
+        return use_shown(self.record)[0]
 
     @strawberry.field(
         description="When it became IDLE or UNUSED (the start of the window with no process "
         "of its holder above the threshold); null while ACTIVE or UNKNOWN."
     )
     def idle_since(self) -> datetime.datetime | None:
-        state = self.record.use
-        if state is None or state.idle_since is None or state.use not in IDLE_USES:
-            return None
-        return datetime.datetime.fromtimestamp(state.idle_since, datetime.UTC)
+        since = use_shown(self.record)[1]
+        return None if since is None else datetime.datetime.fromtimestamp(since, datetime.UTC)
 
     @strawberry.field(
         description="How long it has been IDLE or UNUSED, in seconds; 0 while ACTIVE, null "
         "while UNKNOWN."
     )
     def idle_seconds(self) -> float | None:
-        state = self.record.use
-        if state is None or state.use is AllocationUse.UNKNOWN:
-            return None
-        return state.idle_seconds if state.use in IDLE_USES else 0.0
+        return use_shown(self.record)[2]

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from node_resolver.allocation_use import AllocationJudge
 from node_resolver.history.log import HistoryLog, HistorySettings, read_boot_id
 from node_resolver.history.records import OccupancyRecord
 from node_resolver.history.store import HistoryStore
@@ -111,12 +112,23 @@ def deleted_pod_uid(cluster: DemoCluster) -> str:
     return uid
 
 
-def history_log(workdir: Path, proc_root: Path) -> HistoryLog:
-    """An agent's occupancy log in ``workdir/history``."""
+def history_log(
+    workdir: Path,
+    proc_root: Path,
+    *,
+    pod_names: PodNames | None = None,
+    allocations: AllocationJudge | None = None,
+) -> HistoryLog:
+    """An agent's occupancy log in ``workdir/history`` (keeping ``allocations``' records)."""
     settings = HistorySettings(
         workdir / "history", retention_seconds=RETENTION_SECONDS, flush_interval=FLUSH_SECONDS
     )
-    return HistoryLog(settings, boot_id=read_boot_id(str(proc_root)), pod_names=PodNames())
+    return HistoryLog(
+        settings,
+        boot_id=read_boot_id(str(proc_root)),
+        pod_names=pod_names if pod_names is not None else PodNames(),
+        allocations=allocations,
+    )
 
 
 def backfill(log: HistoryLog, cluster: DemoCluster, *, now: float | None = None) -> None:

@@ -32,11 +32,13 @@ from typing import TextIO
 
 from node_resolver.address import join_host_port
 from node_resolver.agent import agent_running
+from node_resolver.allocation_use import AllocationJudge, IdlePolicy
 from node_resolver.cli import scan_hooks
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.gpu_events.node_events import NodeGpuEvents
 from node_resolver.history.log import read_boot_id
 from node_resolver.pids import build_resolver
+from node_resolver.pod_names import PodNames
 from node_resolver.pod_resources import PodResourcesClient, PodResourcesPoller
 from node_resolver.sampler import Sampler
 from node_resolver.service import AgentServer
@@ -66,6 +68,7 @@ from .history_scenario import (
     history_log,
     with_deleted_pod,
 )
+from .idle_scenario import IDLE_QUERY, backfill_idle
 from .proc_tree import write_proc_tree
 from .queries import example_queries
 from .scenario import DemoCluster, DemoNode, build_cluster
@@ -265,10 +268,21 @@ class Demo:
         write_proc_tree(proc_root, node.processes)
         nvml = workdir / "nvml.json"
         write_fake_nvml(nvml, fake_nvml_document(node, 0.0))
-        # Each agent keeps its occupancy log in the demo's temp dir; the first has a past.
-        history = history_log(workdir, proc_root)
+        # Each agent judges how every allocation is used, with the agent's own defaults.
+        names = PodNames()
+        judge = AllocationJudge(
+            node_name=node.name,
+            boot_id=read_boot_id(str(proc_root)),
+            policy=IdlePolicy(),
+            pod_names=names,
+            interval=self.config.interval,
+        )
+        # Each agent keeps its occupancy log in the demo's temp dir; the first has a past,
+        # and the allocation nodes' idle pods have been idle since before the demo.
+        history = history_log(workdir, proc_root, pod_names=names, allocations=judge)
         if node is self.cluster.nodes[0]:
             await asyncio.to_thread(backfill, history, self.cluster)
+        await asyncio.to_thread(backfill_idle, history, node.name, self.cluster)
         # The node's kubelet: its PodResources API on a unix socket, as the agent reads it.
         socket = str(workdir / "kubelet.sock")
         if len(socket) > _MAX_SOCKET_PATH:
@@ -289,7 +303,10 @@ class Demo:
             node_name=node.name,
             interval=self.config.interval,
             on_scan=scan_hooks(history, events),
-            pod_resources=PodResourcesPoller(client.list, interval=self.config.interval),
+            pod_resources=PodResourcesPoller(
+                client.list, interval=self.config.interval, list_replicas=client.replicas
+            ),
+            judge=judge,
         )
         server = await self._agent_steps.enter_async_context(
             _closing_source(
@@ -503,6 +520,13 @@ class Demo:
             f"  GPU events    XID 13 on {shared_uuid}, blamed on a process of one of its two "
             "pods; a GPU lost on another node (query below)",
         ]
+        if cluster.idle[0]:
+            lines += [
+                f"  idle GPUs     pod {'/'.join(cluster.unused)} holds a GPU with no process on "
+                "it (UNUSED),",
+                f"                {'/'.join(cluster.idle)} holds memory at 0% SM (IDLE); "
+                "query below",
+            ]
         lines += ["", "Paste one of these into GraphiQL:", ""]
         for n, query in enumerate(example_queries(cluster), 1):
             lines += [f"--- example {n} ---", query, ""]
@@ -513,6 +537,8 @@ class Demo:
             HISTORY_QUERY.format(uuid=history_gpu, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
             "",
         ]
+        if cluster.idle[0]:
+            lines += ["--- idle GPUs ---", IDLE_QUERY, ""]
         started = datetime.datetime.fromtimestamp(time.time() - 3600, datetime.UTC)
         lines += [
             "--- GPU events ---",

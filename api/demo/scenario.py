@@ -13,11 +13,16 @@ README's answers stay true. The cluster shows, on purpose:
   ``mixed`` node, a node of time-sliced ``nvidia.com/gpu.shared`` replicas and
   a DRA node whose pods use template claims. Every node's fake kubelet reports
   what it gave each container, and one inference replica runs on a GPU it was
-  not given (a CUDA_VISIBLE_DEVICES override).
+  not given (a CUDA_VISIBLE_DEVICES override);
+- GPUs given and left idle: a notebook pod holding the MIG node's whole GPU
+  with no process on it (``UNUSED``), and an embedding replica whose process
+  holds memory at 0% SM (``IDLE``); their idle stretches began before the demo
+  did (``api.demo.idle_scenario`` writes them into the agents' logs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -132,6 +137,10 @@ class DemoCluster:
     down_node: str
     # namespace/name of the pod whose process runs on a GPU the kubelet did not give it.
     misallocated: tuple[str, str] = ("", "")
+    # namespace/name of the pod holding a GPU with no process on it (UNUSED), and of the
+    # pod whose process holds memory at 0% SM (IDLE); empty without the allocation nodes.
+    unused: tuple[str, str] = ("", "")
+    idle: tuple[str, str] = ("", "")
     # The DRA node's ResourceClaims and ResourceSlices, as the API server serves them.
     claims: tuple[dict[str, Any], ...] = ()
     slices: tuple[dict[str, Any], ...] = ()
@@ -335,6 +344,8 @@ def build_cluster(
         unrequested=(RESEARCH_NAMESPACE, "notebook-alice"),
         down_node=down,
         misallocated=misallocated,
+        unused=UNUSED_POD if allocation_nodes else ("", ""),
+        idle=IDLE_POD if allocation_nodes else ("", ""),
         claims=claims,
         slices=slices,
     )
@@ -397,6 +408,9 @@ def _pod_of(b: _Builder, uid: str) -> tuple[str, str, str]:
 
 
 MIG_NODE = "gpu-mig-0"
+# The allocation nodes' pods that hold a GPU and leave it idle.
+UNUSED_POD = (RESEARCH_NAMESPACE, "notebook-bob")
+IDLE_POD = (INFERENCE_NAMESPACE, "embed-3")
 SHARED_NODE = "gpu-ts-0"
 DRA_NODE = "gpu-dra-0"
 # The nodes build_cluster adds on top of ``nodes`` (with allocation_nodes).
@@ -431,6 +445,15 @@ def _allocation_nodes(
     # MIG mixed: GPU 0 split in two 1g.18gb devices, each a notebook's.
     migs = (mig_uuid(MIG_NODE, 0, 0), mig_uuid(MIG_NODE, 0, 1))
     procs = []
+    # GPU 1 is whole: a notebook pod was given it and runs nothing on it.
+    b.pod(
+        *UNUSED_POD,
+        MIG_NODE,
+        container="notebook",
+        image=NOTEBOOK_IMAGE,
+        gpu_limit=1,
+        labels={"app": "notebook", "owner": "bob"},
+    )
     for i, mig in enumerate(migs):
         uid, cid = b.pod(
             RESEARCH_NAMESPACE,
@@ -450,10 +473,10 @@ def _allocation_nodes(
             gpus=(DemoGpu(0, gpu_uuid(MIG_NODE, 0), migs), DemoGpu(1, gpu_uuid(MIG_NODE, 1))),
             processes=tuple(procs),
             agent_up=True,
-            kubelet=_kubelet(b, MIG_NODE, procs, overrides={}),
+            kubelet=_kubelet(b, MIG_NODE, procs, overrides={UNUSED_POD: {gpu_uuid(MIG_NODE, 1)}}),
         )
     )
-    # Time-sliced: three embedding replicas on nvidia.com/gpu.shared, two on GPU 0.
+    # Time-sliced: embedding replicas on nvidia.com/gpu.shared, two on each GPU.
     procs = []
     for i, gpu in enumerate((0, 0, 1)):
         uid, cid = b.pod(
@@ -467,6 +490,17 @@ def _allocation_nodes(
             gpu_resource="nvidia.com/gpu.shared",
         )
         procs.append(process(7200 + i, gpu, uid, cid))
+    # A fourth replica loaded its model on GPU 1 and serves nothing: memory, 0% SM.
+    uid, cid = b.pod(
+        *IDLE_POD,
+        SHARED_NODE,
+        container="embed",
+        image=INFERENCE_IMAGE,
+        gpu_limit=1,
+        labels={"app": "embed", "tier": "inference"},
+        gpu_resource="nvidia.com/gpu.shared",
+    )
+    procs.append(dataclasses.replace(process(7203, 1, uid, cid), sm_utilization=0))
     nodes.append(
         DemoNode(
             name=SHARED_NODE,

@@ -5,7 +5,9 @@ original ``GetGpuPodsResponse`` shape::
 
     {"GpuPods":  {uuid: {"pidPods": [{"pid", "processName", "UsedGpuMemory", "pod",
                                       "allocation"}]}},
-     "GpuInfos": {uuid: {"uuid", "gpuName", "usageGpu"}}}
+     "GpuInfos": {uuid: {"uuid", "gpuName", "usageGpu",
+                         "allocations": [{"namespace", "pod", "container", "deviceId",
+                                          "use", "idleSince", "idleSeconds"}]}}}
 
 As in the original, ``GpuPods`` lists only processes that belong to a pod in
 the cache (host processes and processes of vanished pods are left out; the
@@ -13,19 +15,25 @@ GraphQL API shows those), ``pod`` is the pod's name, and ``UsedGpuMemory`` is
 in MiB, rounded down, as an integer. ``GpuInfos`` has every GPU of the node.
 ``allocation`` (added) is the allocation verdict GraphQL's
 ``GpuProcess.allocation`` gives: ALLOCATED, NOT_ALLOCATED or UNKNOWN.
+``allocations`` (added, in ``GpuInfos``) lists the devices on the GPU the
+kubelet gave the caller's visible pods, each with how its holder uses it, as
+GraphQL's ``GpuAllocation`` says: ``use`` (ACTIVE, IDLE, UNUSED or UNKNOWN),
+``idleSince`` (ISO time, or null) and ``idleSeconds``.
 Values the GPU could not report are ``null`` rather than a misleading zero.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from graph_schema.allocation_join import Allocation, use_shown
 from graph_schema.errors import NodeSampleError
-from graph_schema.interfaces import AgentUnavailableError, SnapshotSource
+from graph_schema.interfaces import AgentUnavailableError, ClusterView, SnapshotSource
 from graph_schema.types import Gpu
 from graph_schema.views import ViewCache
 from graph_schema.visibility import VisibleCluster
@@ -41,12 +49,40 @@ def _error(status: int, message: str, **details: object) -> Response:
     return json_response(status, {"error": message, **details})
 
 
-def gpu_pods_response(gpus: Sequence[Gpu]) -> dict[str, object]:
+def _allocations(gpu: Gpu, view: ClusterView) -> list[dict[str, object]]:
+    """The GPU's allocations the caller may see, each with its holder's use."""
+    table = gpu.allocations_of_node
+    held = [a for a in table.get().for_gpu(gpu.uuid) if a.is_gpu] if table is not None else []
+    shown, _ = view.split_owned(held, _owner)
+    out: list[dict[str, object]] = []
+    for a in shown:
+        use, since, idle = use_shown(a)
+        out.append(
+            {
+                "namespace": a.namespace,
+                "pod": a.pod,
+                "container": a.container,
+                "deviceId": a.device_id,
+                "use": use.value,
+                "idleSince": None
+                if since is None
+                else datetime.datetime.fromtimestamp(since, datetime.UTC).isoformat(),
+                "idleSeconds": idle,
+            }
+        )
+    return out
+
+
+def _owner(allocation: Allocation) -> str | None:
+    return allocation.pod_namespace
+
+
+def gpu_pods_response(gpus: Sequence[Gpu], view: ClusterView) -> dict[str, object]:
     """The original ``GetGpuPodsResponse`` JSON of a node's GPUs as the caller sees them.
 
     ``gpus`` come from ``ViewCache.visible_gpus``: joined, judged and filtered
     as GraphQL's are, so a caller without ``list nodes`` gets only the GPUs
-    running one of its pods.
+    running one of its pods; ``view`` (the same caller's) filters their allocations.
     """
     gpu_pods: dict[str, dict[str, list[dict[str, object]]]] = {}
     gpu_infos: dict[str, dict[str, object]] = {}
@@ -55,6 +91,7 @@ def gpu_pods_response(gpus: Sequence[Gpu]) -> dict[str, object]:
             "uuid": gpu.uuid,
             "gpuName": gpu.name,
             "usageGpu": gpu.utilization_gpu,
+            "allocations": _allocations(gpu, view),
         }
         entries: list[dict[str, object]] = []
         for process in gpu.processes:
@@ -134,6 +171,6 @@ def gpu_pods_endpoint(
         except NodeSampleError as exc:
             # GraphQL's words for it: "GPU sampling failed on node 'N': <the agent's error>".
             return _error(502, str(exc), node=pod.node_name)
-        return json_response(200, gpu_pods_response(gpus))
+        return json_response(200, gpu_pods_response(gpus, cluster))
 
     return gpu_pods

@@ -1,5 +1,10 @@
 """``gpugraph top --since 24h``: pods by GPU-hours over a past range, from ``gpuUsage``.
 
+Each row has the GPU-hours its processes used, and the GPU-hours the kubelet
+had allocated it and the part of those left idle (``IDLE`` or ``UNUSED``, as
+the agents judged them; docs/allocation.md), so a pod that held a GPU and ran
+nothing on it shows.
+
 The agents sum their own occupancy logs; the server merges the sums. Pods that
 are gone still have their rows: the logs keep their names. A node whose log
 could not be read is said as the live views say a down node (a line below the
@@ -29,7 +34,8 @@ __all__ = ["USAGE", "Usage", "UsageRow", "run_since", "usage_of", "usage_rows"]
 USAGE = """
 query TopUsage($since: DateTime!, $groupBy: [UsageGroupBy!]) {
   gpuUsage(since: $since, groupBy: $groupBy) {
-    namespace podName nodeName gpuSeconds memoryGibSeconds
+    namespace podName nodeName gpuSeconds memoryGibSeconds allocatedGpuSeconds
+    idleAllocatedGpuSeconds
   }
 }
 """
@@ -45,6 +51,9 @@ class UsageRow:
     node: str | None
     gpu_hours: float | None
     memory_gib_hours: float | None
+    # GPU-equivalent hours allocated, and the idle part of them.
+    allocated_gpu_hours: float | None = None
+    idle_gpu_hours: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,8 @@ def usage_of(body: Mapping[str, Any]) -> Usage:
                 node=row["nodeName"],
                 gpu_hours=float(row["gpuSeconds"]) / 3600,
                 memory_gib_hours=float(row["memoryGibSeconds"]) / 3600,
+                allocated_gpu_hours=float(row["allocatedGpuSeconds"]) / 3600,
+                idle_gpu_hours=float(row["idleAllocatedGpuSeconds"]) / 3600,
             )
             for row in rows
         ]
@@ -113,7 +124,12 @@ def _document(usage: Usage, since: str, by_node: bool) -> dict[str, Any]:
         "since": since,
         key: [
             ({"node": r.node} if by_node else {"namespace": r.namespace, "name": r.name})
-            | {"gpuHours": _rounded(r.gpu_hours), "memoryGibHours": _rounded(r.memory_gib_hours)}
+            | {
+                "gpuHours": _rounded(r.gpu_hours),
+                "memoryGibHours": _rounded(r.memory_gib_hours),
+                "allocatedGpuHours": _rounded(r.allocated_gpu_hours),
+                "idleGpuHours": _rounded(r.idle_gpu_hours),
+            }
             for r in usage.rows
         ],
         "downNodes": [{"node": d.node, "reason": d.reason} for d in usage.down],
@@ -165,20 +181,21 @@ def run_since(
     def hours(value: float | None, digits: int) -> Cell:
         return Styled((UNKNOWN, "yellow")) if value is None else f"{value:.{digits}f}"
 
-    if by_node:
-        columns = ["NODE", "GPU-HOURS", "GIB-HOURS"]
-        cells = [[r.node or "-", hours(r.gpu_hours, 2), hours(r.memory_gib_hours, 1)] for r in rows]
-    else:
-        columns = ["NAMESPACE", "POD", "GPU-HOURS", "GIB-HOURS"]
-        cells = [
-            [
-                r.namespace or "-",
-                r.name or NO_POD,
-                hours(r.gpu_hours, 2),
-                hours(r.memory_gib_hours, 1),
-            ]
-            for r in rows
+    def amounts(r: UsageRow) -> list[Cell]:
+        return [
+            hours(r.allocated_gpu_hours, 2),
+            hours(r.idle_gpu_hours, 2),
+            hours(r.gpu_hours, 2),
+            hours(r.memory_gib_hours, 1),
         ]
+
+    amount_columns = ["ALLOC-HOURS", "IDLE-HOURS", "GPU-HOURS", "GIB-HOURS"]
+    if by_node:
+        columns = ["NODE", *amount_columns]
+        cells = [[r.node or "-", *amounts(r)] for r in rows]
+    else:
+        columns = ["NAMESPACE", "POD", *amount_columns]
+        cells = [[r.namespace or "-", r.name or NO_POD, *amounts(r)] for r in rows]
     table: list[list[Cell]] = [list(columns), *[[clean(c) for c in row] for row in cells]]
     out = console()
     out.print(Grid(widths(columns, table[1:]), table, header=True))

@@ -15,7 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ALLOCATION_UNKNOWN", "MARKS", "MIG", "NOT_ALLOCATED", "UNREQUESTED", "Mark", "legend"]
+__all__ = [
+    "ALLOCATION_UNKNOWN",
+    "IDLE",
+    "MARKS",
+    "MIG",
+    "NOT_ALLOCATED",
+    "UNREQUESTED",
+    "Mark",
+    "legend",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +53,16 @@ ALLOCATION_UNKNOWN = Mark(
     "whether a pod's process was given its GPU cannot be told: the node has no allocation data, "
     "or it does not list the container yet",
 )
+IDLE = Mark(
+    "IDLE",
+    "yellow",
+    "a pod holds a GPU (or MIG device, replica, DRA device) it does not use: no process of its "
+    "container above the idle threshold for the agent's idle window, IDLE or UNUSED "
+    "(docs/allocation.md)",
+)
 MIG = Mark("MIG", "cyan", "the GPU is in MIG mode: its processes run on MIG devices, slices of it")
 # The order flags are shown in, everywhere.
-MARKS = (UNREQUESTED, NOT_ALLOCATED, ALLOCATION_UNKNOWN, MIG)
+MARKS = (UNREQUESTED, NOT_ALLOCATED, ALLOCATION_UNKNOWN, IDLE, MIG)
 
 
 def ordered(found: Iterable[Mark]) -> tuple[Mark, ...]:

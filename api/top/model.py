@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import TopError
 from .flags import DEFAULT_SORT
-from .marks import ALLOCATION_UNKNOWN, MIG, NOT_ALLOCATED, UNREQUESTED, Mark, ordered
+from .marks import ALLOCATION_UNKNOWN, IDLE, MIG, NOT_ALLOCATED, UNREQUESTED, Mark, ordered
 
 # How the server names a node whose agent did not answer, in a subscription tick's errors
 # (graph_schema's AgentUnavailableError and NodeSampleError messages), and what of the
@@ -78,18 +78,28 @@ class GpuRow:
     processes: tuple[ProcessRow, ...]
     # In MIG mode: its processes run on MIG devices.
     mig: bool = False
+    # The pods holding it (or a MIG device, replica of it) IDLE or UNUSED.
+    idle: tuple[PodRef, ...] = ()
 
     @property
     def pods(self) -> list[str]:
-        """The distinct pods on this GPU, as ``namespace/name``."""
-        return list(dict.fromkeys(p.pod.key for p in self.processes if p.pod is not None))
+        """The distinct pods on this GPU, as ``namespace/name``: those of its processes, then
+        those holding it idle."""
+        running = [p.pod.key for p in self.processes if p.pod is not None]
+        return list(dict.fromkeys([*running, *(h.key for h in self.idle)]))
 
     @property
     def marks(self) -> tuple[Mark, ...]:
         """Its flags: MIG, and those of its processes."""
         mig = self.mig
         found = [mark for p in self.processes for mark in process_marks(p, mig)]
+        if self.idle:
+            found.append(IDLE)
         return ordered([*found, MIG] if mig else found)
+
+
+# The allocation uses that flag IDLE: the holder leaves the device idle.
+_IDLE_USES = frozenset({"IDLE", "UNUSED"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -237,6 +247,11 @@ def gpu_rows(gpus: Iterable[Mapping[str, Any]]) -> list[GpuRow]:
                 )
             )
         get = gpu.get
+        idle = tuple(
+            pod
+            for a in get("allocations") or ()
+            if a.get("use") in _IDLE_USES and (pod := _pod(a.get("pod"), node)) is not None
+        )
         rows.append(
             GpuRow(
                 node,
@@ -250,6 +265,7 @@ def gpu_rows(gpus: Iterable[Mapping[str, Any]]) -> list[GpuRow]:
                 get("error"),
                 tuple(processes),
                 bool(get("migEnabled")),
+                idle,
             )
         )
     return rows
@@ -372,8 +388,7 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
     used = _gpus_per_pod(snapshot.gpus)
     selected = None if snapshot.pods is None else {p.uid for p in snapshot.pods}
 
-    def wanted(process: ProcessRow) -> bool:
-        pod = process.pod
+    def wanted(pod: PodRef | None) -> bool:
         if pod is None:
             return False
         if filters.namespace is not None and pod.namespace != filters.namespace:
@@ -384,15 +399,17 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
     for gpu in snapshot.gpus:
         if filters.node is not None and gpu.node != filters.node:
             continue
-        kept = gpu.processes
+        kept, idle = gpu.processes, gpu.idle
         if filters.by_pod:
-            kept = tuple(p for p in kept if wanted(p))
-            if not kept:
+            kept = tuple(p for p in kept if wanted(p.pod))
+            # A pod that holds the GPU idle is on it too, with no process to show it by.
+            idle = tuple(h for h in idle if wanted(h))
+            if not kept and not idle:
                 continue
         processes = _flagged(kept, used)
-        gpus.append(
-            gpu if processes is gpu.processes else dataclasses.replace(gpu, processes=processes)
-        )
+        if processes is not gpu.processes or idle is not gpu.idle:
+            gpu = dataclasses.replace(gpu, processes=processes, idle=idle)
+        gpus.append(gpu)
     down = [d for d in snapshot.down if filters.node is None or d.node == filters.node]
     if filters.by_pod and snapshot.pods is not None:
         # Only the nodes of the pods asked for: another tenant's down node says nothing here.
@@ -448,6 +465,10 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
             gpus.setdefault(owner.uid, set()).add(gpu.uuid)
             processes.setdefault(owner.uid, []).append(process)
             flagged.setdefault(owner.uid, set()).update(process_marks(process, gpu.mig))
+        for holder in gpu.idle:
+            # A pod holding a GPU it never runs on has no process to list it by.
+            pods.setdefault(holder.uid, holder)
+            flagged.setdefault(holder.uid, set()).add(IDLE)
     down = {d.node for d in snapshot.down}
     rows = []
     for uid, pod in pods.items():

@@ -15,6 +15,7 @@ fragment TopGpu on Gpu {
     pod { uid namespace name gpuRequest }
     container { name }
   }
+  allocations { use pod { uid namespace name gpuRequest } }
 }
 """
 

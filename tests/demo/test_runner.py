@@ -468,8 +468,33 @@ def test_mig_time_sliced_and_dra_pods_are_allocated_and_requested(demo: RunningD
     assert found == {
         name: ("ALLOCATED", 1)
         for name in ("mig-notebook-0", "mig-notebook-1", "embed-0", "embed-1", "embed-2",
-                     "finetune-0", "eval-0")
+                     "embed-3", "finetune-0", "eval-0")
     }  # fmt: skip
+
+
+def test_the_printed_idle_query_lists_the_unused_notebook_and_the_idle_replica(
+    demo: RunningDemo,
+) -> None:
+    from api.demo.idle_scenario import IDLE_QUERY
+
+    assert IDLE_QUERY in demo.text()
+
+    def listed() -> list[tuple[str, str, str]] | None:
+        found = [
+            (a["pod"]["namespace"] + "/" + a["pod"]["name"], a["use"], a["nodeName"])
+            for a in demo.query(IDLE_QUERY)["data"]["idleGpuAllocations"]
+        ]
+        # The replica's process is judged once the server has told its agent the pod names.
+        return found if len(found) == 2 else None
+
+    found = eventually(listed, what="both idle allocations")
+    # Longest idle first: the notebook's two hours, then the replica's 45 minutes.
+    assert found == [
+        ("research/notebook-bob", "UNUSED", "gpu-mig-0"),
+        ("inference/embed-3", "IDLE", "gpu-ts-0"),
+    ]
+    idle = demo.query(IDLE_QUERY)["data"]["idleGpuAllocations"]
+    assert idle[0]["idleSeconds"] >= 2 * 3600 and 45 * 60 <= idle[1]["idleSeconds"] < 2 * 3600
 
 
 def test_kubectl_gets_the_demos_claims_and_slices(demo: RunningDemo, tmp_path: Path) -> None:

@@ -38,10 +38,14 @@ def _wait_settled(demo: LiveDemo, token: str | None = None) -> None:
 
 
 def _settled(demo: LiveDemo, token: str | None) -> bool:
-    """Whether every agent has answered with its kubelet's allocations, and the down one failed."""
+    """Whether every agent has answered with its kubelet's allocations, both idle allocations
+    are judged, and the down one failed."""
     body = demo.query("{ nodes { name allocationSource agent { reachable } } }", token)
     assert body.get("data") is not None, body
     nodes = {node["name"]: node for node in body["data"]["nodes"]}
     up = [node for name, node in nodes.items() if name != DOWN_NODE]
     answered = all(node["allocationSource"] == "POD_RESOURCES" for node in up)
-    return answered and nodes[DOWN_NODE]["agent"]["reachable"] is False
+    # The idle replica is judged once the server has told its agent the pods' names.
+    idle = demo.query("{ idleGpuAllocations { deviceId } }", token).get("data") or {}
+    judged = len(idle.get("idleGpuAllocations") or ()) == 2
+    return answered and judged and nodes[DOWN_NODE]["agent"]["reachable"] is False

@@ -40,7 +40,10 @@ DOCUMENTED_SERVER = "http://127.0.0.1:8000"
 DOWN_NODE = build_cluster().down_node
 COMMAND_TIMEOUT = 60.0
 # Table columns whose values move with the simulated load: only "<unknown>" is compared.
-MOVING_COLUMNS = frozenset({"UTIL", "MEMORY", "TEMP", "MAX TEMP", "SM", "GPU-HOURS", "GIB-HOURS"})
+MOVING_COLUMNS = frozenset(
+    {"UTIL", "MEMORY", "TEMP", "MAX TEMP", "SM", "GPU-HOURS", "GIB-HOURS", "ALLOC-HOURS",
+     "IDLE-HOURS"}
+)  # fmt: skip
 # The tokens a console example names, as `gpugraph demo --auth` prints them: its users.
 TOKENS = {"<research token>": "research-user", "<admin token>": "admin"}
 

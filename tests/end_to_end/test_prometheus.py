@@ -349,12 +349,14 @@ def test_the_documented_promql_examples_run(prometheus: Prometheus) -> None:
     results = [prometheus.query(q) for q in queries]
     shared, orphaned, owners, by_team, down, xid = results[:6]
     # The demo's shared GPUs (once per job): the two inference pods on one GPU, two
-    # time-sliced replicas, two MIG devices of one GPU.
+    # time-sliced replicas on each of two GPUs, two MIG devices of one GPU.
     assert {s["metric"]["pod"] for s in shared} == {
         "chat-api-0",
         "chat-api-1",
         "embed-0",
         "embed-1",
+        "embed-2",
+        "embed-3",
         "mig-notebook-0",
         "mig-notebook-1",
     }
@@ -394,6 +396,7 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         "GpuUsedWithoutRequest": ("namespace", "pod"),
         "GpugraphAgentDown": ("node",),
         "GpuUsedWithoutAllocation": ("namespace", "pod", "container"),
+        "GpuAllocationIdle": ("namespace", "pod", "container"),
     }
     found = {
         a["alert"]: {
@@ -410,6 +413,9 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         "GpugraphAgentDown": {("gpu-node-3",)},
         # Given GPU 1 by its kubelet, it runs on GPU 0.
         "GpuUsedWithoutAllocation": {("inference", "chat-api-1", "triton")},
+        # Idle two hours; the idle replica's 45 minutes are under the hour (and its first
+        # scan, before the server named its pods, could not judge it).
+        "GpuAllocationIdle": {("research", "notebook-bob", "notebook")},
     }
 
 

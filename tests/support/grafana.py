@@ -21,6 +21,8 @@ DASHBOARD = (
 PANEL_TYPES = {"timeseries", "stat", "table", "bargauge", "gauge", "barchart", "text", "row"}
 GRID_COLUMNS = 24
 _VARIABLE = re.compile(r"\$\{?(\w+)")
+# Grafana's own variables, set per panel, and what a test runs the queries with.
+GLOBALS = {"__range": "1h", "__interval": "1m", "__rate_interval": "4m"}
 
 
 def load_dashboard(text: str | None = None) -> dict[str, Any]:
@@ -66,7 +68,7 @@ def dashboard_problems(dashboard: dict[str, Any]) -> list[str]:
         for target in targets:
             if not target.get("expr"):
                 problems.append(f"{where}: target {target.get('refId')} has no expr")
-            used = set(_VARIABLE.findall(json.dumps(target))) - {"__all"}
+            used = set(_VARIABLE.findall(json.dumps(target))) - {"__all", *GLOBALS}
             for name in used - defined:
                 problems.append(f"{where}: uses undefined variable ${name}")
     return problems
@@ -98,7 +100,7 @@ def panel_queries(dashboard: dict[str, Any], values: dict[str, str]) -> list[tup
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"]
-            for name, value in values.items():
+            for name, value in {**values, **GLOBALS}.items():
                 expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
             queries.append((panel["title"], expr))
     return queries

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
 
 from api.http.gpu_pods import gpu_pods_response
-from graph_schema.scope import Scope
+from graph_schema.scope import EVERYTHING, Scope
 from graph_schema.views import ViewCache
 from graph_schema.visibility import VisibleCluster
 from node_resolver.fake_nvml import write_fake_nvml
+from node_resolver.models import (
+    AllocationMechanism,
+    AllocationUse,
+    AllocationUseState,
+    ContainerAllocations,
+    DeviceAllocation,
+    NodeAllocations,
+)
 from tests.support.graph import SmallWorld, gpu_uuid
 from tests.support.polling import eventually_async
 from tests.support.server import GraphTestCluster, Served, serving
@@ -44,8 +53,18 @@ EXPECTED_NODE_0 = {
         }
     },
     "GpuInfos": {
-        "GPU-node-0-0": {"uuid": "GPU-node-0-0", "gpuName": "NVIDIA H200", "usageGpu": 87},
-        "GPU-node-0-1": {"uuid": "GPU-node-0-1", "gpuName": "NVIDIA H200", "usageGpu": 12},
+        "GPU-node-0-0": {
+            "uuid": "GPU-node-0-0",
+            "gpuName": "NVIDIA H200",
+            "usageGpu": 87,
+            "allocations": [],
+        },
+        "GPU-node-0-1": {
+            "uuid": "GPU-node-0-1",
+            "gpuName": "NVIDIA H200",
+            "usageGpu": 12,
+            "allocations": [],
+        },
     },
 }
 
@@ -84,7 +103,12 @@ async def test_returns_the_original_shape_for_the_worker_pods_node(server: Serve
             }
         },
         "GpuInfos": {
-            "GPU-node-1-0": {"uuid": "GPU-node-1-0", "gpuName": "NVIDIA H200", "usageGpu": 99}
+            "GPU-node-1-0": {
+                "uuid": "GPU-node-1-0",
+                "gpuName": "NVIDIA H200",
+                "usageGpu": 99,
+                "allocations": [],
+            }
         },
     }
 
@@ -167,10 +191,56 @@ async def test_the_answer_shows_what_the_callers_view_may_see(
     world = SmallWorld()
     received = await world.agents.fetch("node-a")
     view = VisibleCluster(world.cluster, scope)
-    answer = gpu_pods_response(ViewCache().visible_gpus(view, "node-a", received.snapshot))
+    answer = gpu_pods_response(ViewCache().visible_gpus(view, "node-a", received.snapshot), view)
     assert list(answer["GpuInfos"]) == [gpu_uuid("node-a", i) for i in infos]  # type: ignore[call-overload]
     gpu_pods = answer["GpuPods"]
     assert isinstance(gpu_pods, dict)
     assert {u: [p["pid"] for p in g["pidPods"]] for u, g in gpu_pods.items()} == {
         gpu_uuid("node-a", i): found for i, found in pids.items()
     }
+
+
+@pytest.mark.parametrize(
+    ("scope", "shown"),
+    [
+        (Scope(pod_namespaces=frozenset({"ml"})), ["train-1", "train-2"]),
+        (None, ["train-1", "train-2", "old"]),
+    ],
+)
+async def test_each_gpu_carries_its_allocations_use_as_the_caller_may_see_them(
+    scope: Scope | None, shown: list[str]
+) -> None:
+    world = SmallWorld()
+    received = await world.agents.fetch("node-a")
+    gpu = gpu_uuid("node-a", 0)
+    held = [
+        ("ml", "train-1", AllocationUseState(AllocationUse.ACTIVE)),
+        ("ml", "train-2", AllocationUseState(AllocationUse.IDLE, idle_since=1_800_000_000.0,
+                                             idle_seconds=900.0)),
+        # Another tenant's, whose pod is gone: UNUSED, withheld from ml.
+        ("serving", "old", AllocationUseState(AllocationUse.UNUSED, idle_since=1_799_990_000.0,
+                                              idle_seconds=9000.0)),
+    ]  # fmt: skip
+    containers = []
+    uses = {}
+    for n, (namespace, pod, use) in enumerate(held):
+        device = DeviceAllocation(
+            AllocationMechanism.DEVICE_PLUGIN, "nvidia.com/gpu.shared", f"{gpu}::{n}",
+            gpu_uuid=gpu, shared=True,
+        )  # fmt: skip
+        containers.append(ContainerAllocations(namespace, pod, "c0", (device,)))
+        uses[(namespace, pod, "c0", device.resource, device.device_id)] = use
+    allocations = NodeAllocations(available=True, containers=tuple(containers), uses=uses)
+    snapshot = dataclasses.replace(received.snapshot, allocations=allocations)
+    view = VisibleCluster(world.cluster, scope or EVERYTHING)
+    answer = gpu_pods_response(ViewCache().visible_gpus(view, "node-a", snapshot), view)
+    infos = answer["GpuInfos"]
+    assert isinstance(infos, dict)
+    listed = {a["pod"]: a for a in infos[gpu]["allocations"]}
+    assert list(listed) == shown
+    assert listed["train-1"] == {
+        "namespace": "ml", "pod": "train-1", "container": "c0", "deviceId": f"{gpu}::0",
+        "use": "ACTIVE", "idleSince": None, "idleSeconds": 0.0,
+    }  # fmt: skip
+    assert (listed["train-2"]["use"], listed["train-2"]["idleSeconds"]) == ("IDLE", 900.0)
+    assert listed["train-2"]["idleSince"] == "2027-01-15T08:00:00+00:00"

@@ -182,8 +182,18 @@ def test_since_lists_pods_by_gpu_hours_even_those_that_are_gone(
     assert ("research", "eval-canary") in hours
     assert list(hours.values()) == sorted(hours.values(), reverse=True)
     table = top(capsys, demo, "--since", "24h")
-    assert table.splitlines()[0].split() == ["NAMESPACE", "POD", "GPU-HOURS", "GIB-HOURS"]
-    assert lines_with(table, "lr-sweep-7")[0].split()[2] == "2.00"
+    assert table.splitlines()[0].split() == [
+        "NAMESPACE", "POD", "ALLOC-HOURS", "IDLE-HOURS", "GPU-HOURS", "GIB-HOURS"
+    ]  # fmt: skip
+    assert lines_with(table, "lr-sweep-7")[0].split()[4] == "2.00"
+    # The notebook that holds a GPU and runs nothing: two hours allocated, all of them idle,
+    # none used (the demo's agent wrote its past; docs/allocation.md).
+    pods = {(p["namespace"], p["name"]): p for p in document["pods"]}
+    bob = pods[("research", "notebook-bob")]
+    assert bob["gpuHours"] == 0 and bob["allocatedGpuHours"] == pytest.approx(2.0, abs=0.02)
+    assert bob["idleGpuHours"] == pytest.approx(2.0, abs=0.02)
+    (row,) = lines_with(table, "notebook-bob")
+    assert row.split()[2:5] == ["2.00", "2.00", "0.00"]
     nodes = json.loads(top(capsys, demo, "nodes", "--since", "1d", "-o", "json"))
     assert nodes["kind"] == "NodeUsageList" and nodes["nodes"][0]["node"] == "gpu-node-0"
 
@@ -318,12 +328,14 @@ def test_since_names_the_down_node_in_every_mode(
     assert any("gpu-node-3" in e["message"] for e in asked["errors"])
     table = top(capsys, demo, "nodes", "--since", "7d")
     row = [line.split() for line in table.splitlines() if line.startswith("gpu-node-3 ")]
-    assert row == [["gpu-node-3", "<unknown>", "<unknown>"]], table
+    assert row == [["gpu-node-3", *["<unknown>"] * 4]], table
     assert lines_with(table, "agent down")[0].startswith("gpu-node-3: agent down: ")
     nodes = json.loads(top(capsys, demo, "nodes", "--since", "7d", "-o", "json"))
     assert [d["node"] for d in nodes["downNodes"]] == ["gpu-node-3"] and nodes["errors"] == []
     down = [n for n in nodes["nodes"] if n["node"] == "gpu-node-3"]
-    assert down == [{"node": "gpu-node-3", "gpuHours": None, "memoryGibHours": None}]
+    unknown = {"gpuHours": None, "memoryGibHours": None, "allocatedGpuHours": None,
+               "idleGpuHours": None}  # fmt: skip
+    assert down == [{"node": "gpu-node-3", **unknown}]
     pods = json.loads(top(capsys, demo, "--since", "7d", "-o", "json"))
     assert [d["node"] for d in pods["downNodes"]] == ["gpu-node-3"]
     assert lines_with(top(capsys, demo, "pods", "--since", "7d"), "agent down")
@@ -372,13 +384,20 @@ def test_one_set_of_flags_the_same_in_every_view_and_document(
     assert [p["name"] for p in document["pods"] if p["flags"] is None] == ["llm-pretrain-worker-3"]
     in_json = {key: set(flags) for key, flags in in_json.items() if flags is not None}
     assert {key: in_json[key] for key in expected} == expected
-    # A GPU's and a node's flags are those of the processes on them (and MIG).
+    # The notebook holding a whole GPU with no process on it: listed, and flagged IDLE.
+    assert in_json["research/notebook-bob"] == {"IDLE"}
+    (row,) = [
+        line for line in pods.splitlines() if line.split()[:2] == ["research", "notebook-bob"]
+    ]
+    assert flag_words(row.split()) == {"IDLE"}, row
+    # A GPU's and a node's flags are those of the processes on them (and MIG, and IDLE
+    # where a pod holds it idle).
     for gpu in json.loads(top(capsys, demo, "-o", "json"))["gpus"]:
         under = {flag for p in gpu["processes"] for flag in p["flags"]}
-        assert set(gpu["flags"]) - under <= {"MIG"} and under <= set(gpu["flags"]), gpu
+        assert set(gpu["flags"]) - under <= {"MIG", "IDLE"} and under <= set(gpu["flags"]), gpu
     table = top(capsys, demo, "nodes")
     nodes = {line.split()[0]: flag_words(line.split()) for line in table.splitlines()}
-    assert nodes["gpu-node-0"] == {"NOT-ALLOCATED"} and nodes["gpu-mig-0"] == {"MIG"}
+    assert nodes["gpu-node-0"] == {"NOT-ALLOCATED"} and nodes["gpu-mig-0"] == {"IDLE", "MIG"}
     assert nodes["gpu-node-1"] == {"UNREQUESTED", "ALLOC-UNKNOWN"}
 
 

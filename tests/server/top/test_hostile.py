@@ -174,6 +174,8 @@ def test_since_carries_every_partial_error_of_the_answer() -> None:
                     "nodeName": "node-a",
                     "gpuSeconds": 7200,
                     "memoryGibSeconds": 3600,
+                    "allocatedGpuSeconds": 10800,
+                    "idleAllocatedGpuSeconds": 3600,
                 }
             ]
         },
@@ -189,8 +191,8 @@ def test_since_carries_every_partial_error_of_the_answer() -> None:
     assert table.returncode == 0, table.stderr
     rows, said = table.stdout.splitlines()[1:3], table.stdout.splitlines()[3:]
     assert [row.split() for row in rows] == [
-        ["node-a", "2.00", "1.0"],
-        ["node-b", "<unknown>", "<unknown>"],
+        ["node-a", "3.00", "1.00", "2.00", "1.0"],
+        ["node-b", *["<unknown>"] * 4],
     ]
     assert said == [
         "node-b: agent down: GetUsage: UNAVAILABLE: refused",
