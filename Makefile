@@ -113,6 +113,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/keep_warm_bench.py --small
 	$(PY) bench/occupancy_log_bench.py --small
 	$(PY) bench/allocation_bench.py --small
+	$(PY) bench/idle_allocations_bench.py --small
 	$(PY) bench/agent_metrics_bench.py --small
 	$(PY) bench/query_path.py --runs 2
 
@@ -131,6 +132,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/keep_warm_bench.py
 	$(PY) bench/occupancy_log_bench.py
 	$(PY) bench/allocation_bench.py
+	$(PY) bench/idle_allocations_bench.py
 	$(PY) bench/agent_metrics_bench.py
 	$(PY) bench/query_path.py
 
