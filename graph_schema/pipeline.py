@@ -12,7 +12,7 @@ executor answers:
 - parsing through strawberry's parser cache, large documents in a thread
   (``parsing.py``);
 - admission before validation (``admission.py``), then validation through
-  strawberry's validation cache;
+  strawberry's validation cache (``KnownDocuments``);
 - the parts of aggregate lists that could not be fetched added as errors,
   every error in response order (``errors.in_response_order``), an
   exhausted result budget reported once;
@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from graphql import ASTValidationRule, GraphQLError, specified_rules
+from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, specified_rules
 from graphql import ExecutionResult as GraphQLExecutionResult
 from strawberry.extensions import (
     AddValidationRules,
@@ -103,6 +103,35 @@ class QueryReport(Protocol):
         """One query ended after ``seconds``; its result is ``ec.result`` (None if it failed)."""
 
 
+class KnownDocuments:
+    """strawberry's validation cache, looked up first by the document's identity.
+
+    The validation cache hashes the whole document on every lookup
+    (graphql-core's nodes hash their fields recursively: half of the calls
+    the pipeline adds to a dashboard's query). The parser cache hands back one
+    object per text, so a document seen before is found here by identity;
+    each entry holds its document, so no other can take its id meanwhile.
+    """
+
+    def __init__(self, validate: Callable[..., Any], size: int) -> None:
+        self.validate = validate
+        self.size = size
+        self._known: dict[int, tuple[DocumentNode, Any, list[GraphQLError]]] = {}
+
+    def __call__(
+        self, schema: GraphQLSchema, document: DocumentNode, rules: Any
+    ) -> list[GraphQLError]:
+        """The document's validation errors under ``rules`` (the same tuple every time)."""
+        known = self._known.get(id(document))
+        if known is not None and known[0] is document and known[1] is rules:
+            return known[2]
+        errors: list[GraphQLError] = self.validate(schema, document, rules)
+        if len(self._known) >= self.size:
+            del self._known[next(iter(self._known))]
+        self._known[id(document)] = (document, rules, errors)
+        return errors
+
+
 @dataclass(frozen=True, slots=True)
 class Policies:
     """What every operation of one schema is held to; built once per schema."""
@@ -134,7 +163,7 @@ class Policies:
             gauge,
             validation_rules(limits),
             cached_parse(CACHED_DOCUMENTS),
-            cached_validate(CACHED_DOCUMENTS),
+            KnownDocuments(cached_validate(CACHED_DOCUMENTS), CACHED_DOCUMENTS),
             MaskErrors(should_mask_error=is_internal),
             compiled,
             time_limit,
