@@ -21,6 +21,7 @@ from .map_queries import (
     GPU_DETAILS_QUERY,
     GPU_QUERY,
     HISTORY_QUERY,
+    IDLE_QUERY,
     LIVE_SUBSCRIPTION,
     SNAPSHOT_QUERY,
 )
@@ -90,6 +91,7 @@ def map_config(*, graphql_path: str = "/graphql", graphiql: bool = True) -> dict
             "gpu": GPU_QUERY,
             "details": GPU_DETAILS_QUERY,
             "history": HISTORY_QUERY,
+            "idle": IDLE_QUERY,
         },
     }
 

@@ -11,6 +11,7 @@ __all__ = [
     "GPU_FIELDS",
     "GPU_QUERY",
     "HISTORY_QUERY",
+    "IDLE_QUERY",
     "LIVE_SUBSCRIPTION",
     "SNAPSHOT_QUERY",
     "TILE_FIELDS",
@@ -149,5 +150,15 @@ query GpuHistory($uuid: String!, $since: DateTime!) {
       end
     }
   }
+}
+"""
+
+
+# Every allocation left idle (IDLE or UNUSED), for the tiles' marker and the panel's
+# "since when": a document of its own (the ticks do not carry allocations), asked with
+# the first picture and once a minute.
+IDLE_QUERY = """\
+query MapIdle {
+  idleGpuAllocations { gpuUuid use idleSince idleSeconds pod { namespace name } }
 }
 """

@@ -524,6 +524,7 @@ def client_documents() -> list[tuple[str, str, dict[str, Any] | None]]:
     ]
     return [
         ("map snapshot", map_queries.SNAPSHOT_QUERY, None),
+        ("map idle allocations", map_queries.IDLE_QUERY, None),
         ("map gpu", map_queries.GPU_QUERY, {"uuid": gpu_uuid("node-a", 0)}),
         ("map gpu on a down node", map_queries.GPU_QUERY, {"uuid": gpu_uuid("node-c", 0)}),
         ("map gpu details", map_queries.GPU_DETAILS_QUERY, {"uuid": gpu_uuid("node-a", 0)}),

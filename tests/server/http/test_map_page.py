@@ -16,6 +16,7 @@ from api.http.map_queries import (
     GPU_DETAILS_QUERY,
     GPU_QUERY,
     HISTORY_QUERY,
+    IDLE_QUERY,
     LIVE_SUBSCRIPTION,
     SNAPSHOT_QUERY,
 )
@@ -61,6 +62,7 @@ async def test_root_redirects_to_the_map_and_every_asset_comes_from_this_host() 
             "gpu": GPU_QUERY,
             "details": GPU_DETAILS_QUERY,
             "history": HISTORY_QUERY,
+            "idle": IDLE_QUERY,
         }
         assert config["graphiqlPath"] == "/graphql"
 

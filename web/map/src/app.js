@@ -2,7 +2,7 @@
 // keeps the DOM (tiles, filters, selection, details, status) in step.
 import { AuthRequired, query, subscribe, token } from "./api.js";
 import { ago, count, esc } from "./format.js";
-import { ClusterModel } from "./model.js";
+import { ClusterModel, idleOf, setIdleAllocations } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
 import { STRIP_HOURS, historyStripHtml } from "./history.js";
 import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
@@ -49,6 +49,7 @@ const SKELETON = `
       <span><span class="mark m-nopod">\u2205</span>unattributed</span>
       <span><span class="mark m-unalloc">\u2717</span>not allocated</span>
       <span><span class="mark m-allocunk">?</span>no allocation data</span>
+      <span><span class="mark m-idle">z</span>allocated, idle</span>
       <span><span class="mark m-err">ERR</span>GPU error</span>
       <span><span class="util-sample"></span>utilization</span>
     </section>
@@ -106,6 +107,8 @@ export class MapApp {
     this._bind();
     this.$("details").innerHTML = HINT;
     setInterval(() => this._renderStatus(), 1000);
+    // The allocations left idle: a fan-out of its own, once a minute.
+    setInterval(() => this._loadIdle(), 60_000);
   }
 
   get interval() {
@@ -139,7 +142,31 @@ export class MapApp {
       });
     }
     this._renderViewer(body.data.viewer?.username ?? null);
+    this._loadIdle();
     if (!this.stopLive || this.model.nodes.size !== previousSize) this._subscribe();
+  }
+
+  // The GPUs given to pods that leave them idle: a marker on the tile, since when in the panel.
+  _loadIdle() {
+    const idleQuery = this.config.queries.idle;
+    if (!idleQuery || this.loadingIdle) return;
+    this.loadingIdle = true;
+    query(this.config.graphqlPath, idleQuery, "MapIdle", {})
+      .then((body) => {
+        for (const uuid of setIdleAllocations(body.data?.idleGpuAllocations ?? [])) {
+          const entry = this.model.gpus.get(uuid);
+          if (!entry) continue;
+          // In place: the info keeps the pods' colours the model gave them.
+          entry.info.idle = idleOf(uuid);
+          this._redrawTile(uuid);
+        }
+        this._renderDetails();
+      })
+      // A node whose agent cannot answer leaves its GPUs unmarked; the map goes on.
+      .catch(() => {})
+      .finally(() => {
+        this.loadingIdle = false;
+      });
   }
 
   _subscribe() {

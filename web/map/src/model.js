@@ -47,7 +47,46 @@ export function describeGpu(gpu) {
     // A pod's process on a node without allocation data (only the spec rule speaks).
     allocationUnknown: (gpu.processes ?? []).some((p) => p.pod && p.allocation === "UNKNOWN"),
     mig: Boolean(gpu.migEnabled),
+    // Pods holding it (or a MIG device, a replica of it) without using it, longest idle first.
+    idle: idleByGpu.get(gpu.uuid) ?? idleHolders(gpu.allocations ?? []),
   };
+}
+
+// The uses of an allocation its holder leaves idle (GraphQL's GpuAllocation.use).
+const IDLE_USES = new Set(["IDLE", "UNUSED"]);
+// Each GPU's idle holders from the last idleGpuAllocations answer: the ticks do not carry
+// allocations, so every tile's description reads them from here.
+let idleByGpu = new Map();
+
+/** The allocations that the agent judges IDLE or UNUSED, longest idle first. */
+export function idleHolders(allocations) {
+  return allocations
+    .filter((a) => a.pod && IDLE_USES.has(a.use))
+    .map((a) => ({ key: podKey(a.pod), use: a.use, since: a.idleSince, seconds: a.idleSeconds ?? 0 }))
+    .sort((a, b) => b.seconds - a.seconds || a.key.localeCompare(b.key));
+}
+
+/** The idle holders of the GPU ``uuid`` in the last idleGpuAllocations answer. */
+export function idleOf(uuid) {
+  return idleByGpu.get(uuid) ?? [];
+}
+
+/** Take an idleGpuAllocations answer; the UUIDs of the GPUs whose idle holders changed. */
+export function setIdleAllocations(allocations) {
+  const byGpu = new Map();
+  for (const a of allocations) {
+    if (!a.gpuUuid) continue;
+    const list = byGpu.get(a.gpuUuid) ?? [];
+    list.push(a);
+    byGpu.set(a.gpuUuid, list);
+  }
+  const next = new Map([...byGpu].map(([uuid, list]) => [uuid, idleHolders(list)]));
+  const shown = (holders) => (holders ?? []).map((h) => `${h.key}:${h.use}:${h.since}`).join(",");
+  const changed = [...new Set([...idleByGpu.keys(), ...next.keys()])].filter(
+    (uuid) => shown(idleByGpu.get(uuid)) !== shown(next.get(uuid)),
+  );
+  idleByGpu = next;
+  return changed;
 }
 
 // Every value a tile, the pods list and the filters draw (describeGpu's

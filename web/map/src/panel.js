@@ -42,6 +42,7 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
   const marks = markers(info)
     .map(([cls, text, meaning]) => `<li><span class="mark ${cls}">${esc(text)}</span> ${esc(meaning)}</li>`)
     .join("");
+  const idle = idleHtml(info.idle ?? []);
   return (
     `<h2>${pinned ? "Selected: " : ""}GPU ${gpu.index} on ${esc(entry.node)}</h2>` +
     (node?.down ? `<p class="down-note">Agent down: ${esc(node.reason)}. Last known values.</p>` : "") +
@@ -49,10 +50,30 @@ export function detailsHtml(entry, node, config, selectedPod, pinned) {
     `<p>${esc(gpu.name ?? "")} &middot; ${percent(gpu.utilizationGpu)} &middot; ${celsius(gpu.temperatureC)} &middot; ${memoryText(info)}</p>` +
     (gpu.error ? `<p class="down-note">GPU error: ${esc(gpu.error)}</p>` : "") +
     (marks ? `<ul class="marks">${marks}</ul>` : "") +
+    idle +
     `<table class="procs"><thead><tr><th>PID</th><th>Pod, container</th><th>Memory</th><th>SM</th></tr></thead>` +
     `<tbody>${body}</tbody></table>${hidden}` +
     graphiqlLink(config, gpu.uuid)
   );
+}
+
+/** Since when each pod holding the GPU has left it idle. */
+function idleHtml(holders) {
+  if (!holders.length) return "";
+  const items = holders
+    .map((h) => {
+      const since = h.since ? `since ${esc(h.since.slice(0, 16).replace("T", " "))} UTC ` : "";
+      const how = h.use === "UNUSED" ? "no process on it" : "its processes idle";
+      return `<li>${esc(h.key)}: ${how} ${since}(${duration(h.seconds)})</li>`;
+    })
+    .join("");
+  return `<p class="idle-note">Allocated and idle (IDLE or UNUSED):</p><ul class="idle-list">${items}</ul>`;
+}
+
+/** "45 min", "2 h 5 min". */
+function duration(seconds) {
+  const minutes = Math.floor(seconds / 60);
+  return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
 }
 
 /** The pods list, each a toggle that highlights the pod's GPUs. */

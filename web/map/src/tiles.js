@@ -30,6 +30,10 @@ export function markers(info) {
   if (info.unattributed) marks.push(["m-nopod", "\u2205", "memory held by processes in no pod"]);
   if (info.notAllocated) marks.push(["m-unalloc", "\u2717", "runs a process on a GPU its container was not given"]);
   if (info.allocationUnknown) marks.push(["m-allocunk", "?", "a pod's process on a node with no allocation data"]);
+  if (info.idle?.length) {
+    const holders = info.idle.map((h) => `${h.key} (${h.use})`).join(", ");
+    marks.push(["m-idle", "z", `given to a pod that leaves it idle: ${holders}`]);
+  }
   return marks;
 }
 
