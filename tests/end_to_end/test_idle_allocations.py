@@ -442,3 +442,31 @@ async def test_prometheus_increase_by_namespace_agrees_with_gpu_usage(tmp_path: 
     for namespace, row in rows.items():
         assert allocated[namespace] == pytest.approx(row["allocatedGpuSeconds"], rel=0.1)
         assert idle[namespace] == pytest.approx(row["idleAllocatedGpuSeconds"], rel=0.1)
+
+
+async def test_the_idle_clock_goes_on_across_an_agent_restart(
+    timeline: tuple[Timeline, Served],
+) -> None:
+    """The agent restarts after the scan at 900 s: its log gives back each allocation's idle
+    clock (and the pods' names), so GraphQL's idle times go on from where they were."""
+    run, server = timeline
+    admin = run.cluster.stub.reviews.token_of("admin")
+    await run.node.stop()
+    await run.node.start()
+    for at in (960.0, 1020.0):
+        run.scan_at(at)
+
+    async def idle_now() -> dict[str, tuple[str, float]] | None:
+        body = await ask(server, "{ idleGpuAllocations { use idleSeconds pod { name } } }", admin)
+        found = {a["pod"]["name"]: (a["use"], a["idleSeconds"]) for a in body["idleGpuAllocations"]}
+        return found if len(found) == 5 else None
+
+    found = await eventually_async(idle_now, what="the restarted agent's verdicts")
+    # Idle since T0 (ml/idle since 120 s), counted on through the restart.
+    assert found == {
+        "notebook": ("UNUSED", 1020.0),
+        "mig-b": ("UNUSED", 1020.0),
+        "ts-b": ("IDLE", 1020.0),
+        "dra": ("IDLE", 1020.0),
+        "idle": ("IDLE", 900.0),
+    }
