@@ -16,7 +16,8 @@ floor of the very answer and the ratio, the server's CPU over the polling
 (whole process, from /proc, and per node for a poll that read every node
 afresh), how long the server had held the snapshots each poll read (the
 answer's ``snapshotAgeSeconds``, added to the query, less the agent's own
-sample age, asked directly), and what the keep-warm series on the
+sample age, asked directly), a single-worker walk half way between polls,
+and what the keep-warm series on the
 server's /metrics say (nodes kept warm, refresh CPU, interval).
 
 Last, a storm: 8 clients each asking for one node's GPUs, a different node
@@ -32,6 +33,7 @@ import argparse
 import asyncio
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -48,7 +50,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
 import orjson  # noqa: E402
-from cluster_bench import FULL_QUERY, Cluster, pct, serve_process, start_cluster  # noqa: E402
+from cluster_bench import (  # noqa: E402
+    FULL_QUERY,
+    TRAVERSAL_QUERY,
+    Cluster,
+    pct,
+    serve_process,
+    start_cluster,
+)
 
 from api.agents.pool import CHANNEL_OPTIONS  # noqa: E402
 from api.demo.cluster import write_kubeconfig  # noqa: E402
@@ -149,6 +158,9 @@ async def measure(
             latencies: list[float] = []
             per_poll_cpu: list[float] = []
             held: list[float] = []
+            walks: list[float] = []
+            pick = random.Random(7)
+            pods = [p for p in cluster.cache.pods() if p.node_name]
             errors = 0
             body = b""
             next_poll = time.perf_counter()
@@ -171,6 +183,17 @@ async def measure(
                             held.append(age - (start - sampled_at[node["name"]]))
                 if r.status_code != 200 or b'"errors"' in body:
                     errors += 1
+                # Half way to the next poll, a single-worker walk from a pod to its node.
+                await asyncio.sleep(max(0.0, next_poll - interval / 2 - time.perf_counter()))
+                pod = pick.choice(pods)
+                variables = {"ns": pod.namespace, "name": pod.name}
+                start = time.perf_counter()
+                w = await http.post(
+                    "/graphql", json={"query": TRAVERSAL_QUERY, "variables": variables}
+                )
+                walks.append(time.perf_counter() - start)
+                if w.status_code != 200 or b'"errors"' in w.content:
+                    errors += 1
             await asyncio.sleep(max(0.0, next_poll - time.perf_counter()))
             elapsed = time.perf_counter() - started
             cpu_total = cpu_seconds(server.pid) - cpu_before
@@ -190,6 +213,7 @@ async def measure(
         "errors": errors,
         "p50": pct(latencies, 50),
         "p90": pct(latencies, 90),
+        "walk_p50": pct(walks, 50),
         "bytes": len(body),
         "floor": floor,
         "ratio": pct(latencies, 50) / floor,
@@ -284,7 +308,7 @@ def report(nodes: int, pods: int, interval: float, rows: list[dict[str, Any]]) -
     header = (
         "| configuration | flags | p50 | p90 | answer | orjson floor | p50 / floor "
         "| server CPU (cores) | CPU per node per poll | refresh CPU (cores, /metrics) "
-        "| kept warm | interval | held p50 / max | errors |"
+        "| kept warm | interval | held p50 / max | walk p50 | errors |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -294,7 +318,8 @@ def report(nodes: int, pods: int, interval: float, rows: list[dict[str, Any]]) -
             f"| {r['bytes'] / 1e6:.1f} MB | {r['floor'] * 1000:.1f} ms | {r['ratio']:.0f}x "
             f"| {r['server_cores']:.2f} | {r['poll_cpu_per_node'] * 1000:.2f} ms "
             f"| {r['refresh_cores']:.3f} | {r['kept']:.0f} | {r['interval']:.2f} s "
-            f"| {r['held_p50']:.2f} / {r['held_max']:.2f} s | {r['errors']} |"
+            f"| {r['held_p50']:.2f} / {r['held_max']:.2f} s | {r['walk_p50'] * 1000:.1f} ms "
+            f"| {r['errors']} |"
         )
 
 
