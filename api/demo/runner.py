@@ -290,9 +290,7 @@ class Demo:
             short = tempfile.mkdtemp(prefix="gpugraph-kubelet-", dir="/tmp")
             self._agent_steps.callback(shutil.rmtree, short, ignore_errors=True)
             socket = str(Path(short) / "kubelet.sock")
-        events = node_events(
-            node, workdir, history.pod_names, history, read_boot_id(str(proc_root))
-        )
+        events = node_events(node, workdir, names, history, read_boot_id(str(proc_root)))
         kubelet = FakeKubelet(socket, data=node.kubelet or {"pods": []}).start()
         self._agent_steps.callback(kubelet.stop)
         client = PodResourcesClient(socket)

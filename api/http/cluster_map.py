@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from .map_queries import (
+    EVENTS_QUERY,
     GPU_DETAILS_QUERY,
     GPU_QUERY,
     HISTORY_QUERY,
@@ -92,6 +93,7 @@ def map_config(*, graphql_path: str = "/graphql", graphiql: bool = True) -> dict
             "details": GPU_DETAILS_QUERY,
             "history": HISTORY_QUERY,
             "idle": IDLE_QUERY,
+            "events": EVENTS_QUERY,
         },
     }
 

@@ -7,6 +7,7 @@ cost admission's test measures exactly what the browser sends.
 from __future__ import annotations
 
 __all__ = [
+    "EVENTS_QUERY",
     "GPU_DETAILS_QUERY",
     "GPU_FIELDS",
     "GPU_QUERY",
@@ -148,6 +149,26 @@ query GpuHistory($uuid: String!, $since: DateTime!) {
       podName
       start
       end
+    }
+  }
+}
+"""
+
+# Every GPU's health events of the last day, for the tiles' badges and the panels' lists.
+EVENTS_QUERY = """\
+query MapGpuEvents($since: DateTime!) {
+  gpuEvents(since: $since, first: 1000) {
+    edges {
+      node {
+        time
+        kind
+        xid
+        description
+        gpu { uuid }
+        culprit { pid podNamespace podName }
+        processes { pid podNamespace podName }
+        hiddenProcessCount
+      }
     }
   }
 }

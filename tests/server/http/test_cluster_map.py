@@ -330,10 +330,10 @@ def test_a_change_of_the_fake_gpus_shows_without_a_reload(demo: LiveDemo, tmp_pa
         node = page.locator(f'section[data-node="{shared_node}"]')
         assert node.locator(".tile.down").count() == 0
         assert node.locator(".m-err").count() == 1
-        # The same document, one socket, no request but the first load's and its idle
-        # allocations' (asked again once a minute).
+        # The same document, one socket, no request but the first load's, its GPU events' and
+        # its idle allocations' (each asked again once a minute).
         assert page.evaluate("() => window.sameDocument") is True
-        assert len([u for u in browser.requested if "/graphql" in u]) == 2
+        assert len([u for u in browser.requested if "/graphql" in u]) == 3
         screenshot(page, tmp_path, "map-live.png")
         # Back to the demo's own GPUs, for the tests that share this demo.
         demo.set_gpus(shared_node, lambda gpu: None)

@@ -13,6 +13,7 @@ import pytest
 import api.http.cluster_map as cluster_map
 from api.http.cluster_map import ASSET_FILES, MAP_PATH, STATIC_URL
 from api.http.map_queries import (
+    EVENTS_QUERY,
     GPU_DETAILS_QUERY,
     GPU_QUERY,
     HISTORY_QUERY,
@@ -63,6 +64,7 @@ async def test_root_redirects_to_the_map_and_every_asset_comes_from_this_host() 
             "details": GPU_DETAILS_QUERY,
             "history": HISTORY_QUERY,
             "idle": IDLE_QUERY,
+            "events": EVENTS_QUERY,
         }
         assert config["graphiqlPath"] == "/graphql"
 

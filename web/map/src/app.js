@@ -4,6 +4,7 @@ import { AuthRequired, query, subscribe, token } from "./api.js";
 import { ago, count, esc } from "./format.js";
 import { ClusterModel, idleOf, setIdleAllocations } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
+import { EVENT_HOURS, eventsByGpu, eventsHtml } from "./events.js";
 import { STRIP_HOURS, historyStripHtml } from "./history.js";
 import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
 
@@ -109,6 +110,8 @@ export class MapApp {
     setInterval(() => this._renderStatus(), 1000);
     // The allocations left idle: a fan-out of its own, once a minute.
     setInterval(() => this._loadIdle(), 60_000);
+    // The GPUs' health events of the last day: a fan-out to the agents' logs, once a minute.
+    setInterval(() => this._loadEvents(), 60_000);
   }
 
   get interval() {
@@ -143,7 +146,28 @@ export class MapApp {
     }
     this._renderViewer(body.data.viewer?.username ?? null);
     this._loadIdle();
+    this._loadEvents();
     if (!this.stopLive || this.model.nodes.size !== previousSize) this._subscribe();
+  }
+
+  // Each GPU's events of the last day: a badge on its tile, a list in its panel.
+  _loadEvents() {
+    const eventsQuery = this.config.queries.events;
+    if (!eventsQuery || this.loadingEvents) return;
+    this.loadingEvents = true;
+    const since = new Date(Date.now() - EVENT_HOURS * 3600_000).toISOString();
+    query(this.config.graphqlPath, eventsQuery, "MapGpuEvents", { since })
+      .then((body) => {
+        this.events = eventsByGpu(body.data?.gpuEvents?.edges);
+        const counts = new Map([...this.events].map(([uuid, events]) => [uuid, events.length]));
+        for (const uuid of this.model.setEventCounts(counts)) this._redrawTile(uuid);
+        this._renderDetails();
+      })
+      // A node whose log cannot answer leaves its GPUs unbadged; the map goes on.
+      .catch(() => {})
+      .finally(() => {
+        this.loadingEvents = false;
+      });
   }
 
   // The GPUs given to pods that leave them idle: a marker on the tile, since when in the panel.
@@ -430,6 +454,7 @@ export class MapApp {
     }
     const node = this.model.nodes.get(entry.node);
     details.innerHTML = detailsHtml(entry, node, this.config, this.selectedPod, uuid === this.pinned);
+    details.insertAdjacentHTML("beforeend", eventsHtml(this.events?.get(uuid)));
     this._renderHistory(details, uuid);
     if (entry.detailSig === null) this._fetchDetails(uuid);
   }

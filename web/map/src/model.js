@@ -211,7 +211,7 @@ export class ClusterModel {
     // The signatures are worked out at the first tick, not on the first render's path.
     // A ClusterMap answer holds what the tiles draw; the details come with
     // the ticks (or GPU_DETAILS_QUERY): ``detailSig`` stays null until then.
-    const entry = { uuid: gpu.uuid, node, gpu, info: describeGpu(gpu), tileSig: null, detailSig: null };
+    const entry = { uuid: gpu.uuid, node, gpu, info: this._describe(gpu), tileSig: null, detailSig: null };
     this.gpus.set(gpu.uuid, entry);
     return entry;
   }
@@ -220,6 +220,28 @@ export class ClusterModel {
    * Take a GPU's full fields (a tick's, or its details'). Returns "tile" when
    * its tile changed, "details" when only its details did, or null.
    */
+  // A GPU's tile as describeGpu draws it, with its count of recent health events.
+  _describe(gpu) {
+    const info = describeGpu(gpu);
+    info.events = this.eventCounts?.get(gpu.uuid) ?? 0;
+    return info;
+  }
+
+  /** Take each GPU's count of recent health events; the UUIDs whose count changed. */
+  setEventCounts(counts) {
+    const before = this.eventCounts ?? new Map();
+    this.eventCounts = counts;
+    const changed = [];
+    for (const uuid of new Set([...before.keys(), ...counts.keys()])) {
+      const entry = this.gpus.get(uuid);
+      if (!entry || (before.get(uuid) ?? 0) === (counts.get(uuid) ?? 0)) continue;
+      // In place: the info keeps the pods' colours the model gave them.
+      entry.info.events = counts.get(uuid) ?? 0;
+      changed.push(uuid);
+    }
+    return changed;
+  }
+
   update(gpu) {
     const known = this.gpus.get(gpu.uuid);
     if (!known) return null;
@@ -230,7 +252,7 @@ export class ClusterModel {
     known.gpu = gpu;
     known.detailSig = detailSig;
     if (tileSig === known.tileSig) return "details";
-    known.info = describeGpu(gpu);
+    known.info = this._describe(gpu);
     known.tileSig = tileSig;
     return "tile";
   }

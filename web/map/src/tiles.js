@@ -34,6 +34,7 @@ export function markers(info) {
     const holders = info.idle.map((h) => `${h.key} (${h.use})`).join(", ");
     marks.push(["m-idle", "z", `given to a pod that leaves it idle: ${holders}`]);
   }
+  if (info.events) marks.push(["m-event", "\u26a0", `${info.events} health event(s) (XID, ECC, lost) in the last 24 h`]);
   return marks;
 }
 
