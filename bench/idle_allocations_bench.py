@@ -65,7 +65,7 @@ class Snapshots:
 
 
 def judged(snapshot: NodeSnapshot) -> NodeSnapshot:
-    """The snapshot with the agent's verdict on each allocation: a quarter IDLE, a quarter UNUSED."""
+    """The snapshot with the agent's verdicts: a quarter IDLE, a quarter UNUSED."""
     allocations = snapshot.allocations
     assert allocations is not None
     uses = {}
