@@ -32,8 +32,8 @@ the 40 pods are on the 3 of 4 nodes that have no agent) against a ``serve --auth
 kubernetes`` through strawberry, and another through the compiled plan: the
 server's RSS at each tenth of the run.
 
-Run ``python bench/hostile.py`` (the demo's size, 4 nodes x 8 GPUs, full
-repetitions) or ``--small`` (fewer repetitions, for CI).
+Run ``python bench/hostile.py`` (the demo's size, 7 nodes and 30 GPUs,
+full repetitions) or ``--small`` (fewer repetitions, for CI).
 """
 
 from __future__ import annotations
@@ -1026,7 +1026,7 @@ def report(
     outcomes: list[Outcome], before: float, after: float, statuses: list[int], logs: dict[str, str]
 ) -> None:
     print(f"# Hostile-input benchmark ({platform.node()}, {os.cpu_count()} CPUs)\n")
-    print("Demo size: 4 nodes x 8 GPUs; request timeout 10 s; header timeout 10 s.\n")
+    print("Demo size: 7 nodes, 30 GPUs; request timeout 10 s; header timeout 10 s.\n")
     print(
         "| target | attack | answer ms | status | probe 1 p50 / p99 ms | probe 2 p50 / p99 ms "
         "| RSS before → after, MB | agent peak RSS growth, MB |"

@@ -11,7 +11,7 @@ Side by side in one run:
    ``gpugraph serve`` in its own process against the stub API server and a
    fleet of real agents: cache fill time and RSS, the full-cluster query, the
    single-worker walk, ``/metrics``, the map's first query and ``top``'s.
-3. At the demo's size (4 nodes), 100 HTTP clients sending queries that all
+3. At 4 nodes x 8 GPUs of the fleet, 100 HTTP clients sending queries that all
    differ (``bench/http_load.py``: lean clients, so the server is what is
    measured), beside ``/healthz`` and an empty answer: this machine's ceiling.
 

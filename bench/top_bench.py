@@ -8,7 +8,7 @@ Measured side by side in one run:
    server is closed (the Kubernetes client's kubeconfig loader too);
 2. ``gpugraph top`` (GPUs), ``top nodes`` and ``top pods -o json``, the real
    command in a subprocess with output to a pipe, against ``gpugraph demo`` at
-   its default size (4 nodes x 8 GPUs), with ``--server`` and through the
+   its default size (7 nodes, 30 GPUs, one agent down), with ``--server`` and through the
    kubeconfig (the API server's service proxy and the WebSocket);
 3. the same against a real ``gpugraph serve`` over N simulated nodes
    (``bench/fleet.py``: 8 GPUs x 4 processes each, one real agent per node in
@@ -357,7 +357,7 @@ def main() -> None:
         emit(["\n1. Start-up\n", HEADER])
         emit(startup(args.repeat, tmp))
         with demo() as (url, kubeconfig):
-            emit(["\n2. gpugraph demo (4 nodes x 8 GPUs)\n", HEADER])
+            emit(["\n2. gpugraph demo (7 nodes, 30 GPUs)\n", HEADER])
             emit(commands(["--server", url], args.repeat, "--server"))
             emit(commands(["--kubeconfig", kubeconfig], args.repeat, "kubeconfig"))
             emit(split(url, args.repeat))
