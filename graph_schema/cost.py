@@ -115,6 +115,12 @@ LIST_SIZES: dict[tuple[str, str], SizeRule] = {
     ("Node", "gpuHistory"): lambda s, f: HISTORY_LIST_LIMIT,
     ("Pod", "gpuHistory"): lambda s, f: HISTORY_LIST_LIMIT,
     ("GpuHistoryConnection", "edges"): lambda s, f: MAX_FIRST,
+    # GPU health events: lists and pages as history's; an event's processes are one GPU's.
+    ("Gpu", "events"): lambda s, f: HISTORY_LIST_LIMIT,
+    ("Node", "gpuEvents"): lambda s, f: HISTORY_LIST_LIMIT,
+    ("Pod", "gpuEvents"): lambda s, f: HISTORY_LIST_LIMIT,
+    ("GpuEventConnection", "edges"): lambda s, f: MAX_FIRST,
+    ("GpuEvent", "processes"): lambda s, f: s.processes_per_gpu,
     ("Query", "gpuUsage"): lambda s, f: max(s.pods, s.nodes * s.gpus_per_node),
     # One per container given the GPU (a MIG device or a time-sliced replica each).
     ("Gpu", "allocations"): lambda s, f: max(s.processes_per_gpu, MAX_MIG_DEVICES),

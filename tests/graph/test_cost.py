@@ -16,6 +16,7 @@ from graph_schema.admission import SizeGauge
 from graph_schema.context import GraphContext
 from graph_schema.cost import LIST_SIZES, ClusterSizes, estimate
 from graph_schema.limits import SchemaLimits
+from graph_schema.occupancy.fan_out import MAX_FIRST
 from graph_schema.schema import build_schema
 from tests.support.graph import (
     MemoryCluster,
@@ -258,3 +259,10 @@ async def test_the_full_cluster_query_is_admitted_at_1000_nodes_after_the_agents
     assert (sizes.nodes, sizes.gpus_per_node, sizes.processes_per_gpu) == (1000, 8, 4)
     admitted = cost(FULL_CLUSTER, sizes)
     assert admitted == 1000 + 8000 + 32_000 + 32_000 <= SchemaLimits().max_result_items
+
+
+def test_an_events_page_costs_a_page_of_events_times_one_gpus_processes() -> None:
+    query = """{ gpuEvents(since: "2026-12-01T00:00:00Z", first: 10) {
+      edges { node { xid processes { pid pod { name } } } } } }"""
+    per_edge = 2 + DEMO.processes_per_gpu * 2  # the edge, its event, each process and its pod
+    assert cost(query) == 1 + MAX_FIRST * per_edge
