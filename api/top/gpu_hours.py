@@ -74,7 +74,10 @@ def since_of(text: str, clock: Callable[[], float] = time.time) -> str:
         seconds = parse_duration(text)
     except ValueError as exc:
         raise TopError(f"--since: {exc}") from None
-    moment = datetime.datetime.fromtimestamp(clock() - seconds, datetime.UTC)
+    try:
+        moment = datetime.datetime.fromtimestamp(clock() - seconds, datetime.UTC)
+    except (ValueError, OverflowError, OSError):
+        raise TopError(f"--since: {text} reaches back before the year 1") from None
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
