@@ -15,6 +15,7 @@ from typing import Any
 from . import model
 from .connection import resolve
 from .errors import MIB, TopError
+from .gpu_events import EventFlags, fetch_hits
 from .keys import quit_key
 from .queries import SNAPSHOT, WATCH
 from .text import one_line
@@ -56,8 +57,14 @@ def filters_of(args: argparse.Namespace) -> model.Filters:
     )
 
 
-def fetch(transport: Transport, filters: model.Filters, view: str) -> model.Snapshot:
-    """One snapshot of the cluster for ``view``, with the filters applied."""
+def fetch(
+    transport: Transport,
+    filters: model.Filters,
+    view: str,
+    events: Callable[[], model.EventHits] | None = None,
+) -> model.Snapshot:
+    """One snapshot of the cluster for ``view``, with the filters applied and, where
+    ``events`` gives them, the GPUs, pods and nodes with health events flagged."""
     variables = {
         "node": filters.node,
         "namespace": filters.namespace,
@@ -74,6 +81,8 @@ def fetch(transport: Transport, filters: model.Filters, view: str) -> model.Snap
         if filters.node is None:
             raise
         raise no_match(view, filters) from None
+    if events is not None:
+        snapshot.events = events().beside(snapshot.down)
     return model.apply(snapshot, filters)
 
 
@@ -130,15 +139,22 @@ def _stamp(count: int, clock: Callable[[], float]) -> str:
 
 
 async def snapshots(
-    transport: Transport, filters: model.Filters, interval: float, first: model.Snapshot
+    transport: Transport,
+    filters: model.Filters,
+    interval: float,
+    first: model.Snapshot,
+    events: EventFlags | None = None,
 ) -> AsyncIterator[model.Snapshot]:
-    """``first`` (the query's answer), then one snapshot per subscription tick, filtered."""
+    """``first`` (the query's answer), then one snapshot per subscription tick, filtered, with
+    the newest health events ``events`` has read."""
     yield first
     variables = {"node": filters.node, "interval": interval}
     async for body in transport.subscribe(WATCH, variables):
         tick = model.snapshot_from_tick(body)
         # The tick carries no pod list; the first query filled in what pods requested.
         tick.pods = first.pods
+        if events is not None:
+            tick.events = events.latest().beside(tick.down)
         yield model.apply(tick, filters)
     # gpuUpdates runs until the client leaves; a server that completes it is going away.
     raise TopError("the server completed the gpuUpdates subscription")
@@ -153,6 +169,7 @@ async def watch(
     *,
     wide: bool = False,
     clock: Callable[[], float] = time.time,
+    events: EventFlags | None = None,
 ) -> None:
     """Follow the cluster: redrawn in place on a terminal, else one whole frame per tick.
 
@@ -161,7 +178,7 @@ async def watch(
     when it ends.
     """
     console = _console()
-    frames = snapshots(transport, filters, interval, first)
+    frames = snapshots(transport, filters, interval, first, events)
     if console.is_terminal:
         await _live(console, frames, view, filters, wide=wide, clock=clock)
     else:
@@ -202,7 +219,7 @@ async def _live(
     from rich.live import Live
     from rich.text import Text
 
-    from .render import down_lines
+    from .render import down_lines, error_lines
     from .render import view as render
 
     count = 0
@@ -210,7 +227,8 @@ async def _live(
     def frame(snapshot: model.Snapshot) -> Any:
         # Rows for the screen only: less the header, the "more" line, the footer and
         # the down nodes' lines (long reasons wrap).
-        down = len(console.render_lines(Group(*down_lines(snapshot.down)))) if snapshot.down else 0
+        notes = [*down_lines(snapshot.down), *error_lines(snapshot.events.errors)]
+        down = len(console.render_lines(Group(*notes))) if notes else 0
         height = console.size.height - 3 - down
         parts = render(view, snapshot, filters.sort_by, wide=wide, height=height)
         footer = Text(f"{_stamp(count, clock)}; q or Ctrl-C to quit", style="dim")
@@ -246,20 +264,35 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
                 max_answer_bytes=int(args.max_answer * MIB),
             )
             transport = HttpTransport(endpoint)
+        if getattr(args, "events", False):
+            from .gpu_events import run_events
+
+            return run_events(args, transport, _console, sys.stdout.write)
         if getattr(args, "since", None):
             from .gpu_hours import run_since
 
             return run_since(args, transport, _console, sys.stdout.write)
         wide = args.output == "wide"
+        # The EVENTS flags' read runs beside the snapshot's query, on a thread of its own.
+        asked = transport
+        events = EventFlags(lambda: fetch_hits(asked, filters.node))
         with no_cycle_collection():
             # On an event loop of its own, as --watch's loop is not yet running: Ctrl-C here
             # cancels the query and ends with 130 at once.
-            snapshot = fetch(transport, filters, args.view)
+            snapshot = fetch(transport, filters, args.view, events.wait)
             check_matches(args.view, snapshot, filters)
         if args.watch:
             # Ctrl-C, or q (which cancels the watch): the terminal is left as it was.
             with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
-                live = watch(transport, args.view, filters, args.interval, snapshot, wide=wide)
+                live = watch(
+                    transport,
+                    args.view,
+                    filters,
+                    args.interval,
+                    snapshot,
+                    wide=wide,
+                    events=events,
+                )
                 asyncio.run(live)
             return 0
         with no_cycle_collection():

@@ -57,6 +57,7 @@ def gpus_document(snapshot: Snapshot) -> dict[str, Any]:
             for g in snapshot.gpus
         ],
         "downNodes": _down(snapshot.down),
+        "errors": list(snapshot.events.errors),
     }
 
 
@@ -82,6 +83,7 @@ def pods_document(snapshot: Snapshot, sort_by: str) -> dict[str, Any]:
         "kind": "PodList",
         "pods": [pod_entry(r) for r in pod_rows(snapshot, sort_by)],
         "downNodes": _down(snapshot.down),
+        "errors": list(snapshot.events.errors),
     }
 
 
@@ -108,6 +110,7 @@ def nodes_document(snapshot: Snapshot, sort_by: str) -> dict[str, Any]:
         "apiVersion": VERSION,
         "kind": "NodeList",
         "nodes": [node_entry(r) for r in node_rows(snapshot, sort_by)],
+        "errors": list(snapshot.events.errors),
     }
 
 

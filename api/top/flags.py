@@ -10,7 +10,7 @@ import argparse
 import math
 
 from .connection import DEFAULT_MAX_ANSWER_MIB, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT
-from .marks import legend
+from .marks import EVENT_HOURS, legend
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -94,7 +94,15 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
         "--since",
         metavar="DURATION",
         help="the past instead of now: pods (or, with top nodes, nodes) by GPU-hours over "
-        "the last DURATION, e.g. 24h or 7d, from the agents' occupancy logs",
+        "the last DURATION, e.g. 24h or 7d, from the agents' occupancy logs; with --events, "
+        "the events of the last DURATION",
+    )
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help="list GPU health events (XIDs, ECC errors, GPUs lost), newest first, with the "
+        "process the driver blamed and the pods on the GPU; of the last "
+        f"{EVENT_HOURS}h unless --since says",
     )
     parser.add_argument(
         "-w",

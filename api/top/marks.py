@@ -5,7 +5,8 @@ GPU, pod and node tables, the ``flags`` lists of ``-o json``/``-o yaml``, the
 legend of ``gpugraph top --help`` and the one in docs/top.md (a test holds the
 docs to these words) all come from this list. A row's flags are its own and
 those of the processes under it: a process's, then its GPU's (with the GPU's
-own MIG), its pod's (with UNREQUESTED, which belongs to the pod), its node's.
+own MIG and EVENTS), its pod's (with UNREQUESTED, which belongs to the pod, and
+EVENTS where the pod was on a GPU when it had an event), its node's.
 
 Only the standard library: ``gpugraph --help`` loads it for top's legend.
 """
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ALLOCATION_UNKNOWN",
+    "EVENTS",
+    "EVENT_HOURS",
     "IDLE",
     "MARKS",
     "MIG",
@@ -61,8 +64,17 @@ IDLE = Mark(
     "(docs/allocation.md)",
 )
 MIG = Mark("MIG", "cyan", "the GPU is in MIG mode: its processes run on MIG devices, slices of it")
-# The order flags are shown in, everywhere.
-MARKS = (UNREQUESTED, NOT_ALLOCATED, ALLOCATION_UNKNOWN, IDLE, MIG)
+# How far back a health event flags its GPU, as far back as the map badges one.
+EVENT_HOURS = 24
+EVENTS = Mark(
+    "EVENTS",
+    "bold white on red",
+    f"a health event (an XID, an ECC error, the GPU lost) in the last {EVENT_HOURS} hours on "
+    "this GPU; for a pod, on a GPU it had a process on at that moment; for a node, on one of "
+    "its GPUs. top --events lists them (docs/gpu-events.md)",
+)
+# The order flags are shown in, everywhere: a GPU that failed first.
+MARKS = (EVENTS, UNREQUESTED, NOT_ALLOCATED, ALLOCATION_UNKNOWN, IDLE, MIG)
 
 
 def ordered(found: Iterable[Mark]) -> tuple[Mark, ...]:

@@ -12,7 +12,16 @@ from typing import Any
 
 from .errors import TopError
 from .flags import DEFAULT_SORT
-from .marks import ALLOCATION_UNKNOWN, IDLE, MIG, NOT_ALLOCATED, UNREQUESTED, Mark, ordered
+from .marks import (
+    ALLOCATION_UNKNOWN,
+    EVENTS,
+    IDLE,
+    MIG,
+    NOT_ALLOCATED,
+    UNREQUESTED,
+    Mark,
+    ordered,
+)
 
 # How the server names a node whose agent did not answer, in a subscription tick's errors
 # (graph_schema's AgentUnavailableError and NodeSampleError messages), and what of the
@@ -80,6 +89,8 @@ class GpuRow:
     mig: bool = False
     # The pods holding it (or a MIG device, replica of it) IDLE or UNUSED.
     idle: tuple[PodRef, ...] = ()
+    # It had a health event in the EVENTS flag's window.
+    events: bool = False
 
     @property
     def pods(self) -> list[str]:
@@ -90,11 +101,13 @@ class GpuRow:
 
     @property
     def marks(self) -> tuple[Mark, ...]:
-        """Its flags: MIG, and those of its processes."""
+        """Its flags: MIG, EVENTS, and those of its processes."""
         mig = self.mig
         found = [mark for p in self.processes for mark in process_marks(p, mig)]
         if self.idle:
             found.append(IDLE)
+        if self.events:
+            found.append(EVENTS)
         return ordered([*found, MIG] if mig else found)
 
 
@@ -200,6 +213,33 @@ class Filters:
         return self.namespace is not None or self.selector is not None
 
 
+@dataclass(frozen=True, slots=True)
+class EventHits:
+    """What had GPU health events in the EVENTS flag's window, from one ``gpuEvents`` read.
+
+    ``down`` maps the nodes whose agent could not answer it to the server's
+    message; ``errors`` are the rest of what it could not read (a node whose log
+    is off, the query itself failing), so that flags left out are said to be.
+    """
+
+    gpus: frozenset[str] = frozenset()
+    pods: frozenset[str] = frozenset()
+    nodes: frozenset[str] = frozenset()
+    down: tuple[tuple[str, str], ...] = ()
+    errors: tuple[str, ...] = ()
+
+    def beside(self, down: Iterable[DownNode]) -> EventHits:
+        """These hits shown beside a view whose down nodes are ``down``: a node the view
+        already says is down is not said again; another node that could not answer is an
+        error (its events are not known)."""
+        known = {d.node for d in down}
+        missed = tuple(message for node, message in self.down if node not in known)
+        return dataclasses.replace(self, down=(), errors=(*missed, *self.errors))
+
+
+NO_EVENTS = EventHits()
+
+
 @dataclass(slots=True)
 class Snapshot:
     """Everything one answer (a query, or a subscription tick) said about the cluster."""
@@ -208,6 +248,8 @@ class Snapshot:
     down: list[DownNode]
     # The pods the filters select; None in a subscription tick, which carries no pod list.
     pods: list[PodRef] | None = None
+    # The GPUs, pods and nodes with health events (``EventHits.beside`` this snapshot).
+    events: EventHits = NO_EVENTS
 
 
 def _pod(data: Mapping[str, Any] | None, node: str | None = None) -> PodRef | None:
@@ -399,7 +441,7 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
     for gpu in snapshot.gpus:
         if filters.node is not None and gpu.node != filters.node:
             continue
-        kept, idle = gpu.processes, gpu.idle
+        kept, idle, hit = gpu.processes, gpu.idle, gpu.uuid in snapshot.events.gpus
         if filters.by_pod:
             kept = tuple(p for p in kept if wanted(p.pod))
             # A pod that holds the GPU idle is on it too, with no process to show it by.
@@ -407,8 +449,8 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
             if not kept and not idle:
                 continue
         processes = _flagged(kept, used)
-        if processes is not gpu.processes or idle is not gpu.idle:
-            gpu = dataclasses.replace(gpu, processes=processes, idle=idle)
+        if processes is not gpu.processes or idle is not gpu.idle or hit != gpu.events:
+            gpu = dataclasses.replace(gpu, processes=processes, idle=idle, events=hit)
         gpus.append(gpu)
     down = [d for d in snapshot.down if filters.node is None or d.node == filters.node]
     if filters.by_pod and snapshot.pods is not None:
@@ -419,7 +461,9 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
             if filters.namespace is None or p.namespace == filters.namespace
         }
         down = [d for d in down if d.node in hosts]
-    return Snapshot(gpus=sort_gpus(gpus, filters.sort_by), down=down, pods=snapshot.pods)
+    return Snapshot(
+        gpus=sort_gpus(gpus, filters.sort_by), down=down, pods=snapshot.pods, events=snapshot.events
+    )
 
 
 def sort_gpus(gpus: list[GpuRow], sort_by: str) -> list[GpuRow]:
@@ -470,6 +514,8 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
             pods.setdefault(holder.uid, holder)
             flagged.setdefault(holder.uid, set()).add(IDLE)
     down = {d.node for d in snapshot.down}
+    # The pods with a process on a GPU when it had an event.
+    hit = snapshot.events.pods
     rows = []
     for uid, pod in pods.items():
         own = processes.get(uid, [])
@@ -483,6 +529,8 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
             found = flagged.get(uid, set()) - {UNREQUESTED}
             if used > (pod.gpu_request or 0):
                 found.add(UNREQUESTED)
+            if uid in hit:
+                found.add(EVENTS)
             marks = ordered(found)
         rows.append(
             PodRow(
@@ -510,6 +558,7 @@ def node_rows(snapshot: Snapshot, sort_by: str) -> list[NodeRow]:
     for gpu in snapshot.gpus:
         by_node.setdefault(gpu.node, []).append(gpu)
     rows = []
+    events = snapshot.events.nodes
     for name, gpus in by_node.items():
         utils = [g.utilization for g in gpus if g.utilization is not None]
         temps = [g.temperature for g in gpus if g.temperature is not None]
@@ -525,7 +574,12 @@ def node_rows(snapshot: Snapshot, sort_by: str) -> list[NodeRow]:
                 max_temperature=max(temps) if temps else None,
                 pods=len({p.pod.uid for p in processes if p.pod is not None}),
                 processes=len(processes),
-                marks=ordered(mark for g in gpus for mark in g.marks),
+                marks=ordered(
+                    [
+                        *(mark for g in gpus for mark in g.marks),
+                        *([EVENTS] if name in events else ()),
+                    ]
+                ),
             )
         )
     rows.extend(NodeRow.down(d) for d in snapshot.down if d.node not in by_node)

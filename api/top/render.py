@@ -308,6 +308,12 @@ def down_lines(down: list[DownNode]) -> list[Text]:
     return [Text(printable(f"{d.node}: agent down: {d.reason}"), style="red") for d in down]
 
 
+def error_lines(errors: Iterable[str]) -> list[Text]:
+    """A red line per thing the view could not read (the EVENTS flags of a node whose log is
+    off, say)."""
+    return [Text(printable(message), style="red") for message in errors]
+
+
 Rows = tuple[list[str], list[list[Cell]]]
 
 
@@ -447,4 +453,4 @@ def view(
         Grid(sizes, lines[start : start + BLOCK], header=start == 0)
         for start in range(0, len(lines), BLOCK)
     ]
-    return [*blocks, *more, *down_lines(snapshot.down)]
+    return [*blocks, *more, *down_lines(snapshot.down), *error_lines(snapshot.events.errors)]

@@ -11,6 +11,7 @@ from tests.support.demo import LiveDemo, live_demo
 from tests.support.polling import eventually
 
 DOWN_NODE = build_cluster().down_node
+EVENT_KINDS = '{ gpuEvents(since: "2000-01-01T00:00:00Z") { edges { node { kind } } } }'
 
 
 @pytest.fixture(scope="package")
@@ -39,7 +40,7 @@ def _wait_settled(demo: LiveDemo, token: str | None = None) -> None:
 
 def _settled(demo: LiveDemo, token: str | None) -> bool:
     """Whether every agent has answered with its kubelet's allocations, both idle allocations
-    are judged, and the down one failed."""
+    are judged, the XID and the GPU lost are in the agents' logs, and the down one failed."""
     body = demo.query("{ nodes { name allocationSource agent { reachable } } }", token)
     assert body.get("data") is not None, body
     nodes = {node["name"]: node for node in body["data"]["nodes"]}
@@ -48,4 +49,8 @@ def _settled(demo: LiveDemo, token: str | None) -> bool:
     # The idle replica is judged once the server has told its agent the pods' names.
     idle = demo.query("{ idleGpuAllocations { deviceId } }", token).get("data") or {}
     judged = len(idle.get("idleGpuAllocations") or ()) == 2
-    return answered and judged and nodes[DOWN_NODE]["agent"]["reachable"] is False
+    # The documents' EVENTS flags and top --events show both of the demo's GPU events.
+    events = demo.query(EVENT_KINDS, token).get("data") or {}
+    edges = (events.get("gpuEvents") or {}).get("edges") or ()
+    recorded = {edge["node"]["kind"] for edge in edges} == {"XID", "GPU_LOST"}
+    return answered and judged and recorded and nodes[DOWN_NODE]["agent"]["reachable"] is False

@@ -42,7 +42,7 @@ COMMAND_TIMEOUT = 60.0
 # Table columns whose values move with the simulated load: only "<unknown>" is compared.
 MOVING_COLUMNS = frozenset(
     {"UTIL", "MEMORY", "TEMP", "MAX TEMP", "SM", "GPU-HOURS", "GIB-HOURS", "ALLOC-HOURS",
-     "IDLE-HOURS"}
+     "IDLE-HOURS", "TIME"}
 )  # fmt: skip
 # The tokens a console example names, as `gpugraph demo --auth` prints them: its users.
 TOKENS = {"<research token>": "research-user", "<admin token>": "admin"}
@@ -244,6 +244,7 @@ SHAPE_COMMANDS = {
     "NodeList": "gpugraph top nodes",
     "PodUsageList": "gpugraph top --since 24h",
     "NodeUsageList": "gpugraph top nodes --since 24h",
+    "GpuEventList": "gpugraph top --events",
 }
 
 

@@ -111,7 +111,7 @@ def test_a_bad_server_is_one_line_and_exit_1(server: str) -> None:
 CONTRACT = {
     "gpus": (
         "GpuList",
-        {"gpus", "downNodes"},
+        {"gpus", "downNodes", "errors"},
         {
             "node", "index", "uuid", "model", "utilizationPercent", "memoryUsedBytes",
             "memoryTotalBytes", "temperatureC", "error", "flags", "pods", "processes",
@@ -119,7 +119,7 @@ CONTRACT = {
     ),
     "pods": (
         "PodList",
-        {"pods", "downNodes"},
+        {"pods", "downNodes", "errors"},
         {
             "namespace", "name", "node", "gpusRequested", "gpusUsed", "memoryBytes",
             "smPercent", "unrequested", "flags",
@@ -127,7 +127,7 @@ CONTRACT = {
     ),
     "nodes": (
         "NodeList",
-        {"nodes"},
+        {"nodes", "errors"},
         {
             "name", "status", "reason", "gpus", "utilizationPercent", "memoryUsedBytes",
             "memoryTotalBytes", "maxTemperatureC", "pods", "processes", "flags",
@@ -159,7 +159,7 @@ def test_json_and_yaml_keep_the_documented_shape(
     kind, lists, entry = CONTRACT[view]
     assert document["apiVersion"] == "gpugraph.top/v1" and document["kind"] == kind
     assert set(document) == {"apiVersion", "kind", *lists}
-    items = document[next(iter(lists - {"downNodes"}))]
+    items = document[next(iter(lists - {"downNodes", "errors"}))]
     assert items and all(set(item) == entry for item in items)
     if view == "gpus":
         processes = [p for gpu in items for p in gpu["processes"]]
@@ -356,20 +356,30 @@ def judged(demo: RunningDemo) -> bool:
     )
 
 
+def recorded(demo: RunningDemo) -> bool:
+    """Whether the demo's XID and lost GPU are in its agents' logs."""
+    query = '{ gpuEvents(since: "2000-01-01T00:00:00Z") { edges { node { kind } } } }'
+    edges = demo.query(query)["data"]["gpuEvents"]["edges"]
+    return {e["node"]["kind"] for e in edges} == {"XID", "GPU_LOST"}
+
+
 def test_one_set_of_flags_the_same_in_every_view_and_document(
     demo: RunningDemo, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from tests.support.polling import eventually
 
     eventually(lambda: judged(demo), 30, interval=0.2, what="the kubelets' allocation data")
+    eventually(lambda: recorded(demo), 30, interval=0.2, what="the demo's GPU events")
     # The demo's pod on a GPU it was not given, its unrequested one (whose container the
-    # kubelet does not list), its MIG pods, and a pod with nothing to flag.
+    # kubelet does not list), its MIG pods, and a pod with nothing to flag of its own.
     expected = {
         "inference/chat-api-1": {"NOT-ALLOCATED"},
         "research/notebook-alice": {"UNREQUESTED", "ALLOC-UNKNOWN"},
         "research/mig-notebook-0": {"MIG"},
         "inference/chat-api-0": set(),
     }
+    # The two replicas were on the GPU the XID hit: EVENTS is their pods', not their processes'.
+    hit = {"inference/chat-api-0", "inference/chat-api-1"}
     gpus = top(capsys, demo)
     pods = top(capsys, demo, "pods")
     for key, flags in expected.items():
@@ -377,7 +387,10 @@ def test_one_set_of_flags_the_same_in_every_view_and_document(
         assert flag_words(process.split()) == flags, process
         namespace, name = key.split("/")
         (row,) = [line for line in pods.splitlines() if line.split()[:2] == [namespace, name]]
-        assert flag_words(row.split()) == flags, row
+        assert flag_words(row.split()) == flags | ({"EVENTS"} if key in hit else set()), row
+    expected = {
+        key: flags | ({"EVENTS"} if key in hit else set()) for key, flags in expected.items()
+    }
     document = json.loads(top(capsys, demo, "pods", "-o", "json"))
     in_json = {f"{p['namespace']}/{p['name']}": p["flags"] for p in document["pods"]}
     # A pod on the down node: its flags are not known.
@@ -390,14 +403,16 @@ def test_one_set_of_flags_the_same_in_every_view_and_document(
         line for line in pods.splitlines() if line.split()[:2] == ["research", "notebook-bob"]
     ]
     assert flag_words(row.split()) == {"IDLE"}, row
-    # A GPU's and a node's flags are those of the processes on them (and MIG, and IDLE
-    # where a pod holds it idle).
+    # A GPU's and a node's flags are those of the processes on them (and MIG, IDLE where a
+    # pod holds it idle, and EVENTS where it had a health event).
     for gpu in json.loads(top(capsys, demo, "-o", "json"))["gpus"]:
         under = {flag for p in gpu["processes"] for flag in p["flags"]}
-        assert set(gpu["flags"]) - under <= {"MIG", "IDLE"} and under <= set(gpu["flags"]), gpu
+        own = {"MIG", "IDLE", "EVENTS"}
+        assert set(gpu["flags"]) - under <= own and under <= set(gpu["flags"]), gpu
     table = top(capsys, demo, "nodes")
     nodes = {line.split()[0]: flag_words(line.split()) for line in table.splitlines()}
-    assert nodes["gpu-node-0"] == {"NOT-ALLOCATED"} and nodes["gpu-mig-0"] == {"IDLE", "MIG"}
+    assert nodes["gpu-node-0"] == {"EVENTS", "NOT-ALLOCATED"}
+    assert nodes["gpu-mig-0"] == {"IDLE", "MIG"}
     assert nodes["gpu-node-1"] == {"UNREQUESTED", "ALLOC-UNKNOWN"}
 
 
