@@ -208,6 +208,7 @@ def fetch_hits(
     except (KeyError, TypeError, AttributeError) as exc:
         return EventHits(errors=(f"GPU events not known: an answer of another shape ({exc})",))
     down, other = _split(pages.errors)
+    other = [f"GPU events not known: {message}" for message in other]
     if pages.truncated:
         other.append(
             f"more than {MAX_PAGES * PAGE:,} GPU events in the last {EVENT_HOURS} hours: "

@@ -308,10 +308,19 @@ def down_lines(down: list[DownNode]) -> list[Text]:
     return [Text(printable(f"{d.node}: agent down: {d.reason}"), style="red") for d in down]
 
 
-def error_lines(errors: Iterable[str]) -> list[Text]:
+# Lines a view gives what it could not read: a cluster whose agents all keep no log
+# would otherwise put a line per node under every table.
+MAX_ERROR_LINES = 5
+
+
+def error_lines(errors: Sequence[str]) -> list[Text]:
     """A red line per thing the view could not read (the EVENTS flags of a node whose log is
-    off, say)."""
-    return [Text(printable(message), style="red") for message in errors]
+    off, say), at most MAX_ERROR_LINES and a count of the rest."""
+    lines = [Text(printable(message), style="red") for message in errors[:MAX_ERROR_LINES]]
+    if len(errors) > MAX_ERROR_LINES:
+        rest = len(errors) - MAX_ERROR_LINES
+        lines.append(Text(f"... and {rest} more (-o json lists every one in errors)", style="red"))
+    return lines
 
 
 Rows = tuple[list[str], list[list[Cell]]]

@@ -255,9 +255,16 @@ def event(uuid: str, node: str, *pods: str) -> dict[str, Any]:
 class FakeTransport:
     """Answers top's documents as a server would, from what the test sets."""
 
-    def __init__(self, events: Any, pages: int = 1, gpus: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        events: Any,
+        pages: int = 1,
+        gpus: list[dict[str, Any]] | None = None,
+        off: tuple[str, ...] = ("node-c",),
+    ):
         self.events = events
         self.pages = pages
+        self.off = off
         self.gpus = gpus if gpus is not None else [gpu("GPU-a", "node-a", "hit"),
                                                    gpu("GPU-b", "node-b", "spared")]  # fmt: skip
         self.asked: list[Mapping[str, Any]] = []
@@ -274,7 +281,10 @@ class FakeTransport:
         more = number + 1 < self.pages
         page = {"hasNextPage": more, "endCursor": str(number + 1)}
         connection = {"edges": self.events if number == 0 else [], "pageInfo": page}
-        errors = [{"message": "history is off on node 'node-c'", "path": ["gpuEvents"]}]
+        errors = [
+            {"message": f"history is off on node '{node}'", "path": ["gpuEvents"]}
+            for node in self.off
+        ]
         return {"data": {"gpuEvents": connection}, "errors": errors}
 
     async def subscribe(
@@ -320,10 +330,25 @@ def test_a_node_whose_log_is_off_is_said_and_the_rest_are_flagged(
     transport = FakeTransport([event("GPU-a", "node-a", "hit")])
     document = json.loads(run_top(transport, capsys, "pods", "-o", "json"))
     assert {p["name"]: p["flags"] for p in document["pods"]} == {"hit": ["EVENTS"], "spared": []}
-    assert document["errors"] == ["history is off on node 'node-c'"]
+    assert document["errors"] == ["GPU events not known: history is off on node 'node-c'"]
     # One read for the flags, on the flag's window, beside the snapshot's query.
     (asked,) = transport.asked
     assert asked["first"] == gpu_events.PAGE and asked["after"] is None
+
+
+def test_a_cluster_of_logless_nodes_is_a_few_lines_not_one_per_node(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    off = tuple(f"node-{n}" for n in range(1000))
+    transport = FakeTransport([event("GPU-a", "node-a", "hit")], off=off)
+    lines = run_top(transport, capsys, "nodes").splitlines()
+    assert lines[1].split()[-1] == "EVENTS" and lines[2].split()[-1] != "EVENTS"
+    assert lines[3:] == [
+        *(f"GPU events not known: history is off on node 'node-{n}'" for n in range(5)),
+        "... and 995 more (-o json lists every one in errors)",
+    ]
+    document = json.loads(run_top(transport, capsys, "nodes", "-o", "json"))
+    assert len(document["errors"]) == 1000
 
 
 def test_events_follows_the_cursor_to_the_end_and_says_when_it_stops_short(
@@ -401,4 +426,4 @@ def test_each_watched_frame_carries_the_latest_events() -> None:
     flags.wait()
     _, tick = asyncio.run(frames())
     assert {g.uuid: g.events for g in tick.gpus} == {"GPU-a": False, "GPU-b": True}
-    assert tick.events.errors == ("history is off on node 'node-c'",)
+    assert tick.events.errors == ("GPU events not known: history is off on node 'node-c'",)
