@@ -74,6 +74,8 @@ class Sampler:
         self._on_scan_failed = False
         # Scans done so far; tests and benchmarks read it to count NVML work.
         self.scans = 0
+        # One scan at a time: the thread's, or one asked for now from another thread.
+        self._scanning = threading.Lock()
 
     @property
     def ready(self) -> bool:
@@ -123,6 +125,10 @@ class Sampler:
 
     def scan(self) -> NodeSnapshot:
         """Take one snapshot now and publish it; the thread calls this every interval."""
+        with self._scanning:
+            return self._scan()
+
+    def _scan(self) -> NodeSnapshot:
         sampled_at = self._clock()
         try:
             sample = self.source.sample()

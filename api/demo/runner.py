@@ -373,6 +373,8 @@ class Demo:
         for losing in (True, False):
             self._lost = lost if losing else None
             self._write_gpus(holder, time.monotonic() - self._started_at)
+            # Scanned now, not at the agents' next interval (an hour in some tests).
+            await asyncio.to_thread(holder.sampler.scan)
             deadline = time.monotonic() + READY_TIMEOUT
             while (lost[1] in found) != losing and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)

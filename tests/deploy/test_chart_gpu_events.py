@@ -1,6 +1,6 @@
 """The chart's alerts on GPU health events, run by promtool on the series the server and the
-agents export: hardware or driver XIDs and double-bit ECC errors fire, per GPU and per pod hit;
-XIDs that point at the application do not."""
+agents export: hardware or driver XIDs, double-bit ECC errors and lost GPUs fire, per GPU and
+per pod hit; XIDs that point at the application do not."""
 
 from __future__ import annotations
 
@@ -72,6 +72,9 @@ def test_hardware_xids_and_double_bit_errors_fire_per_gpu_and_per_pod_hit(
             "series": GPU.replace("GPU-1", "GPU-2") % ("ECC_DOUBLE_BIT", ""),
             "values": "_x4 1x30 2x30",
         },
+        # GPU-3 found lost at 5m, with the trainer on it.
+        {"series": GPU.replace("GPU-1", "GPU-3") % ("GPU_LOST", ""), "values": "_x4 1x60"},
+        {"series": POD % ("ml", "trainer", "GPU_LOST", ""), "values": "_x4 1x60"},
     ]
     hit = (
         "Pod {} was on a GPU when it reported XID 79 (a hardware or driver fault): its results "
@@ -92,6 +95,11 @@ def test_hardware_xids_and_double_bit_errors_fire_per_gpu_and_per_pod_hit(
         {"node": "n1", "gpu_uuid": "GPU-2", "kind": "ECC_DOUBLE_BIT"},
         dbe,
     )
+    lost = _fired(
+        "GpuHardwareFault",
+        {"node": "n1", "gpu_uuid": "GPU-3", "kind": "GPU_LOST"},
+        gpu_79.replace("GPU-1", "GPU-3").replace("XID 79", "itself lost (NVML's GPU_IS_LOST)"),
+    )
     tests = {
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
@@ -104,7 +112,7 @@ def test_hardware_xids_and_double_bit_errors_fire_per_gpu_and_per_pod_hit(
                     {
                         "eval_time": "6m",
                         "alertname": "GpuHardwareFault",
-                        "exp_alerts": [gpu_1, gpu_2],
+                        "exp_alerts": [gpu_1, gpu_2, lost],
                     },
                     {
                         "eval_time": "6m",
@@ -116,6 +124,15 @@ def test_hardware_xids_and_double_bit_errors_fire_per_gpu_and_per_pod_hit(
                                 hit.format(f"{ns}/{pod}"),
                             )
                             for ns, pod in (("ml", "trainer"), ("research", "notebook"))
+                        ]
+                        + [
+                            _fired(
+                                "GpuFaultHitPod",
+                                {"namespace": "ml", "pod": "trainer", "kind": "GPU_LOST"},
+                                hit.format("ml/trainer").replace(
+                                    "XID 79", "itself lost (NVML's GPU_IS_LOST)"
+                                ),
+                            )
                         ],
                     },
                     # Past the window, only the error counted at 35m still fires.

@@ -199,10 +199,12 @@ def prometheus(
                     f'gpugraph_gpu_unattributed_memory_bytes{{job="{JOB}", '
                     'reason="unknown_container"} > 0'
                 )
+                # The demo's GPU health events: its XID, then the GPU it loses.
+                and prom.query(f'gpugraph_gpu_events_total{{job="{JOB}", kind="GPU_LOST"}}')
             ),
             60,
             interval=0.5,
-            what="every node's agent_up, and the deleted pod's leftover, in Prometheus",
+            what="every node's agent_up, the deleted pod's leftover and the lost GPU in Prometheus",
         )
         yield prom
 
@@ -397,6 +399,8 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         "GpugraphAgentDown": ("node",),
         "GpuUsedWithoutAllocation": ("namespace", "pod", "container"),
         "GpuAllocationIdle": ("namespace", "pod", "container"),
+        "GpuHardwareFault": ("node", "kind"),
+        "GpuFaultHitPod": ("namespace", "pod", "kind"),
     }
     found = {
         a["alert"]: {
@@ -416,6 +420,10 @@ def test_every_alert_finds_the_demos_case(prometheus: Prometheus) -> None:
         # Idle two hours; the idle replica's 45 minutes are under the hour (and its first
         # scan, before the server named its pods, could not judge it).
         "GpuAllocationIdle": {("research", "notebook-bob", "notebook")},
+        # The GPU gpu-node-2 loses, and the worker on it; not chat-api-1's XID 13, which the
+        # catalog puts down to the application.
+        "GpuHardwareFault": {("gpu-node-2", "GPU_LOST")},
+        "GpuFaultHitPod": {("ml-training", "llm-pretrain-worker-2", "GPU_LOST")},
     }
 
 
