@@ -101,6 +101,7 @@ test: install-dev npm-if-npm lint typecheck proto-check
 # Every benchmark at a size that finishes in CI; the full sizes are their defaults.
 bench-small: install-dev web-if-npm
 	$(PY) bench/agent_bench.py --sizes 3 --nvml-scans 50
+	$(PY) bench/agent_bench.py --verdicts --verdict-rounds 2
 	$(PY) bench/cache_bench.py --pods 2000
 	$(PY) bench/cluster_bench.py --small
 	$(PY) bench/hostile.py --small
@@ -123,6 +124,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/hostile.py
 	$(PY) bench/cache_bench.py
 	$(PY) bench/agent_bench.py --sizes 10,50,100
+	$(PY) bench/agent_bench.py --verdicts
 	$(PY) bench/kubectl_bench.py
 	$(PY) bench/auth_bench.py
 	$(PY) bench/metrics_bench.py
