@@ -32,6 +32,10 @@ the 40 pods are on the 3 of 4 nodes that have no agent) against a ``serve --auth
 kubernetes`` through strawberry, and another through the compiled plan: the
 server's RSS at each tenth of the run.
 
+Issue 31's drip runs ``gpugraph top`` against a server that sends a byte of
+its answer every 20 s: how long top ran before its deadline ended it, its
+peak RSS and its one line.
+
 Run ``python bench/hostile.py`` (the demo's size, 7 nodes and 30 GPUs,
 full repetitions) or ``--small`` (fewer repetitions, for CI).
 """
