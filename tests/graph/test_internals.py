@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import strawberry
+import strawberry.schema.schema as strawberry_schema
 from graphql import ExecutionResult, GraphQLError, GraphQLSchema, parse, specified_rules
 from strawberry.extensions import SchemaExtension
 
 from graph_schema import internals
+from graph_schema.pipeline import PoliciesRunner
 from graph_schema.schema import build_schema
 
 CHECKED = ", ".join(f"{name} {version}" for name, version in internals.CHECKED_AGAINST.items())
@@ -99,3 +102,45 @@ def test_the_validation_cache_keys_on_the_document_and_the_rules() -> None:
     # The same document and rules: strawberry's cached answer, not a new validation.
     assert validate(schema, document, rules) is errors, f"ValidationCache changed ({CHECKED})"
     assert validate(schema, parse("{ hello }"), rules) == []
+
+
+async def test_strawberry_runs_the_policies_runner_and_finds_parsing_and_validation_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # graph_schema/pipeline.py leans on three more of strawberry's undocumented ways:
+    # ``Schema.create_extensions_runner`` builds every operation's runner, whose
+    # ``operation`` and ``executing`` it calls; and its parsing and validation steps
+    # skip a document already parsed and validated (``_parse_operation_document``,
+    # ``_run_validation``). An upgrade that changes one would bypass the policies'
+    # runner or parse and validate twice, the answers unchanged: fail here instead.
+    hooks: list[str] = []
+    for hook in ("operation", "executing"):
+        original = getattr(PoliciesRunner, hook)
+
+        def counted(self: PoliciesRunner, _hook: str = hook, _original: Any = original) -> Any:
+            hooks.append(_hook)
+            return _original(self)
+
+        monkeypatch.setattr(PoliciesRunner, hook, counted)
+    again: list[str] = []
+    validate_document = strawberry_schema.validate_document
+
+    def parse_again(*args: Any, **kwargs: Any) -> Any:
+        again.append("parse")
+        return parse(*args, **kwargs)
+
+    def validate_again(*args: Any, **kwargs: Any) -> Any:
+        again.append("validate")
+        return validate_document(*args, **kwargs)
+
+    monkeypatch.setattr(strawberry_schema, "parse", parse_again)
+    monkeypatch.setattr(strawberry_schema, "validate_document", validate_again)
+    schema = build_schema()
+    answered = await schema.execute("{ __typename }")
+    assert answered.data == {"__typename": "Query"} and answered.errors is None
+    refused = await schema.execute("{ nope }")
+    assert refused.errors and "Cannot query field 'nope'" in refused.errors[0].message
+    assert hooks == ["operation", "executing", "operation"], (
+        f"create_extensions_runner or the runner's hooks changed since {CHECKED}"
+    )
+    assert again == [], f"strawberry parsed or validated the document again ({CHECKED})"
