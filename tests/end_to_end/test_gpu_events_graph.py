@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from api.demo.cluster import StubApiServer, write_kubeconfig
 from api.demo.cluster.manifests import make_node, make_pod
@@ -24,7 +26,7 @@ from tests.end_to_end.test_gpu_events import (
     World,
     _xid_line,
 )
-from tests.end_to_end.test_subscriptions import transport_ws
+from tests.end_to_end.test_subscriptions import PROTOCOL, TIMEOUT, TransportWsClient, transport_ws
 from tests.support.libnvml import FakeGpu, FakeMig, FakeNode, FakeProcess
 from tests.support.libnvml.events import DOUBLE_BIT_ECC, SINGLE_BIT_ECC, XID, kernel_pci
 from tests.support.polling import eventually_async
@@ -364,6 +366,45 @@ async def test_the_subscription_yields_each_new_event(shared: tuple[World, Clust
         (TRAINER.pid, "ml", "trainer"),
         (NOTEBOOK.pid, "research", "notebook"),
     ]
+
+
+async def test_a_tenants_stream_yields_only_events_its_pods_were_hit_by(
+    shared: tuple[World, Cluster],
+) -> None:
+    world, cluster = shared
+    query = f"subscription {{ gpuEventStream {{ {EVENT} }} }}"
+    async with serving(cluster.settings(auth_mode="kubernetes")) as server:
+        pool = server.services.pool
+        url = server.url.replace("http://", "ws://") + "/graphql"
+        headers = bearer(cluster.token("research-user"))
+        protocols = [Subprotocol(PROTOCOL)]
+        async with connect(
+            url, subprotocols=protocols, additional_headers=headers, open_timeout=TIMEOUT
+        ) as socket:
+            client = TransportWsClient(socket)
+            await client.init()
+            op_id = await client.subscribe(query)
+            await eventually_async(
+                lambda: pool.followers(NODE) > 0, timeout=30, what="the stream following"
+            )
+            # A double-bit error on the GPU only ml's pod was on, logged before the XID
+            # on the GPU research's notebook shares: the stream skips it.
+            world.events.emit(1, DOUBLE_BIT_ECC, 0)
+            await asyncio.to_thread(
+                world.follow_until,
+                0,
+                lambda seen: any(e.gpu_uuid == "GPU-other-1" for e in seen),
+                "the error on ml's GPU",
+            )
+            raise_xid_13(world)
+            payload = await client.next(op_id)
+            await client.complete(op_id)
+    assert "errors" not in payload, payload
+    event = payload["data"]["gpuEventStream"]
+    assert (event["kind"], event["xid"], event["gpu"]) == ("XID", 13, {"uuid": "GPU-shared-0"})
+    # The other tenant's process is withheld and counted; the culprit was it, so none.
+    assert _pods(event["processes"]) == [(NOTEBOOK.pid, "research", "notebook")]
+    assert (event["hiddenProcessCount"], event["culprit"]) == (1, None)
 
 
 async def test_the_servers_metrics_count_each_new_event_per_gpu_and_per_pod(
