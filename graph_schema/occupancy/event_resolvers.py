@@ -23,7 +23,7 @@ from strawberry.types import Info
 
 from node_resolver.gpu_events.records import EventQuery
 
-from ..errors import GraphUserError, named_nodes, require_ready
+from ..errors import named_nodes, require_ready
 from ..interfaces import AgentUnavailableError, ClusterView
 from ..operation import Operation
 from .cursor import Position
@@ -37,7 +37,7 @@ from .fan_out import (
     agent_namespaces,
     partial,
 )
-from .resolvers import Window, window
+from .resolvers import Window, page_size, window
 from .types import PageInfo, operation_of
 
 __all__ = [
@@ -186,9 +186,7 @@ async def _gpu_event_connection(
 ) -> GpuEventConnection:
     ctx = operation_of(info)
     require_ready(ctx.cluster)
-    count = DEFAULT_FIRST if first is None else first
-    if not 1 <= count <= MAX_FIRST:
-        raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
+    count = page_size(first)
     span = window(since, until)
     start = Position.decode(after)
     # A node the caller may not see answers as one that does not exist, as for gpus.

@@ -56,6 +56,7 @@ __all__ = [
     "gpu_history_connection",
     "gpu_usage",
     "node_gpu_history",
+    "page_size",
     "pod_gpu_history",
     "window",
 ]
@@ -85,6 +86,14 @@ def window(since: datetime.datetime, until: datetime.datetime | None) -> Window:
     if not math.isfinite(start):
         raise GraphUserError("since is out of range")
     return Window(start, end)
+
+
+def page_size(first: int | None) -> int:
+    """A connection's page size: ``first``, or the default; GraphUserError out of range."""
+    count = DEFAULT_FIRST if first is None else first
+    if not 1 <= count <= MAX_FIRST:
+        raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
+    return count
 
 
 def history_source(ctx: Operation[Any]) -> HistorySource:
@@ -243,9 +252,7 @@ async def _gpu_history_connection(
 ) -> GpuHistoryConnection:
     ctx = operation_of(info)
     require_ready(ctx.cluster)
-    count = DEFAULT_FIRST if first is None else first
-    if not 1 <= count <= MAX_FIRST:
-        raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
+    count = page_size(first)
     span = window(since, until)
     start = Position.decode(after)
     # A node the caller may not see answers as one that does not exist, as for gpus.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from graph_schema.context import GraphContext
-from graph_schema.scope import Scope
+from graph_schema.scope import EVERYTHING, Scope
 from tests.graph.occupancy.test_resolvers import GPUS, SINCE, UNSEEN, answer
 from tests.support.graph import SmallWorld
 from tests.support.history_agents import HistoryAgents, open_stores
@@ -62,3 +62,22 @@ async def test_a_stream_of_a_node_the_caller_cannot_see_ends_not_found(
         await asyncio.wait_for(stream.__anext__(), timeout=5)
     assert world.agents.calls == {}
     assert world.schema.state.subscriptions.active == 0
+
+
+@pytest.mark.parametrize("first", [0, -1, 1001])
+async def test_both_connections_refuse_a_page_size_out_of_range_alike(
+    world: SmallWorld, first: int
+) -> None:
+    paged = f'since: "{SINCE}", first: {first}, nodeName: $node'
+    answers = []
+    for name in ("gpuHistory", "gpuEvents"):
+        refused = await answer(
+            world, f"{name}({paged}) {{ edges {{ cursor }} }}", "node-a", EVERYTHING
+        )
+        assert refused["errors"][0]["path"] == [name]
+        refused["errors"][0]["path"] = ["CONNECTION"]
+        answers.append(refused)
+    assert answers[0] == answers[1]
+    assert answers[0]["data"] is None
+    assert [e["message"] for e in answers[0]["errors"]] == ["first must be between 1 and 1000"]
+    assert world.agents.calls == {}
