@@ -406,7 +406,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_delegated(
         subparsers,
         "top",
-        "show the cluster's GPUs, pods and nodes, like kubectl top and nvidia-smi",
+        "show the cluster's GPUs, pods, nodes and namespaces, like kubectl top and nvidia-smi",
         "api.top",
         "add_top_arguments",
         "run_top",

@@ -69,9 +69,9 @@ def fetch(
         "node": filters.node,
         "namespace": filters.namespace,
         "selector": filters.selector,
-        # The pod list: what pods requested (top pods), which match -l, and the
+        # The pod list: what pods requested (top pods, namespaces), which match -l, and the
         # nodes -n's pods run on (whose down agents matter).
-        "withPods": view == "pods" or filters.by_pod,
+        "withPods": view in ("pods", "namespaces") or filters.by_pod,
     }
     body = transport.execute(SNAPSHOT, variables)
     try:
@@ -86,7 +86,7 @@ def fetch(
     return model.apply(snapshot, filters)
 
 
-NOUNS = {"gpus": "GPUs", "pods": "pods", "nodes": "nodes"}
+NOUNS = {"gpus": "GPUs", "pods": "pods", "nodes": "nodes", "namespaces": "namespaces"}
 
 
 def no_match(view: str, filters: model.Filters) -> TopError:
@@ -104,7 +104,11 @@ def check_matches(view: str, snapshot: model.Snapshot, filters: model.Filters) -
     filtered = filters.node is not None or filters.by_pod
     if not filtered or snapshot.down:
         return
-    rows = {"pods": model.pod_rows, "nodes": model.node_rows}.get(view)
+    rows = {
+        "pods": model.pod_rows,
+        "nodes": model.node_rows,
+        "namespaces": model.namespace_rows,
+    }.get(view)
     if rows(snapshot, filters.sort_by) if rows else snapshot.gpus:
         return
     raise no_match(view, filters)

@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from .marks import Mark
-from .model import DownNode, NodeRow, PodRow, Snapshot, node_rows, pod_rows, process_marks
+from .model import (
+    DownNode,
+    NamespaceRow,
+    NodeRow,
+    PodRow,
+    Snapshot,
+    namespace_rows,
+    node_rows,
+    pod_rows,
+    process_marks,
+)
 
 VERSION = "gpugraph.top/v1"
 
@@ -114,8 +124,35 @@ def nodes_document(snapshot: Snapshot, sort_by: str) -> dict[str, Any]:
     }
 
 
+def namespace_entry(row: NamespaceRow) -> dict[str, Any]:
+    """One namespace of ``gpugraph top namespaces -o json``."""
+    return {
+        "namespace": row.namespace,
+        "pods": row.pods,
+        "podsUnknown": row.pods_unknown,
+        "gpusRequested": row.gpus_requested,
+        "gpusUsed": row.gpus_used,
+        "memoryBytes": row.memory_bytes,
+        "smPercent": row.sm_percent,
+        "flags": flag_words(row.marks),
+    }
+
+
+def namespaces_document(snapshot: Snapshot, sort_by: str) -> dict[str, Any]:
+    """``gpugraph top namespaces -o json``."""
+    return {
+        "apiVersion": VERSION,
+        "kind": "NamespaceList",
+        "namespaces": [namespace_entry(r) for r in namespace_rows(snapshot, sort_by)],
+        "downNodes": _down(snapshot.down),
+        "errors": list(snapshot.events.errors),
+    }
+
+
 def document(view: str, snapshot: Snapshot, sort_by: str) -> dict[str, Any]:
-    """The document of ``view`` (gpus, pods or nodes)."""
+    """The document of ``view`` (gpus, pods, nodes or namespaces)."""
+    if view == "namespaces":
+        return namespaces_document(snapshot, sort_by)
     if view == "pods":
         return pods_document(snapshot, sort_by)
     if view == "nodes":

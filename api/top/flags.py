@@ -23,7 +23,7 @@ __all__ = [
     "positive",
 ]
 
-VIEWS = ("gpus", "pods", "nodes")
+VIEWS = ("gpus", "pods", "nodes", "namespaces")
 DEFAULT_VIEW = VIEWS[0]
 OUTPUTS = ("wide", "json", "yaml")  # and, without -o, the table
 SORT_KEYS = ("name", "memory", "sm")
@@ -69,7 +69,7 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         choices=VIEWS,
         default=DEFAULT_VIEW,
-        help="a row per GPU (default), per pod, or per node",
+        help="a row per GPU (default), per pod, per node, or per namespace (its pods summed)",
     )
     filters = parser.add_argument_group("filters")
     filters.add_argument("-n", "--namespace", metavar="NS", help="only pods of this namespace")
@@ -93,9 +93,9 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--since",
         metavar="DURATION",
-        help="the past instead of now: pods (or, with top nodes, nodes) by GPU-hours over "
-        "the last DURATION, e.g. 24h or 7d, from the agents' occupancy logs; with --events, "
-        "the events of the last DURATION",
+        help="the past instead of now: pods (or, with top nodes or top namespaces, nodes or "
+        "namespaces) by GPU-hours over the last DURATION, e.g. 24h or 7d, from the agents' "
+        "occupancy logs; with --events, the events of the last DURATION",
     )
     parser.add_argument(
         "--events",

@@ -1,11 +1,12 @@
-"""``gpugraph top --since 24h``: pods by GPU-hours over a past range, from ``gpuUsage``.
+"""``gpugraph top --since 24h``: pods (nodes, namespaces) by GPU-hours over a past range.
 
 Each row has the GPU-hours its processes used, and the GPU-hours the kubelet
 had allocated it and the part of those left idle (``IDLE`` or ``UNUSED``, as
 the agents judged them; docs/allocation.md), so a pod that held a GPU and ran
-nothing on it shows.
+nothing on it shows, and ``top namespaces --since`` gives each team's bill.
 
-The agents sum their own occupancy logs; the server merges the sums. Pods that
+The agents sum their own occupancy logs (``gpuUsage``); the server merges the
+sums, by pod, node or namespace, over what the caller may see. Pods that
 are gone still have their rows: the logs keep their names. A node whose log
 could not be read is said as the live views say a down node (a line below the
 table, ``downNodes`` and ``errors`` in ``-o json``): a sum without it would
@@ -44,7 +45,7 @@ NO_POD = "(no pod)"
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One pod's (or node's) GPU time over the range; None where it is not known."""
+    """One pod's (node's, namespace's) GPU time over the range; None where it is not known."""
 
     namespace: str | None
     name: str | None
@@ -119,14 +120,31 @@ def usage_rows(body: Mapping[str, Any]) -> list[UsageRow]:
     return usage_of(body).rows
 
 
-def _document(usage: Usage, since: str, by_node: bool) -> dict[str, Any]:
-    key = "nodes" if by_node else "pods"
+# Per view: what gpuUsage groups by, the document's kind and list, and the table's name
+# columns. ``top --since`` (the GPU view's name) lists pods, as ``top pods --since`` does.
+GROUPINGS = {
+    "nodes": ("NODE", "NodeUsageList", "nodes"),
+    "namespaces": ("NAMESPACE", "NamespaceUsageList", "namespaces"),
+}
+BY_POD = ("POD", "PodUsageList", "pods")
+
+
+def _names(group: str, r: UsageRow) -> dict[str, Any]:
+    if group == "NODE":
+        return {"node": r.node}
+    if group == "NAMESPACE":
+        return {"namespace": r.namespace}
+    return {"namespace": r.namespace, "name": r.name}
+
+
+def _document(usage: Usage, since: str, view: str) -> dict[str, Any]:
+    group, kind, key = GROUPINGS.get(view, BY_POD)
     return {
         "apiVersion": VERSION,
-        "kind": "NodeUsageList" if by_node else "PodUsageList",
+        "kind": kind,
         "since": since,
         key: [
-            ({"node": r.node} if by_node else {"namespace": r.namespace, "name": r.name})
+            _names(group, r)
             | {
                 "gpuHours": _rounded(r.gpu_hours),
                 "memoryGibHours": _rounded(r.memory_gib_hours),
@@ -150,12 +168,14 @@ def run_since(
     console: Callable[[], Any],
     write: Callable[[str], Any],
 ) -> int:
-    """``top [pods|nodes] --since D``: a table (or -o json/yaml) of GPU-hours since D ago."""
+    """``top [pods|nodes|namespaces] --since D``: a table (or -o json/yaml) of GPU-hours."""
     if args.watch or args.selector or args.node:
         raise TopError("--since sums the past: it has no --watch, -l or --node")
-    by_node = args.view == "nodes"
+    group = GROUPINGS.get(args.view, BY_POD)[0]
+    by_node = group == "NODE"
     since = since_of(args.since)
-    body = transport.execute(USAGE, {"since": since, "groupBy": ["NODE"] if by_node else ["POD"]})
+    # Grouped by the server, so a namespace's sums are over the pods the caller may see.
+    body = transport.execute(USAGE, {"since": since, "groupBy": [group]})
     usage = usage_of(body)
     rows = usage.rows
     if args.namespace:
@@ -168,7 +188,7 @@ def run_since(
         ]
     usage = Usage(rows, usage.down, usage.errors)
     if args.output in ("json", "yaml"):
-        doc = _document(usage, since, by_node)
+        doc = _document(usage, since, args.view)
         if args.output == "yaml":
             import yaml
 
@@ -196,6 +216,10 @@ def run_since(
     if by_node:
         columns = ["NODE", *amount_columns]
         cells = [[r.node or "-", *amounts(r)] for r in rows]
+    elif group == "NAMESPACE":
+        # Processes in no pod have no namespace: their row is theirs, as in the pod view.
+        columns = ["NAMESPACE", *amount_columns]
+        cells = [[r.namespace or NO_POD, *amounts(r)] for r in rows]
     else:
         columns = ["NAMESPACE", "POD", *amount_columns]
         cells = [[r.namespace or "-", r.name or NO_POD, *amounts(r)] for r in rows]

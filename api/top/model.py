@@ -177,6 +177,24 @@ class PodRow:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceRow:
+    """One namespace's pods, summed: the pods whose use is known, and how many are not."""
+
+    namespace: str
+    pods: int
+    # Pods on a node whose agent is down: counted in ``pods`` and ``gpus_requested``,
+    # not in the sums of what is used, which they would make unknown for the whole
+    # namespace (one dead agent must not blank a team's row).
+    pods_unknown: int
+    gpus_requested: int
+    gpus_used: int | None
+    memory_bytes: int | None
+    sm_percent: int | None
+    # Its pods' flags, those whose flags are known.
+    marks: tuple[Mark, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRow:
     """One node's GPUs, summed; None where it is not known (its agent is down)."""
 
@@ -588,4 +606,36 @@ def node_rows(snapshot: Snapshot, sort_by: str) -> list[NodeRow]:
         rows.sort(key=lambda r: busiest(r.memory_used))
     elif sort_by == "sm":
         rows.sort(key=lambda r: busiest(r.utilization))
+    return rows
+
+
+def namespace_rows(snapshot: Snapshot, sort_by: str) -> list[NamespaceRow]:
+    """A row per namespace with pods requesting or using GPUs: ``pod_rows`` summed.
+
+    What the pods on a down node use is not known: the sums are of the other
+    pods (None where no pod's use is known), and the row counts the ones left out.
+    """
+    by_namespace: dict[str, list[PodRow]] = {}
+    for pod in pod_rows(snapshot, DEFAULT_SORT):
+        by_namespace.setdefault(pod.namespace, []).append(pod)
+    rows = []
+    for namespace, pods in by_namespace.items():
+        known = [p for p in pods if p.gpus_used is not None]
+        rows.append(
+            NamespaceRow(
+                namespace=namespace,
+                pods=len(pods),
+                pods_unknown=len(pods) - len(known),
+                gpus_requested=sum(p.gpus_requested for p in pods),
+                gpus_used=_total(p.gpus_used for p in known),
+                memory_bytes=_total(p.memory_bytes for p in known),
+                sm_percent=_total(p.sm_percent for p in known),
+                marks=ordered(mark for p in known for mark in p.marks or ()),
+            )
+        )
+    rows.sort(key=lambda r: r.namespace)
+    if sort_by == "memory":
+        rows.sort(key=lambda r: busiest(r.memory_bytes))
+    elif sort_by == "sm":
+        rows.sort(key=lambda r: busiest(r.sm_percent))
     return rows

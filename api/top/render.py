@@ -13,7 +13,15 @@ from rich.style import Style
 from rich.text import Text
 
 from .marks import Mark
-from .model import DownNode, ProcessRow, Snapshot, node_rows, pod_rows, process_marks
+from .model import (
+    DownNode,
+    ProcessRow,
+    Snapshot,
+    namespace_rows,
+    node_rows,
+    pod_rows,
+    process_marks,
+)
 from .text import printable
 
 NO_POD = "(no pod)"
@@ -413,6 +421,29 @@ def pod_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> R
     return columns, rows
 
 
+def namespace_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
+    """A row per namespace, its pods summed; pods on a down node are counted as ``N down``."""
+    columns = ["NAMESPACE", "PODS", "GPUS(REQ/USED)", "MEMORY", "SM", "FLAGS"]
+    rows: list[list[Cell]] = []
+    for row in namespace_rows(snapshot, sort_by):
+        pods: Cell = str(row.pods)
+        if row.pods_unknown:
+            # Their use is in no sum of the row: said here, their nodes below the table.
+            pods = Styled((f"{row.pods} ({row.pods_unknown} down)", "yellow"))
+        used = UNKNOWN if row.gpus_used is None else row.gpus_used
+        rows.append(
+            [
+                row.namespace,
+                pods,
+                f"{row.gpus_requested}/{used}",
+                known(row.memory_bytes, size),
+                known(row.sm_percent, percent),
+                flags(row.marks),
+            ]
+        )
+    return columns, rows
+
+
 def node_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> Rows:
     """A row per node; a down node's row says DOWN and unknown (why is said below the table)."""
     columns = ["NODE", "GPUS", "UTIL", "MEMORY", "MAX TEMP", "PODS", "PROCESSES", "FLAGS"]
@@ -442,12 +473,17 @@ def node_table_rows(snapshot: Snapshot, sort_by: str, *, wide: bool = False) -> 
 def view(
     name: str, snapshot: Snapshot, sort_by: str, *, wide: bool = False, height: int | None = None
 ) -> list[RenderableType]:
-    """View ``name`` (gpus, pods or nodes) as renderables: blocks of rows, then the down nodes.
+    """View ``name`` (gpus, pods, nodes or namespaces) as renderables: blocks of rows, then
+    the down nodes.
 
     With ``height`` (a live view's screen) only that many rows are drawn: rows
     below the screen would only cost time.
     """
-    build = {"pods": pod_table_rows, "nodes": node_table_rows}.get(name, gpu_table_rows)
+    build = {
+        "pods": pod_table_rows,
+        "nodes": node_table_rows,
+        "namespaces": namespace_table_rows,
+    }.get(name, gpu_table_rows)
     columns, rows = build(snapshot, sort_by, wide=wide)
     more: list[Text] = []
     if height is not None and len(rows) > height:

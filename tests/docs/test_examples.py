@@ -244,6 +244,8 @@ SHAPE_COMMANDS = {
     "NodeList": "gpugraph top nodes",
     "PodUsageList": "gpugraph top --since 24h",
     "NodeUsageList": "gpugraph top nodes --since 24h",
+    "NamespaceList": "gpugraph top namespaces",
+    "NamespaceUsageList": "gpugraph top namespaces --since 24h",
     "GpuEventList": "gpugraph top --events",
 }
 

@@ -91,6 +91,39 @@ def test_nodes_view_has_a_row_per_node_and_names_the_down_one(
     assert lines_with(out, "agent down")[0].startswith("gpu-node-3:")
 
 
+def test_namespaces_view_sums_each_namespaces_pods_and_counts_those_on_the_down_node(
+    demo: RunningDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pods = json.loads(top(capsys, demo, "pods", "-o", "json"))["pods"]
+    document = json.loads(top(capsys, demo, "namespaces", "-o", "json"))
+    rows = {n["namespace"]: n for n in document["namespaces"]}
+    assert sorted(rows) == sorted({p["namespace"] for p in pods})
+    for namespace, row in rows.items():
+        mine = [p for p in pods if p["namespace"] == namespace]
+        known = [p for p in mine if p["gpusUsed"] is not None]
+        assert (row["pods"], row["podsUnknown"], row["gpusRequested"], row["gpusUsed"]) == (
+            len(mine),
+            len(mine) - len(known),
+            sum(p["gpusRequested"] for p in mine),
+            sum(p["gpusUsed"] for p in known),
+        ), namespace
+        assert set(row["flags"]) == {f for p in known for f in p["flags"]}
+    # The pod on the down node counts in ml-training's pods and requests, not in its use,
+    # and the table says so beside the count; the down node is its line below.
+    assert rows["ml-training"]["podsUnknown"] == 1
+    assert [d["node"] for d in document["downNodes"]] == ["gpu-node-3"]
+    table = top(capsys, demo, "namespaces")
+    assert table.splitlines()[0].split() == [
+        "NAMESPACE", "PODS", "GPUS(REQ/USED)", "MEMORY", "SM", "FLAGS"
+    ]  # fmt: skip
+    (training,) = lines_with(table, "ml-training")
+    assert f"{rows['ml-training']['pods']} (1 down)" in training
+    assert lines_with(table, "agent down")[0].startswith("gpu-node-3:")
+    # -n keeps one namespace, and the down node only where its pods run.
+    research = top(capsys, demo, "namespaces", "-n", "research").splitlines()
+    assert [line.split()[0] for line in research[1:]] == ["research"]
+
+
 @pytest.mark.parametrize("server", ["http://127.0.0.1:1", "not-a-url"])
 def test_a_bad_server_is_one_line_and_exit_1(server: str) -> None:
     result = subprocess.run(
@@ -131,6 +164,14 @@ CONTRACT = {
         {
             "name", "status", "reason", "gpus", "utilizationPercent", "memoryUsedBytes",
             "memoryTotalBytes", "maxTemperatureC", "pods", "processes", "flags",
+        },
+    ),
+    "namespaces": (
+        "NamespaceList",
+        {"namespaces", "downNodes", "errors"},
+        {
+            "namespace", "pods", "podsUnknown", "gpusRequested", "gpusUsed", "memoryBytes",
+            "smPercent", "flags",
         },
     ),
 }  # fmt: skip

@@ -156,9 +156,19 @@ def reference(name: str, snapshot: Snapshot, *, wide: bool = False) -> list[str]
     """The view through rich's own ``Table`` (fixed widths, no padding), blanks stripped."""
     from rich.table import Table
 
-    from api.top.render import gpu_table_rows, node_table_rows, pod_table_rows, widths
+    from api.top.render import (
+        gpu_table_rows,
+        namespace_table_rows,
+        node_table_rows,
+        pod_table_rows,
+        widths,
+    )
 
-    build = {"pods": pod_table_rows, "nodes": node_table_rows}.get(name, gpu_table_rows)
+    build = {
+        "pods": pod_table_rows,
+        "nodes": node_table_rows,
+        "namespaces": namespace_table_rows,
+    }.get(name, gpu_table_rows)
     columns, rows = build(model.apply(snapshot, model.Filters()), "name", wide=wide)
     rows = [[clean(cell) for cell in row] for row in rows]
     table = Table(box=None, pad_edge=False, show_edge=False, padding=0, show_header=True)
@@ -172,7 +182,7 @@ def reference(name: str, snapshot: Snapshot, *, wide: bool = False) -> list[str]
     return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name", ["gpus", "pods", "nodes"])
+@pytest.mark.parametrize("name", ["gpus", "pods", "nodes", "namespaces"])
 @pytest.mark.parametrize("wide", [False, True])
 def test_the_lines_are_rich_tables_without_trailing_blanks(name: str, wide: bool) -> None:
     console = Console(file=io.StringIO(), width=1000, color_system=None)
@@ -196,12 +206,13 @@ def test_without_colour_the_lines_are_what_rich_prints(width: int) -> None:
     assert straight.file.getvalue() == printed.file.getvalue()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name", ["gpus", "pods", "nodes"])
+@pytest.mark.parametrize("name", ["gpus", "pods", "nodes", "namespaces"])
 def test_on_a_colour_terminal_the_same_text_is_styled(name: str) -> None:
     plain, coloured = draw(tricky(), name), draw(tricky(), name, color=True)
     assert SGR.sub("", coloured) == plain
     lines = coloured.splitlines()
-    assert lines[0].startswith("\x1b[1mNODE" if name != "pods" else "\x1b[1mNAMESPACE")
+    by_pod = name in ("pods", "namespaces")
+    assert lines[0].startswith("\x1b[1mNAMESPACE" if by_pod else "\x1b[1mNODE")
     if name == "gpus":
         assert "\x1b[1mnode-a\x1b[0m" in lines[1]
         assert "\x1b[1;31mUNREQUESTED\x1b[0m \x1b[1;35mNOT-ALLOCATED\x1b[0m" in lines[3]
@@ -211,6 +222,17 @@ def test_on_a_colour_terminal_the_same_text_is_styled(name: str) -> None:
         assert "\x1b" not in lines[2]
         assert "\x1b[31mGPU error: XID 79\x1b[0m" in coloured
     assert lines[-1] == "\x1b[31mnode-c: agent down: refused\x1b[0m"
+
+
+def test_a_namespace_row_says_how_many_of_its_pods_are_on_a_down_node() -> None:
+    stranded = PodRef("uid-stranded", "ml", "stranded", "node-c", 2)
+    snapshot = Snapshot([gpu("node-a", 0, process(7))], [DownNode("node-c", "refused")],
+                        pods=[stranded])  # fmt: skip
+    lines = draw(snapshot, "namespaces").splitlines()
+    # Both pods and their three GPUs count; the sums are the known pod's, said to be.
+    assert lines[1].split() == ["ml", "2", "(1", "down)", "3/1", "512.0Mi", "40%"]
+    assert lines[2] == "node-c: agent down: refused"
+    assert "\x1b[33m2 (1 down)\x1b[0m" in draw(snapshot, "namespaces", color=True)
 
 
 def loop_size(value: int) -> str:

@@ -55,11 +55,35 @@ def test_a_down_node_has_unknown_gpus_memory_and_pods_not_zero() -> None:
     assert nodes["node-a"]["gpus"] == 1 and nodes["node-a"]["memoryUsedBytes"] == 1 << 30
 
 
+def test_a_namespace_sums_its_pods_and_counts_those_whose_node_is_down() -> None:
+    doc = document("namespaces", model.apply(snapshot(), model.Filters()), "name")
+    assert doc["kind"] == "NamespaceList" and [d["node"] for d in doc["downNodes"]] == ["node-b"]
+    rows = {n["namespace"]: n for n in doc["namespaces"]}
+    # ml: the training pod's use, summed; the stranded pod requested two GPUs, which count,
+    # and its use is in no sum: one dead agent does not blank the team's row.
+    assert rows["ml"] == {
+        "namespace": "ml", "pods": 2, "podsUnknown": 1, "gpusRequested": 3, "gpusUsed": 1,
+        "memoryBytes": 1 << 29, "smPercent": 40, "flags": [],
+    }  # fmt: skip
+    # A pod's own flag (the notebook uses a GPU it never requested) is its namespace's.
+    assert rows["research"]["flags"] == ["UNREQUESTED"] and rows["research"]["podsUnknown"] == 0
+    # A namespace whose every pod is on a down node: its use is unknown, not zero.
+    stranded = Snapshot(gpus=[], down=[DownNode("node-b", "refused")], pods=[STRANDED])
+    (row,) = model.namespace_rows(model.apply(stranded, model.Filters()), "name")
+    assert (row.pods, row.pods_unknown, row.gpus_requested) == (1, 1, 2)
+    assert (row.gpus_used, row.memory_bytes, row.sm_percent) == (None, None, None)
+
+
 @pytest.mark.parametrize("sort_by", ["memory", "sm"])
 def test_unknown_values_sort_last(sort_by: str) -> None:
     applied = model.apply(snapshot(), model.Filters())
     assert [r.name for r in model.pod_rows(applied, sort_by)][-1] == "stranded"
     assert [r.name for r in model.node_rows(applied, sort_by)][-1] == "node-b"
+    alone = PodRef("uid-alone", "alone", "alone", "node-b", 1)
+    with_alone = snapshot()
+    with_alone.pods = [*(with_alone.pods or ()), alone]
+    rows = model.namespace_rows(model.apply(with_alone, model.Filters()), sort_by)
+    assert [r.namespace for r in rows][-1] == "alone"
 
 
 def test_a_namespace_names_only_the_down_nodes_of_its_pods() -> None:
