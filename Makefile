@@ -116,6 +116,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/allocation_bench.py --small
 	$(PY) bench/idle_allocations_bench.py --small
 	$(PY) bench/agent_metrics_bench.py --small
+	$(PY) bench/gpu_events_bench.py --seconds 2
 	$(PY) bench/query_path.py --runs 2
 
 # Every benchmark at full size (the agent bench needs root and containerd); see bench/README.md.
@@ -136,6 +137,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/allocation_bench.py
 	$(PY) bench/idle_allocations_bench.py
 	$(PY) bench/agent_metrics_bench.py
+	$(PY) bench/gpu_events_bench.py
 	$(PY) bench/query_path.py
 
 # On a machine with an NVIDIA GPU and driver: does the agent report a GPU process's PID and

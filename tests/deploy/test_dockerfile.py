@@ -355,6 +355,23 @@ def test_bench_small_runs_benchmarks_that_exist() -> None:
         assert (ROOT / script).is_file(), f"make bench-small runs missing {script}"
 
 
+def test_every_benchmark_runs_in_ci_and_is_in_the_readmes_table() -> None:
+    require_on_path("make", "apt-get install make")
+    readme = (ROOT / "bench" / "README.md").read_text()
+    table = set(re.findall(r"^\| `(bench/\S+\.py)` \|", readme, flags=re.M))
+    for target in ("bench-small", "bench"):
+        dry = subprocess.run(
+            ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert dry.returncode == 0, dry.stderr
+        runs = set(re.findall(r"(bench/\S+\.py)", dry.stdout))
+        # A benchmark CI never runs stops working unnoticed.
+        for script in sorted(ROOT.glob("bench/*_bench.py")):
+            name = str(script.relative_to(ROOT))
+            assert name in runs, f"make {target} does not run {name}"
+            assert name in table, f"bench/README.md's table of benchmarks lacks {name}"
+
+
 def ci_setup(first: str, last: str, installs_to: str, home: Path) -> str:
     """The part of .ci/run from the line starting ``first`` to the one holding ``last``.
 
