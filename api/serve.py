@@ -167,9 +167,11 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
 
     pool.on_refreshed(build_views)
     pool.keep_warm.announce()
-    # Agents learn their pods' names from the watch, so their history names pods.
-    pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop())
+    # Agents learn their pods' names from the watch, so their history names pods; and the
+    # shares of the DRA devices their claims consume, which the agents' accounting weighs.
+    pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop(), claims=cache.dra)
     stop_naming = cache.subscribe(pod_names.on_change)
+    stop_sharing = cache.dra.subscribe(pod_names.on_claims_change)
     pod_names.start()
     _tune_gc_once_ready(cache)
     watcher.start()
@@ -178,6 +180,7 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
     finally:
         log.info("shutting down: closing agent channels and the Kubernetes watch")
         stop_naming()
+        stop_sharing()
         await pod_names.stop()
         stop_pruning()
         await pool.close()

@@ -73,6 +73,9 @@ class ClaimDeviceRecord:
     # Set when the device is shared between claims (consumable capacity).
     share_id: str | None = None
     consumed_capacity: bool = False
+    # What the claim consumes of the device's capacities: (capacity name, amount), amounts
+    # in the quantity's base unit (bytes, counts).
+    consumed: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,8 @@ class SliceDeviceRecord:
     parent_uuid: str | None = None
     type: str | None = None
     product_name: str | None = None
+    # The device's capacities (spec.devices[].capacity[name].value): (name, amount).
+    capacity: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

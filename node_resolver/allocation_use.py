@@ -16,6 +16,11 @@ most half the window: a clock step, a stalled scan or the agent's own
 restart can delay IDLE, never cause it. A new allocation starts ACTIVE: a
 pod is idle only after a whole window of it.
 
+Each allocation weighs its GPU-equivalents (``device_weight``). A DRA device's
+share of its consumed capacity comes from the server with the pod's name; one
+that arrives after the allocation began ends its record and starts another at
+the new weight, so the log's weight x lifetime stays what the counters counted.
+
 The judge's records are the occupancy log's allocation records, which the log
 drains and writes, and gives back after a restart, so the idle clock goes on
 where it was. docs/allocation.md states the rule and the GPU-equivalent weight.
@@ -23,6 +28,7 @@ where it was. docs/allocation.md states the rule and the GPU-equivalent weight.
 
 from __future__ import annotations
 
+import math
 import threading
 import uuid as uuids
 from collections.abc import Iterable, Mapping
@@ -95,12 +101,16 @@ def device_weight(
     gpus: Mapping[str, GpuSample],
     replicas: Mapping[str, int],
     replicas_listed: Mapping[str, int],
+    consumed: float | None = None,
 ) -> float:
     """GPU-equivalents of one device: 1 for a whole GPU, a MIG device's share of its parent's
-    memory, divided by the replicas of a time-shared device (docs/allocation.md)."""
+    memory, divided by the replicas of a time-shared device, times the share of a DRA device
+    its claim consumes where the server sent one (``consumed``; docs/allocation.md)."""
     share = 1.0
     if device.mig_device_uuid and device.gpu_uuid:
         share = _mig_share(gpus.get(device.gpu_uuid), device.mig_device_uuid)
+    if consumed is not None and device.mechanism is AllocationMechanism.DRA:
+        share *= consumed
     if device.mechanism is AllocationMechanism.DEVICE_PLUGIN and device.shared:
         base = device.device_id.partition("::")[0]
         # The kubelet's allocatable devices say how many replicas there are; without them,
@@ -166,6 +176,10 @@ class AllocationJudge:
         self._ident: dict[str, int] = {}
         self._by_container: dict[str, tuple[str, str, str]] = {}
         self._uids: dict[tuple[str, str], str] = {}
+        # (claim "namespace/name", driver, pool, device) -> the share the server sent.
+        self._shares: dict[tuple[str, str, str, str], float] = {}
+        # New shares arrived: open DRA records may weigh something else now.
+        self._reweigh = False
         self._replicas_listed: dict[str, int] = {}
 
     @property
@@ -202,6 +216,9 @@ class AllocationJudge:
             for r in records:
                 if not r.ended and r.episodes:
                     live = self._open.get(_key(r))
+                    if live is None or live.key != r.key:
+                        # Ended since, by a new weight: the episodes are still its own.
+                        live = next((e for e in self._ended if e.key == r.key), None)
                     if live is not None:
                         live.episodes[:0] = r.episodes
 
@@ -237,6 +254,8 @@ class AllocationJudge:
         uses: dict[AllocationKey, AllocationUseState] = {}
         step = self._step
         with self._lock:
+            if self._reweigh:
+                self._reweigh = self._apply_shares(gpus, allocations)
             opened = self._open
             for key, c, d, holder in self._plan:
                 record = opened.get(key)
@@ -271,6 +290,12 @@ class AllocationJudge:
                 cid: (p.namespace, p.name, name) for p in pods for cid, name in p.containers.items()
             }
             self._uids = {(p.namespace, p.name): p.uid for p in pods}
+            self._shares = {
+                (f"{p.namespace}/{claim}", driver, pool, device): share
+                for p in pods
+                for (claim, driver, pool, device), share in p.device_shares.items()
+            }
+            self._reweigh = bool(self._shares)
             self._names_version = version
         self._ident = {}
 
@@ -358,12 +383,62 @@ class AllocationJudge:
             gpu_uuid=d.gpu_uuid or "",
             mig_device_uuid=d.mig_device_uuid or "",
             pod_uid=self._uids.get((c.namespace, c.pod), ""),
-            weight=device_weight(d, gpus, allocations.replicas, self._replicas_listed),
+            weight=device_weight(
+                d, gpus, allocations.replicas, self._replicas_listed, self._share_of(d)
+            ),
         )
         carried = self._carried.pop(_series(record), None)
         if carried is not None and now - carried[2] <= CARRY_SECONDS:
             record.counted_allocated, record.counted_idle = carried[0], carried[1]
         return record
+
+    def _share_of(self, d: DeviceAllocation) -> float | None:
+        if d.mechanism is not AllocationMechanism.DRA or not self._shares:
+            return None
+        return self._shares.get((d.resource, d.driver or "", d.pool or "", d.device_id))
+
+    def _apply_shares(self, gpus: Mapping[str, GpuSample], allocations: NodeAllocations) -> bool:
+        """Weigh open DRA records by the shares the server sent since they opened; True while
+        one waits for its GPU to be seen (a MIG device's weight needs its parent)."""
+        waiting = False
+        for key, _, d, _ in self._plan:
+            consumed = self._share_of(d)
+            record = self._open.get(key) if consumed is not None else None
+            if record is None:
+                continue
+            if d.mig_device_uuid and d.gpu_uuid not in gpus:
+                waiting = True
+                continue
+            weight = device_weight(d, gpus, allocations.replicas, self._replicas_listed, consumed)
+            if not math.isclose(weight, record.weight):
+                self._open[key] = self._reweighed(record, weight)
+        return waiting
+
+    def _reweighed(self, record: AllocationRecord, weight: float) -> AllocationRecord:
+        """``record`` at a new weight from its last scan on: the log's weight x lifetime stays
+        what the counters counted, so the old record ends there and a new one goes on."""
+        if record.last_seen <= record.first_seen:
+            # Nothing counted at the old weight yet.
+            record.weight = weight
+            return record
+        idle = record.idle_start is not None
+        _close(record)
+        record.ended = True
+        if self.keeps_ended:
+            self._ended.append(record)
+        successor = replace(
+            record,
+            key=uuids.uuid4().hex,
+            first_seen=record.last_seen,
+            weight=weight,
+            ended=False,
+            episodes=[],
+            idle_closed_seconds=0.0,
+        )
+        if idle:
+            # The idle episode goes on in the new record from where the old one's ended.
+            successor.idle_start = record.idle_end
+        return successor
 
     def _step(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from .generated import agent_pb2
 from .history.records import (
@@ -20,7 +20,7 @@ from .history.records import (
     UsageQuery,
     UsageRow,
 )
-from .pod_names import PodName
+from .pod_names import DeviceShareKey, PodName
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -309,6 +309,12 @@ def pod_names_to_proto(pods: list[PodName]) -> list[agent_pb2.PodName]:
             containers=[
                 agent_pb2.ContainerName(id=cid, name=name) for cid, name in pod.containers.items()
             ],
+            device_shares=[
+                agent_pb2.DeviceShare(
+                    claim=claim, driver=driver, pool=pool, device=device, share=share
+                )
+                for (claim, driver, pool, device), share in pod.device_shares.items()
+            ],
         )
         for pod in pods
     ]
@@ -335,7 +341,8 @@ def pod_names_requests(
 
 
 def pod_names_from_proto(messages: list[agent_pb2.PodName]) -> list[PodName]:
-    """Pod names from the wire; BadHistoryRequestError for a pod without UID or name."""
+    """Pod names from the wire; BadHistoryRequestError for a pod without UID or name, or a
+    device share that names no device or is not in (0, 1]."""
     pods = []
     for message in messages:
         if not message.uid or not message.namespace or not message.name:
@@ -346,6 +353,21 @@ def pod_names_from_proto(messages: list[agent_pb2.PodName]) -> list[PodName]:
                 namespace=message.namespace,
                 name=message.name,
                 containers={c.id: c.name for c in message.containers if c.id},
+                device_shares=_device_shares(message.device_shares),
             )
         )
     return pods
+
+
+def _device_shares(
+    messages: Iterable[agent_pb2.DeviceShare],
+) -> dict[DeviceShareKey, float]:
+    shares = {}
+    for m in messages:
+        if not (m.claim and m.driver and m.pool and m.device):
+            raise BadHistoryRequestError("a device share needs a claim, driver, pool and device")
+        # NaN fails both comparisons: a weight the accounting would carry forever.
+        if not 0.0 < m.share <= 1.0:
+            raise BadHistoryRequestError(f"a device share must be in (0, 1], not {m.share}")
+        shares[(m.claim, m.driver, m.pool, m.device)] = m.share
+    return shares

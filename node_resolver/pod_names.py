@@ -16,9 +16,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["MAX_BYTES", "MAX_PODS", "PodName", "PodNames", "pod_bytes"]
+__all__ = ["MAX_BYTES", "MAX_PODS", "DeviceShareKey", "PodName", "PodNames", "pod_bytes"]
 
 # Far above any node's pod count (kubelet's default maximum is 110), so only a
 # misbehaving sender reaches it; the oldest names go first.
@@ -30,6 +30,11 @@ MAX_BYTES = 16 * 1024 * 1024
 # entries in the maps that hold it, and per container its map entry and two strings.
 _POD_OVERHEAD = 512
 _CONTAINER_OVERHEAD = 160
+# Per device share: its key tuple, the float and its map entry.
+_SHARE_OVERHEAD = 200
+
+# A DRA device one of the pod's claims holds: (claim name, driver, pool, device name).
+DeviceShareKey = tuple[str, str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,9 @@ class PodName:
     name: str
     # Runtime container ID (prefix stripped) -> the container's name in the pod spec.
     containers: Mapping[str, str]
+    # The share of each DRA device its claims consume, where the server knows it (in (0, 1]):
+    # what the device weighs in GPU-equivalents. Not stored: the server sends it again.
+    device_shares: Mapping[DeviceShareKey, float] = field(default_factory=dict)
 
 
 def pod_bytes(pod: PodName) -> int:
@@ -48,6 +56,8 @@ def pod_bytes(pod: PodName) -> int:
     size = _POD_OVERHEAD + _text(pod.uid) + _text(pod.namespace) + _text(pod.name)
     for container_id, name in pod.containers.items():
         size += _CONTAINER_OVERHEAD + _text(container_id) + _text(name)
+    for key in pod.device_shares:
+        size += _SHARE_OVERHEAD + sum(_text(part) for part in key)
     return size
 
 

@@ -7,6 +7,11 @@ agent within about a second (batched per node), and every node's full set is
 pushed again after a relist and every ``resync_seconds``, which also covers an
 agent that restarted or was down. Several replicas pushing the same names is
 harmless: PutPodNames is an idempotent upsert.
+
+A pod's name carries the share of each DRA device its claims consume (consumable
+capacity), which only the server can compute (the claim and the device's slice):
+the agents weigh those allocations by it. A claim or slice that arrives or
+changes pushes its pods' names again.
 """
 
 from __future__ import annotations
@@ -18,8 +23,14 @@ from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from graph_schema.interfaces import AgentUnavailableError
-from graph_schema.records import NodeRecord, PodRecord
-from node_resolver.pod_names import PodName
+from graph_schema.records import (
+    ClaimDeviceRecord,
+    NodeRecord,
+    PodRecord,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+)
+from node_resolver.pod_names import DeviceShareKey, PodName
 
 from .pool import AgentClientLike, AgentPool
 
@@ -54,6 +65,18 @@ class PodSource(Protocol):
         ...
 
 
+class ClaimShares(Protocol):
+    """What the pusher reads of the DRA cache (api.kube.dra_cache.DraCache)."""
+
+    def claim(self, namespace: str, name: str) -> ResourceClaimRecord | None:
+        """One cached claim."""
+        ...
+
+    def share(self, device: ClaimDeviceRecord) -> float | None:
+        """The share of its device a claim's allocated device holds, if known."""
+        ...
+
+
 @runtime_checkable
 class PodNameWriter(Protocol):
     """An agent client's PutPodNames (node_resolver.client.AgentClient's)."""
@@ -63,14 +86,31 @@ class PodNameWriter(Protocol):
         ...
 
 
-def pod_name_of(pod: PodRecord) -> PodName:
-    """The name record of ``pod``: namespace, name and its containers' names by runtime ID."""
+def pod_name_of(pod: PodRecord, claims: ClaimShares | None = None) -> PodName:
+    """The name record of ``pod``: namespace, name, its containers' names by runtime ID, and
+    the shares of the DRA devices its claims consume, where ``claims`` knows them."""
     return PodName(
         uid=pod.uid,
         namespace=pod.namespace,
         name=pod.name,
         containers={c.container_id: c.name for c in pod.containers if c.container_id},
+        device_shares=_device_shares(pod, claims) if claims is not None else {},
     )
+
+
+def _device_shares(pod: PodRecord, claims: ClaimShares) -> dict[DeviceShareKey, float]:
+    shares: dict[DeviceShareKey, float] = {}
+    for name in dict.fromkeys(name for _, name in pod.resource_claims):
+        claim = claims.claim(pod.namespace, name) if name else None
+        if claim is None or not name:
+            continue
+        for device in claim.devices:
+            share = claims.share(device)
+            if share is not None:
+                key = (name, device.driver, device.pool, device.device)
+                # One claim given the same device twice holds both parts (up to all of it).
+                shares[key] = min(1.0, shares.get(key, 0.0) + share)
+    return shares
 
 
 class PodNamePusher:
@@ -82,10 +122,12 @@ class PodNamePusher:
         pool: AgentPool,
         loop: asyncio.AbstractEventLoop,
         *,
+        claims: ClaimShares | None = None,
         batch_seconds: float = BATCH_SECONDS,
         resync_seconds: float = RESYNC_SECONDS,
     ) -> None:
         self._cluster = cluster
+        self._claims = claims
         self._pool = pool
         self._loop = loop
         self._batch_seconds = batch_seconds
@@ -109,6 +151,26 @@ class PodNamePusher:
         elif kind == "node" and change == "ADDED" and isinstance(record, NodeRecord):
             # A new node (or one back): its agent may know nothing yet.
             self._loop.call_soon_threadsafe(self._mark, record.name, None)
+
+    def on_claims_change(
+        self, kind: str, record: ResourceClaimRecord | ResourceSliceRecord | None
+    ) -> None:
+        """Note the pods whose device shares a claim or slice may change, on the watch thread
+        (a DraCache listener)."""
+        if record is None:
+            self._loop.call_soon_threadsafe(self._mark_all)
+        elif isinstance(record, ResourceClaimRecord):
+            if any(d.consumed for d in record.devices):
+                for name, _ in record.reserved_for:
+                    self._loop.call_soon_threadsafe(self._mark_pod, record.namespace, name)
+        elif record.node_name and any(d.capacity for d in record.devices):
+            # Its devices' capacities: every share on the node may change.
+            self._loop.call_soon_threadsafe(self._mark, record.node_name, None)
+
+    def _mark_pod(self, namespace: str, name: str) -> None:
+        pod = self._cluster.pod(namespace, name)
+        if pod is not None and pod.node_name:
+            self._mark(pod.node_name, (namespace, name))
 
     def _mark(self, node: str, key: tuple[str, str] | None) -> None:
         if node in self._dirty and self._dirty[node] is None:
@@ -172,7 +234,7 @@ class PodNamePusher:
             pods = [p for p in found if p is not None and p.node_name == node]
         if not pods:
             return
-        names = [pod_name_of(pod) for pod in pods]
+        names = [pod_name_of(pod, self._claims) for pod in pods]
         timeout = self._pool.timeout
 
         async def put(client: AgentClientLike) -> int:

@@ -5,20 +5,54 @@ claim's devices by (driver, pool, device) to the GPU UUIDs the slices give.
 ``api_version`` says which ``resource.k8s.io`` version is watched; None with
 ``served`` False means the API server serves none (no DRA), and None with
 ``served`` None that discovery has not answered yet.
+
+A device shared by capacity (DRA consumable capacity) is held by each claim in
+part: ``consumed_share`` is the rule for how much, which the agents' accounting
+weighs the claim's allocation by (the pod names' push carries it there).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from graph_schema.records import ResourceClaimRecord, ResourceSliceRecord, SliceDeviceRecord
+from graph_schema.records import (
+    ClaimDeviceRecord,
+    ResourceClaimRecord,
+    ResourceSliceRecord,
+    SliceDeviceRecord,
+)
 
 from .watch_stats import WatchStats
 
-__all__ = ["DraCache"]
+__all__ = ["DraCache", "DraListener", "consumed_share"]
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
+# (kind, record): kind is "resourceclaim" or "resourceslice"; record None when the whole
+# kind was listed again.
+DraListener = Callable[[str, ResourceClaimRecord | ResourceSliceRecord | None], None]
+
+logger = logging.getLogger(__name__)
+
+
+def consumed_share(
+    consumed: Iterable[tuple[str, float]], capacity: Iterable[tuple[str, float]]
+) -> float | None:
+    """The share of a device one allocation holds: the largest consumed / capacity among the
+    capacities the device publishes, at most 1; None where no such pair is known.
+
+    The largest, because what a claim takes of any one capacity is kept from the device's
+    other claims: a claim with half the memory leaves at most half the GPU to the rest,
+    however few of its multiprocessors it takes (docs/allocation.md).
+    """
+    published = dict(capacity)
+    shares = [
+        amount / published[name]
+        for name, amount in consumed
+        if amount > 0 and published.get(name, 0.0) > 0
+    ]
+    return min(1.0, max(shares)) if shares else None
 
 
 class DraCache:
@@ -36,6 +70,7 @@ class DraCache:
         self.slices_listed = False
         self.claim_stats = WatchStats()
         self.slice_stats = WatchStats()
+        self._listeners: list[DraListener] = []
 
     # -- reads ----------------------------------------------------------------
 
@@ -53,6 +88,14 @@ class DraCache:
         found = self._devices.get((driver, pool, device))
         return found[1] if found is not None else None
 
+    def share(self, device: ClaimDeviceRecord) -> float | None:
+        """The share of its device a claim's allocated ``device`` holds, where the claim names
+        consumed capacity and a cached slice the device's capacity (``consumed_share``)."""
+        if not device.consumed:
+            return None
+        found = self._devices.get((device.driver, device.pool, device.device))
+        return consumed_share(device.consumed, found[0].capacity) if found is not None else None
+
     def has_slices_on(self, node_name: str) -> bool:
         """Whether some cached slice publishes devices of ``node_name``."""
         return node_name in self._slice_nodes
@@ -69,18 +112,41 @@ class DraCache:
 
     # -- writes (watch threads) -------------------------------------------------
 
+    def subscribe(self, listener: DraListener) -> Callable[[], None]:
+        """Call ``listener`` after a claim or slice arrives or changes, and after a list (on the
+        writing thread); returns an unsubscribe. Deletions are not told: nothing is pushed
+        for them."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._listeners = [x for x in self._listeners if x is not listener]
+
+        return unsubscribe
+
+    def _notify(self, kind: str, record: ResourceClaimRecord | ResourceSliceRecord | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(kind, record)
+            except Exception:
+                # A broken listener must not stop the watch that feeds the cache.
+                logger.exception("DRA cache listener %r failed", listener)
+
     def replace_claims(self, claims: Iterable[ResourceClaimRecord]) -> None:
         """Swap in a full list of claims."""
         by_key = {(c.namespace, c.name): c for c in claims}
         with self._lock:
             self._claims = by_key
             self.claims_listed = True
+        self._notify("resourceclaim", None)
 
     def upsert_claim(self, claim: ResourceClaimRecord) -> None:
         """Add or replace one claim."""
         with self._lock:
             # A single dict store: readers' lookups stay atomic without the lock.
             self._claims[(claim.namespace, claim.name)] = claim
+        self._notify("resourceclaim", claim)
 
     def delete_claim(self, namespace: str, name: str) -> None:
         """Remove one claim."""
@@ -93,12 +159,14 @@ class DraCache:
             self._slices = {s.name: s for s in slices}
             self._reindex()
             self.slices_listed = True
+        self._notify("resourceslice", None)
 
     def upsert_slice(self, record: ResourceSliceRecord) -> None:
         """Add or replace one slice."""
         with self._lock:
             self._slices = {**self._slices, record.name: record}
             self._reindex()
+        self._notify("resourceslice", record)
 
     def delete_slice(self, name: str) -> None:
         """Remove one slice."""

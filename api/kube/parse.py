@@ -9,9 +9,12 @@ alive, which costs tens of kilobytes per pod instead of a few hundred bytes.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
 
 from graph_schema.gpu_resources import GpuResources
 from graph_schema.records import (
@@ -256,6 +259,7 @@ def claim_record(obj: Mapping[str, Any]) -> ResourceClaimRecord:
                 device=_shared(device),
                 share_id=_opt_own(result.get("shareID")),
                 consumed_capacity=bool(result.get("consumedCapacity")),
+                consumed=_amounts(result.get("consumedCapacity"), nested=False),
             )
         )
     reserved = tuple(
@@ -274,6 +278,32 @@ def claim_record(obj: Mapping[str, Any]) -> ResourceClaimRecord:
         reserved_for=reserved,
         resource_version=_own(metadata.get("resourceVersion") or ""),
     )
+
+
+def quantity_amount(raw: Any) -> float | None:
+    """A Kubernetes quantity ("40Gi", "500m", 132) in its base unit; None unless finite."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        return None
+    try:
+        amount = float(parse_quantity(raw))
+    except (ValueError, ArithmeticError):
+        return None
+    return amount if math.isfinite(amount) else None
+
+
+def _amounts(raw: Any, *, nested: bool) -> tuple[tuple[str, float], ...]:
+    """(name, amount) of each readable entry of a capacity map: a claim's consumedCapacity
+    (name -> quantity), or a device's capacity (``nested``: name -> {"value": quantity})."""
+    if not isinstance(raw, Mapping):
+        return ()
+    found = []
+    for name, value in raw.items():
+        if nested:
+            value = value.get("value") if isinstance(value, Mapping) else None
+        amount = quantity_amount(value)
+        if isinstance(name, str) and name and amount is not None:
+            found.append((_shared(name), amount))
+    return tuple(found)
 
 
 def _attribute(attributes: Any, name: str) -> str | None:
@@ -306,8 +336,11 @@ def slice_record(obj: Mapping[str, Any]) -> ResourceSliceRecord:
         if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
             continue
         attributes = device.get("attributes")
-        if attributes is None:
-            attributes = (device.get("basic") or {}).get("attributes")
+        capacity = device.get("capacity")
+        basic = device.get("basic")
+        if isinstance(basic, Mapping):
+            attributes = basic.get("attributes") if attributes is None else attributes
+            capacity = basic.get("capacity") if capacity is None else capacity
         devices.append(
             SliceDeviceRecord(
                 name=_shared(device["name"]),
@@ -315,6 +348,7 @@ def slice_record(obj: Mapping[str, Any]) -> ResourceSliceRecord:
                 parent_uuid=_attribute(attributes, "parentUUID"),
                 type=_opt_shared(_attribute(attributes, "type")),
                 product_name=_opt_shared(_attribute(attributes, "productName")),
+                capacity=_amounts(capacity, nested=True),
             )
         )
     return ResourceSliceRecord(

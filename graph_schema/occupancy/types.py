@@ -199,8 +199,8 @@ class GpuUsageRow:
         default=0.0,
         description="GPU-equivalents the kubelet had given the group's containers, times "
         "seconds, summed: a whole GPU counts 1, a MIG device its share of its GPU's memory, a "
-        "time-sliced replica 1/replicas (docs/allocation.md). 0 from agents that do not judge "
-        "allocations.",
+        "time-sliced replica 1/replicas, a DRA device shared by capacity its claim's share of "
+        "it (docs/allocation.md). 0 from agents that do not judge allocations.",
     )
     idle_allocated_gpu_seconds: float = strawberry.field(
         default=0.0,

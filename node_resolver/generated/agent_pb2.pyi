@@ -309,17 +309,33 @@ class ContainerName(_message.Message):
     name: str
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
+class DeviceShare(_message.Message):
+    __slots__ = ("claim", "driver", "pool", "device", "share")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    claim: str
+    driver: str
+    pool: str
+    device: str
+    share: float
+    def __init__(self, claim: _Optional[str] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ..., device: _Optional[str] = ..., share: _Optional[float] = ...) -> None: ...
+
 class PodName(_message.Message):
-    __slots__ = ("uid", "namespace", "name", "containers")
+    __slots__ = ("uid", "namespace", "name", "containers", "device_shares")
     UID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_SHARES_FIELD_NUMBER: _ClassVar[int]
     uid: str
     namespace: str
     name: str
     containers: _containers.RepeatedCompositeFieldContainer[ContainerName]
-    def __init__(self, uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerName, _Mapping]]] = ...) -> None: ...
+    device_shares: _containers.RepeatedCompositeFieldContainer[DeviceShare]
+    def __init__(self, uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerName, _Mapping]]] = ..., device_shares: _Optional[_Iterable[_Union[DeviceShare, _Mapping]]] = ...) -> None: ...
 
 class PutPodNamesRequest(_message.Message):
     __slots__ = ("node_name", "pods")

@@ -213,7 +213,8 @@ class AllocationRecord:
     part of any time range is exact.
     """
 
-    # A random key the episodes refer to; stable for the allocation's life.
+    # A random key the episodes refer to; stable for the record's life (a weight learnt
+    # later, a DRA device's share, ends the record and starts another).
     key: str
     node_name: str
     namespace: str

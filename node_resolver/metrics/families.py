@@ -172,7 +172,8 @@ class GpuSeries:
             "gpugraph_container_gpu_allocated_seconds",
             "GPU-equivalent seconds the kubelet had given the container the GPU (or MIG "
             "device): a whole GPU counts 1, a MIG device its share of the GPU's memory, a "
-            "time-sliced replica 1/replicas. Starts at 0 when the agent does.",
+            "time-sliced replica 1/replicas, a DRA device shared by capacity its claim's share. "
+            "Starts at 0 when the agent does.",
             labels=list(ALLOCATION_LABELS),
         )
         self.idle_allocated = CounterMetricFamily(

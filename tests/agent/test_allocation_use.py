@@ -174,9 +174,21 @@ class Node:
             pid, container_id=container_id(pod), pod_uid=f"uid-{pod}"
         )
 
-    def name_pods(self, *pods: str) -> None:
-        """The server's PutPodNames for ``pods``."""
-        names = [PodName(f"uid-{p}", "ml", p, {container_id(p): "main"}) for p in pods]
+    def name_pods(self, *pods: str, shares: Mapping[str, float] = {}) -> None:
+        """The server's PutPodNames for ``pods``; ``shares``: pod -> the share of each device
+        of its claim (``dra_holder``'s) that the server computed."""
+        names = [
+            PodName(
+                f"uid-{p}",
+                "ml",
+                p,
+                {container_id(p): "main"},
+                {(f"{p}-gpu", "gpu.nvidia.com", NODE, f"gpu-{i}"): shares[p] for i in range(8)}
+                if p in shares
+                else {},
+            )
+            for p in pods
+        ]
         asyncio.run(self._call(lambda c: c.put_pod_names(NODE, names, timeout=10)))
 
     # -- scanning and asking -------------------------------------------------------------
@@ -391,6 +403,60 @@ def test_a_dra_device_is_judged_on_the_gpu_of_its_minor_number(node: Node) -> No
     assert {s.weight for s in uses.values()} == {1.0}
 
 
+def test_a_dra_device_weighs_the_share_of_its_consumed_capacity_the_server_sent(
+    node: Node,
+) -> None:
+    """ml/quarter's claim consumes a quarter of GPU 0 from the start; ml/late's share of GPU 1
+    (a half) reaches the agent only after its scan at 600 s, when it has been idle a window.
+    Both hold their GPUs at 0% SM for 20 minutes; then the agent restarts, its pod names
+    (which keep no shares) read back from the log."""
+    node.pods(dra_holder("quarter", "gpu-0"), dra_holder("late", "gpu-1"))
+    node.runs(60, "quarter")
+    node.runs(61, "late")
+    node.name_pods("quarter", "late", shares={"quarter": 0.25})
+    node.gpus(
+        [
+            gpu_json(0, [proc(60, 0)], minorNumber=0),
+            gpu_json(1, [proc(61, 0)], minorNumber=1),
+        ]
+    )
+    scans(node, 600)
+    assert node.uses()[("late", "gpu-1")].weight == 1.0, "a share not known weighs 1"
+    node.name_pods("quarter", "late", shares={"quarter": 0.25, "late": 0.5})
+    scans(node, 1200, start=660)
+    uses = node.uses()
+    assert {key: (s.use, s.weight) for key, s in uses.items()} == {
+        ("quarter", "gpu-0"): (U.IDLE, 0.25),
+        ("late", "gpu-1"): (U.IDLE, 0.5),
+    }
+    # The new weight leaves the idle clock where it was.
+    assert (uses[("late", "gpu-1")].idle_since, uses[("late", "gpu-1")].idle_seconds) == (
+        T0,
+        1200,
+    )
+    # Weight 1 until the share came, half of it after; the log and the counters alike.
+    by_pod = {r.pod_name: r for r in node.usage(0, 1200, UsageGroup.POD)}
+    expected = {"quarter": 0.25 * 1200, "late": 600 + 0.5 * 600}
+    for pod, seconds in expected.items():
+        assert by_pod[pod].allocated_gpu_seconds == seconds, pod
+        assert by_pod[pod].idle_allocated_gpu_seconds == seconds, pod
+    metrics = node.metrics()
+    allocated = metrics["gpugraph_container_gpu_allocated_seconds_total"]
+    idle = metrics["gpugraph_container_gpu_idle_allocated_seconds_total"]
+    assert allocated[("quarter", gpu(0), "")] == idle[("quarter", gpu(0), "")] == 300
+    assert allocated[("late", gpu(1), "")] == idle[("late", gpu(1), "")] == 900
+
+    # A weight once known stays, though the names the restarted agent reads back carry none.
+    node.restart()
+    node.scan(1260)
+    assert {key: s.weight for key, s in node.uses().items()} == {
+        ("quarter", "gpu-0"): 0.25,
+        ("late", "gpu-1"): 0.5,
+    }
+    (late,) = [r for r in node.usage(600, 1260, UsageGroup.POD) if r.pod_name == "late"]
+    assert late.allocated_gpu_seconds == 0.5 * 660
+
+
 # -- the idle clock and the accounting ----------------------------------------------------
 
 
@@ -590,6 +656,12 @@ def test_weights_without_sizes_or_allocatable_replicas() -> None:
     assert device_weight(replica, {}, {"G": 8}, {"G": 2}) == 0.125
     claim = DeviceAllocation(AllocationMechanism.DRA, "ml/c", "gpu-0", gpu_uuid="G")
     assert device_weight(claim, {}, {}, {}) == 1.0
+    # A DRA device's consumed share, of a MIG device's own share too; only DRA has one.
+    assert device_weight(claim, {}, {}, {}, 0.25) == 0.25
+    dra = AllocationMechanism.DRA
+    claimed_mig = DeviceAllocation(dra, "ml/c", "gpu-0-mig-0", gpu_uuid="G", mig_device_uuid="M0")
+    assert device_weight(claimed_mig, {"G": parent}, {}, {}, 0.5) == 0.25
+    assert device_weight(on_mig, {"G": parent}, {}, {}, 0.5) == 0.5
 
 
 def test_the_idle_flags_and_their_defaults() -> None:

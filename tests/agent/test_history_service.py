@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -113,6 +114,42 @@ def test_pages_over_grpc_and_pod_names_for_another_node_are_refused(
             running, "PutPodNames", agent_pb2.PutPodNamesRequest(pods=[agent_pb2.PodName(uid="u")])
         )
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_device_shares_reach_the_agent_with_the_pods_name(
+    agent: tuple[AgentThread, HistoryLog],
+) -> None:
+    running, history = agent
+    pod = PodName("u", "ml", "p", {}, {("p-gpu", "gpu.nvidia.com", "node-a", "gpu-0"): 0.25})
+
+    async def put() -> int:
+        async with AgentClient(running.address, token=TOKEN) as client:
+            return await client.put_pod_names("node-a", [pod], timeout=10)
+
+    assert asyncio.run(put()) == 1
+    assert history.pod_names.get("u") == pod
+
+
+@pytest.mark.parametrize(
+    "share",
+    [
+        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", device="gpu-0", share=0.0),
+        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", device="gpu-0", share=1.5),
+        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", device="gpu-0", share=math.nan),
+        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", share=0.5),
+    ],
+    ids=["zero", "above-one", "nan", "no-device"],
+)
+def test_a_device_share_the_agent_cannot_weigh_by_is_an_invalid_argument(
+    agent: tuple[AgentThread, HistoryLog], share: agent_pb2.DeviceShare
+) -> None:
+    running, history = agent
+    named = agent_pb2.PodName(uid="u", namespace="ml", name="p", device_shares=[share])
+    with pytest.raises(grpc.RpcError) as caught:
+        call(running, "PutPodNames", agent_pb2.PutPodNamesRequest(pods=[named]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "device share" in (caught.value.details() or "")
+    assert history.pod_names.get("u") is None
 
 
 def test_usage_over_grpc_and_names_put_in_small_messages(

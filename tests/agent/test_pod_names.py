@@ -76,3 +76,17 @@ def test_names_loaded_from_the_log_count_as_older_than_those_pushed_since() -> N
     # Loaded oldest first: the oldest loaded one went, the pushed one stayed.
     assert [pod.uid for pod in names.all()] == [p.uid for p in (pods[1], pods[2], pods[3])]
     assert names.changed_count == 1
+
+
+def test_device_shares_count_in_what_names_hold_and_a_new_share_is_a_change() -> None:
+    plain = PodName("u", "ml", "p", {"c" * 64: "main"})
+    shared = PodName(
+        "u", "ml", "p", {"c" * 64: "main"}, {("p-gpu", "gpu.nvidia.com", "node-a", "gpu-0"): 0.25}
+    )
+    assert pod_bytes(shared) > pod_bytes(plain) + len("p-gpugpu.nvidia.comnode-agpu-0")
+    names = PodNames()
+    assert names.put([plain]) == 1
+    # The share arrives after the name: a change, so the agent's judge looks again.
+    version = names.version
+    assert names.put([shared]) == 1 and names.version > version
+    assert names.held_bytes == pod_bytes(shared)

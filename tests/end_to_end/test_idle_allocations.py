@@ -12,7 +12,8 @@ One node, its agent on a hand-moved clock and scanned by the test (no sleeps):
 - GPU-4, time-sliced: ml/ts-a at 30% (ACTIVE), ml/ts-b at 0% (IDLE), each weighs 1/2;
 - GPU-5 and GPU-6 through DRA: ml/dra at 0% (IDLE), ml/dra-busy at 80% (ACTIVE).
 
-Scans every minute from 0 to 900 s with a 600 s idle window.
+Scans every minute from 0 to 900 s with a 600 s idle window. A cluster of its own shares two
+GPUs by DRA consumable capacity: each claim's allocation counts its share of the GPU.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from api.demo.cluster.dra_manifests import (
+    ClaimDevice,
+    SliceDevice,
+    make_resource_claim,
+    make_resource_slice,
+)
 from api.demo.cluster.manifests import pod_uid_for
 from tests.end_to_end.test_auth import bearer
 from tests.support.clock import ManualClock
@@ -470,3 +477,119 @@ async def test_the_idle_clock_goes_on_across_an_agent_restart(
         "dra": ("IDLE", 1020.0),
         "idle": ("IDLE", 900.0),
     }
+
+
+# (namespace, pod, pid, its DRA device, SM percent, what its claim consumes of the device).
+SharedByCapacity = tuple[str, str, int, str, int, dict[str, str]]
+SHARED_BY_CAPACITY: list[SharedByCapacity] = [
+    ("ml", "quarter", 20, "gpu-0", 0, {"memory": "20Gi"}),
+    ("research", "half", 21, "gpu-1", 50, {"memory": "10Gi", "multiprocessors": "66"}),
+]
+CAPACITY = {"memory": "80Gi", "multiprocessors": "132"}
+
+
+async def test_a_dra_device_shared_by_capacity_counts_its_share_of_each_second(
+    tmp_path: Path,
+) -> None:
+    """Two claims share GPUs by DRA consumable capacity: ml/quarter's consumes 20Gi of GPU-0's
+    80Gi (a quarter), at 0% SM; research/half's 10Gi of GPU-1's memory and 66 of its 132
+    multiprocessors (the larger part: a half), at 50%. The server reads the claims and the
+    slice from the API server and sends each share with the pod's name; the agent weighs
+    each allocation by it, so gpuUsage and the counters count share x seconds."""
+    clock = ManualClock(T0)
+    cluster = GraphTestCluster(tmp_path, history=True)
+    node = cluster.add_node(
+        "node-a",
+        gpus=[
+            Gpu(int(device[-1]), f"GPU-{device[-1]}", processes=[(pid, GIB)], sm_of={pid: sm})
+            for _, _, pid, device, sm, _ in SHARED_BY_CAPACITY
+        ],
+        procs=[
+            Proc(pid, "python", pod_uid_for(ns, pod)) for ns, pod, pid, *_ in SHARED_BY_CAPACITY
+        ],
+        kubelet={
+            "pods": [
+                {
+                    "namespace": ns,
+                    "name": pod,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "claims": [
+                                {
+                                    "claimName": f"{pod}-gpu",
+                                    "driver": "gpu.nvidia.com",
+                                    "pool": "node-a",
+                                    "device": device,
+                                }
+                            ],
+                        }
+                    ],
+                }
+                for ns, pod, _, device, _, _ in SHARED_BY_CAPACITY
+            ]
+        },
+        clock=clock,
+        interval=1e6,
+        idle_after=WINDOW,
+    )
+    for ns, pod, _, device, _, consumed in SHARED_BY_CAPACITY:
+        cluster.add_pod(pod, ns, "node-a", claims={"gpu": f"{pod}-gpu"})
+        taken = ClaimDevice(device, "node-a", share_id=f"{pod}-share", consumed=consumed)
+        cluster.stub.add_claim(make_resource_claim(ns, f"{pod}-gpu", [taken], reserved_for=[pod]))
+    cluster.stub.add_slice(
+        make_resource_slice(
+            "node-a",
+            [
+                SliceDevice(device, f"GPU-{device[-1]}", capacity=CAPACITY)
+                for *_, device, _, _ in SHARED_BY_CAPACITY
+            ],
+        )
+    )
+    await cluster.start()
+    try:
+        settings = cluster.settings(auth_mode="kubernetes", snapshot_ttl=0.0)
+        async with serving(settings) as server:
+            judge = node.sampler.judge if node.sampler is not None else None
+            assert judge is not None
+
+            def shares() -> dict[str, dict[tuple[str, str, str, str], float]] | None:
+                found = {}
+                for ns, pod, *_ in SHARED_BY_CAPACITY:
+                    named = judge.pod_names.get(pod_uid_for(ns, pod))
+                    if named is None or not named.device_shares:
+                        return None
+                    found[pod] = dict(named.device_shares)
+                return found
+
+            sent = await eventually_async(shares, what="the claims' shares on the agent")
+            assert sent == {
+                "quarter": {("quarter-gpu", "gpu.nvidia.com", "node-a", "gpu-0"): 0.25},
+                "half": {("half-gpu", "gpu.nvidia.com", "node-a", "gpu-1"): 0.5},
+            }
+            for minute in range(1, 16):
+                clock.now = T0 + 60.0 * minute
+                node.scan()
+            admin = cluster.stub.reviews.token_of("admin")
+            data = await ask(server, USAGE, admin, since=_iso(T0), until=_iso(T0 + 900))
+            rows = {r["namespace"]: r for r in data["gpuUsage"]}
+            # ml/quarter idle all along, research/half busy all along.
+            assert (rows["ml"]["allocatedGpuSeconds"], rows["ml"]["idleAllocatedGpuSeconds"]) == (
+                0.25 * 900,
+                0.25 * 900,
+            )
+            research = rows["research"]
+            assert (research["allocatedGpuSeconds"], research["idleAllocatedGpuSeconds"]) == (
+                0.5 * 900,
+                0,
+            )
+            response = await server.client.get("/metrics", headers=bearer(admin))
+            counted = {
+                sample.labels["pod"]: sample.value
+                for family in text_string_to_metric_families(response.text)
+                for sample in family.samples
+                if sample.name == "gpugraph_container_gpu_allocated_seconds_total"
+            }
+            assert counted == {"quarter": 0.25 * 900, "half": 0.5 * 900}
+    finally:
+        await cluster.stop()

@@ -20,24 +20,28 @@ NVIDIA_DRIVER = "gpu.nvidia.com"
 
 @dataclass(frozen=True, slots=True)
 class ClaimDevice:
-    """One allocated device of a claim; ``share_id`` set for a shared (consumable) one."""
+    """One allocated device of a claim; ``share_id`` set for a shared (consumable) one, which
+    consumes ``consumed`` of the device's capacities (20Gi of memory unless given)."""
 
     device: str
     pool: str
     driver: str = NVIDIA_DRIVER
     request: str = "gpu"
     share_id: str | None = None
+    consumed: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SliceDevice:
-    """One published device: NVIDIA's driver sets uuid (parentUUID for MIG), type, productName."""
+    """One published device: NVIDIA's driver sets uuid (parentUUID for MIG), type, productName;
+    ``capacity`` (name -> quantity) what claims may consume of it."""
 
     name: str
     uuid: str
     type: str = "gpu"
     product_name: str = "NVIDIA H200"
     parent_uuid: str | None = None
+    capacity: Mapping[str, str] | None = None
 
 
 def make_resource_claim(
@@ -66,7 +70,7 @@ def make_resource_claim(
         }
         if d.share_id is not None:
             result["shareID"] = d.share_id
-            result["consumedCapacity"] = {"memory": "20Gi"}
+            result["consumedCapacity"] = dict(d.consumed or {"memory": "20Gi"})
         results.append(result)
     status: dict[str, Any] = {}
     if results:
@@ -106,11 +110,13 @@ def make_resource_slice(
     """The slice a DRA driver publishes for ``node``'s devices (pool named after the node)."""
     served = []
     for device in devices:
-        attributes = _attributes(device)
+        fields: dict[str, Any] = {"attributes": _attributes(device)}
+        if device.capacity is not None:
+            fields["capacity"] = {name: {"value": q} for name, q in device.capacity.items()}
         if version == "v1beta1":
-            served.append({"name": device.name, "basic": {"attributes": attributes}})
+            served.append({"name": device.name, "basic": fields})
         else:
-            served.append({"name": device.name, "attributes": attributes})
+            served.append({"name": device.name, **fields})
     return {
         "metadata": {
             "name": f"{node}-{driver}",

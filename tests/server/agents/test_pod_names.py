@@ -9,7 +9,17 @@ import pytest
 
 from api.agents.pod_names import PodNamePusher
 from api.agents.pool import AgentPool
+from api.demo.cluster.dra_manifests import (
+    ClaimDevice,
+    SliceDevice,
+    make_resource_claim,
+    make_resource_slice,
+)
+from api.demo.cluster.manifests import make_pod, pod_uid_for
 from api.kube.cache import ClusterCache
+from api.kube.parse import claim_record, slice_record
+from api.kube.parse import pod_record as parse_pod
+from graph_schema.records import ResourceSliceRecord
 from node_resolver.pod_names import PodName
 from tests.support.graph import pod_record
 from tests.support.polling import eventually_async
@@ -95,3 +105,57 @@ async def test_a_failed_push_is_retried(
     agents.failing.clear()
     await eventually_async(lambda: "node-1" in agents.names, what="the retry")
     await pusher.stop()
+
+
+GPU = "GPU-00000000-0000-0000-0000-000000000000"
+SHARED = ("a-gpu", "gpu.nvidia.com", "node-1", "gpu-0")
+
+
+def _slice(memory: str) -> ResourceSliceRecord:
+    device = SliceDevice("gpu-0", GPU, capacity={"memory": memory})
+    return slice_record(make_resource_slice("node-1", [device]))
+
+
+async def test_a_pods_name_carries_the_share_of_each_dra_device_its_claims_consume() -> None:
+    cache = ClusterCache()
+    agents = Agents()
+    pool = AgentPool(Addresses(), client_factory=agents)  # type: ignore[arg-type]
+    pusher = PodNamePusher(
+        cache, pool, asyncio.get_running_loop(), claims=cache.dra, batch_seconds=0.01
+    )
+    cache.subscribe(pusher.on_change)
+    cache.dra.subscribe(pusher.on_claims_change)
+    pusher.start()
+    try:
+        for pod in ("a", "whole"):
+            cache.upsert_pod(parse_pod(make_pod(pod, "ml", "node-1", claims={"gpu": f"{pod}-gpu"})))
+        await eventually_async(lambda: len(agents.names.get("node-1", {})) == 2, what="names")
+        named = agents.names["node-1"]
+        uid = pod_uid_for("ml", "a")
+        # The slice first: its capacities push the node's names again, no claim known yet.
+        pushed = pusher.pushed
+        cache.dra.upsert_slice(_slice("80Gi"))
+        await eventually_async(lambda: pusher.pushed == pushed + 2, what="the slice's push")
+        assert named[uid].device_shares == {}
+        consumed = ClaimDevice("gpu-0", "node-1", share_id="s", consumed={"memory": "20Gi"})
+        cache.dra.upsert_claim(
+            claim_record(make_resource_claim("ml", "a-gpu", [consumed], reserved_for=["a"]))
+        )
+        cache.dra.upsert_claim(
+            claim_record(
+                make_resource_claim(
+                    "ml", "whole-gpu", [ClaimDevice("gpu-1", "node-1")], reserved_for=["whole"]
+                )
+            )
+        )
+        # The claim's arrival pushes its pod's name with the share.
+        await eventually_async(lambda: named[uid].device_shares, what="the claim's share")
+        assert named[uid].device_shares == {SHARED: 0.25}
+        assert named[pod_uid_for("ml", "whole")].device_shares == {}, "no consumed capacity"
+        # A slice that changes its device's capacity changes the share.
+        cache.dra.upsert_slice(_slice("40Gi"))
+        await eventually_async(
+            lambda: named[uid].device_shares == {SHARED: 0.5}, what="the slice's new capacity"
+        )
+    finally:
+        await pusher.stop()

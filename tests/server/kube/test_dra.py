@@ -1,4 +1,5 @@
-"""ResourceClaims and ResourceSlices in the cache: parsing, discovery and list/watch per version."""
+"""ResourceClaims and ResourceSlices in the cache: parsing, discovery and list/watch per version,
+and the share of a device a claim consumes by capacity."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from api.demo.cluster.dra_manifests import (
     make_resource_claim,
     make_resource_slice,
 )
+from api.kube.dra_cache import DraCache, consumed_share
 from api.kube.dra_watcher import pick_version
-from api.kube.parse import ParseError, claim_record, pod_record, slice_record
+from api.kube.parse import ParseError, claim_record, pod_record, quantity_amount, slice_record
 from graph_schema.gpu_resources import GpuResources
 from graph_schema.records import ClaimDeviceRecord
 from tests.support.kube import stub_api, watched_cache
@@ -54,7 +56,9 @@ def test_claim_record_reads_devices_shares_and_reservations() -> None:
     )
     assert claim.devices == (
         ClaimDeviceRecord("gpu.nvidia.com", "node-a", "gpu-0"),
-        ClaimDeviceRecord("gpu.nvidia.com", "node-a", "gpu-1", "s-1", True),
+        ClaimDeviceRecord(
+            "gpu.nvidia.com", "node-a", "gpu-1", "s-1", True, (("memory", 20 * 2**30),)
+        ),
     )
     assert [name for name, _ in claim.reserved_for] == ["p"]
     pending = claim_record(make_resource_claim("ml", "d", []))
@@ -86,6 +90,83 @@ def test_slice_record_reads_attributes_of_each_version(version: str) -> None:
         None,
     )
     assert (mig.uuid, mig.parent_uuid, mig.type) == (MIG, GPU, "mig")
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
+def test_slice_record_reads_each_devices_capacity(version: str) -> None:
+    capacity = {"memory": "80Gi", "multiprocessors": "132", "power": "700"}
+    record = slice_record(
+        make_resource_slice(
+            "node-a",
+            [SliceDevice("gpu-0", GPU, capacity=capacity), SliceDevice("gpu-1", GPU)],
+            version=version,
+        )
+    )
+    assert record.devices[0].capacity == (
+        ("memory", 80 * 2**30),
+        ("multiprocessors", 132.0),
+        ("power", 700.0),
+    )
+    assert record.devices[1].capacity == ()
+
+
+def test_consumed_capacity_is_read_in_base_units_and_garbage_left_out() -> None:
+    raw = make_resource_claim(
+        "ml",
+        "c",
+        [
+            ClaimDevice(
+                "gpu-0",
+                "node-a",
+                share_id="s",
+                consumed={"memory": "10G", "cores": "1500m", "bad": "ten", "inf": "Inf"},
+            )
+        ],
+    )
+    raw["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["n"] = 3
+    (device,) = claim_record(raw).devices
+    assert device.consumed == (("memory", 10e9), ("cores", 1.5), ("n", 3.0))
+    assert device.consumed_capacity
+    assert [quantity_amount(q) for q in ("40Gi", "500m", 7, True, None, "1e3", "NaN")] == [
+        40 * 2**30,
+        0.5,
+        7.0,
+        None,
+        None,
+        1000.0,
+        None,
+    ]
+
+
+def test_a_devices_share_is_its_largest_consumed_part_of_a_published_capacity() -> None:
+    capacity = (("memory", 80.0), ("multiprocessors", 132.0), ("zero", 0.0))
+    assert consumed_share((("memory", 20.0),), capacity) == 0.25
+    # Several capacities: the one it takes most of.
+    assert consumed_share((("memory", 10.0), ("multiprocessors", 66.0)), capacity) == 0.5
+    # More than the device has (a stale slice): all of it, no more.
+    assert consumed_share((("memory", 160.0),), capacity) == 1.0
+    # Nothing to divide by, or nothing taken: not known (the agents weigh it 1).
+    assert consumed_share((("power", 300.0), ("zero", 1.0)), capacity) is None
+    assert consumed_share((("memory", 0.0),), capacity) is None
+    assert consumed_share((), capacity) is None
+
+
+def test_the_cache_gives_a_claimed_devices_share_from_its_slice() -> None:
+    dra = DraCache()
+    heard: list[tuple[str, object]] = []
+    dra.subscribe(lambda kind, record: heard.append((kind, record)))
+    taken = ClaimDeviceRecord("gpu.nvidia.com", "node-a", "gpu-0", "s", True, (("memory", 20.0),))
+    assert dra.share(taken) is None, "no slice yet"
+    published = slice_record(
+        make_resource_slice(
+            "node-a", [SliceDevice("gpu-0", GPU, capacity={"memory": "80"})], version="v1"
+        )
+    )
+    dra.upsert_slice(published)
+    assert dra.share(taken) == 0.25
+    assert dra.share(ClaimDeviceRecord("gpu.nvidia.com", "node-a", "gpu-0")) is None
+    dra.replace_claims([])
+    assert heard == [("resourceslice", published), ("resourceclaim", None)]
 
 
 def test_pick_version_prefers_ga() -> None:
