@@ -102,8 +102,8 @@ class SnapshotLoader(DataLoader[str, Received]):
             # The client learns which node failed; the details stay in the log.
             logger.exception("fetching the snapshot of node %r failed", node_name)
             return AgentUnavailableError(node_name, f"internal error ({type(exc).__name__})")
-        for gpu in received.snapshot.sample.gpus:
-            self.gpu_nodes[gpu.uuid] = node_name
+        for uuid in received.snapshot.sample.gpu_uuids():
+            self.gpu_nodes[uuid] = node_name
         self.freshness.note(time.monotonic() - max(0.0, received.held_seconds))
         return received
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from strawberry.utils.str_converters import to_camel_case
 
-from node_resolver.models import GpuSample, NodeSnapshot
+from node_resolver.models import GpuSample, NodeSnapshot, ProcessRow, ProcessType
 
 from .allocation_join import (
     AllocationRules,
@@ -72,11 +72,13 @@ _NO_FIELD_ERRORS = JSON({})
 
 def build_gpu(
     sample: GpuSample,
+    rows: list[ProcessRow],
     node_name: str,
     joiner: PodJoiner,
     allocations: LazyTable | None = None,
 ) -> Gpu:
-    """One Gpu, with its processes joined to their pods (judged against ``allocations`` on use)."""
+    """One Gpu (``sample``'s own fields) with its processes (``rows``) joined to their pods
+    (judged against ``allocations`` on use)."""
     table = allocations if allocations is not None else _NO_TABLE
     processes: list[GpuProcess] = []
     gpu = Gpu(
@@ -113,32 +115,38 @@ def build_gpu(
         allocations_of_node=table,
         process_list_complete=sample.process_list_complete(),
     )
-    for p in sample.processes:
-        ref = p.container
-        container_id = (ref.container_id or None) if ref else None
-        pod_uid = (ref.pod_uid or None) if ref else None
-        pod = joiner.pod(pod_uid, container_id)
-        elsewhere = False
-        if pod is None and (pod_uid or container_id):
-            elsewhere = joiner.join.elsewhere(pod_uid, container_id)
-        processes.append(
+    pod_of = joiner.pod
+    append = processes.append
+    type_names = _TYPE_NAMES
+    for pid, kind, used, sm, mig, name, cmdline, container_id, runtime, pod_uid in rows:
+        pod = pod_of(pod_uid, container_id)
+        append(
             GpuProcess(
-                pid=p.pid,
-                name=p.name,
-                process_type=p.type.value,
-                used_memory_bytes=p.used_memory_bytes,  # type: ignore[arg-type]
-                sm_utilization=p.sm_utilization,
+                pid=pid,
+                name=name,
+                process_type=type_names[kind],
+                used_memory_bytes=used,  # type: ignore[arg-type]
+                sm_utilization=sm,
                 container_id=container_id,
                 pod_uid=pod_uid,
-                runtime=(ref.runtime or None) if ref else None,
-                mig_device_uuid=p.mig_device_uuid or None,
-                cmdline=p.cmdline,
+                runtime=runtime,
+                mig_device_uuid=mig,
+                cmdline=cmdline,
                 gpu=gpu,
                 pod=pod,
-                pod_elsewhere=elsewhere,
+                pod_elsewhere=(
+                    pod is None
+                    and (pod_uid or container_id) is not None
+                    and joiner.join.elsewhere(pod_uid, container_id)
+                ),
             )
         )
     return gpu
+
+
+# A process type's GraphQL value, looked up rather than read from the enum: a dict
+# lookup costs a third of the enum's ``value`` property, 32,000 times per 1,000 nodes.
+_TYPE_NAMES = {kind: kind.value for kind in ProcessType}
 
 
 # Judges every process UNKNOWN: for GPUs built without allocation data.
@@ -152,7 +160,10 @@ def build_gpus(
     allocations: LazyTable | None = None,
 ) -> list[Gpu]:
     """Every GPU of a node's snapshot as graph objects, processes joined to pods."""
-    return [build_gpu(s, node_name, joiner, allocations) for s in snapshot.sample.gpus]
+    return [
+        build_gpu(sample, rows, node_name, joiner, allocations)
+        for sample, rows in snapshot.sample.gpu_rows()
+    ]
 
 
 def gpus_by_pod(gpus: list[Gpu]) -> dict[str, list[Gpu]]:

@@ -12,7 +12,7 @@ from typing import Any
 from grpc import aio
 
 from .auth import bearer_metadata
-from .codec import snapshot_from_proto
+from .codec import snapshot_from_wire
 from .generated import agent_pb2, agent_pb2_grpc
 from .gpu_event_codec import event_page_from_proto, event_query_to_proto
 from .gpu_events.records import EventPage, EventQuery
@@ -50,9 +50,10 @@ class AgentClient:
         self._stub = agent_pb2_grpc.NodeAgentStub(self._channel)
 
     async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
-        """The agent's latest snapshot; raises grpc.aio.AioRpcError on failure."""
+        """The agent's latest snapshot (its GPU records decoded when first read); raises
+        grpc.aio.AioRpcError on failure."""
         reply = await self._stub.GetSnapshot(_REQUEST, timeout=timeout, metadata=self._metadata)
-        return snapshot_from_proto(reply)
+        return snapshot_from_wire(reply)
 
     async def get_history(
         self, query: HistoryQuery, *, page_token: str = "", timeout: float

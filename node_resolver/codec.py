@@ -1,9 +1,15 @@
 """Conversion between the domain records and the agent's protobuf messages.
 
 Proto3 ``optional`` fields carry "not available": an unset field decodes to
-None, never to zero. ``snapshot_from_proto`` runs on the server for every
-node in a query; it sticks to plain attribute reads and ``HasField``, which
-measured about twice as fast as building a dict from ``ListFields``.
+None, never to zero. Decoding sticks to plain attribute reads and ``HasField``,
+which measured about twice as fast as building a dict from ``ListFields``.
+
+The server decodes a snapshot for every node a query reads afresh, so its
+client takes ``snapshot_from_wire``: the GPUs stay in the agent's message,
+and the graph builds its objects straight from it (``NodeSample.gpu_rows``),
+with no record per GPU process between the two; the records are decoded only
+for a reader of ``sample.gpus``. ``snapshot_from_proto`` decodes everything at
+once.
 
 A GPU holding a value its protobuf field cannot carry (which a correct source
 never produces) is sent as that GPU's error, ``ENCODE_FAILED``, so the rest
@@ -13,7 +19,7 @@ of the node still answers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from .generated import agent_pb2
 from .models import (
@@ -30,6 +36,7 @@ from .models import (
     NodeAllocations,
     NodeSample,
     NodeSnapshot,
+    ProcessRow,
     ProcessType,
 )
 
@@ -210,7 +217,7 @@ def _process_to_proto(process: GpuProcess) -> agent_pb2.Process:
 
 
 def snapshot_from_proto(pb: agent_pb2.Snapshot) -> NodeSnapshot:
-    """Decode a snapshot as the server receives it."""
+    """Decode a snapshot, every record at once."""
     has = pb.HasField
     sample = NodeSample(
         driver_version=pb.driver_version if has("driver_version") else None,
@@ -218,6 +225,89 @@ def snapshot_from_proto(pb: agent_pb2.Snapshot) -> NodeSnapshot:
         gpus=[_gpu_from_proto(gpu) for gpu in pb.gpus],
         error=pb.error or None,
     )
+    return _snapshot(pb, sample)
+
+
+def snapshot_from_wire(pb: agent_pb2.Snapshot) -> NodeSnapshot:
+    """Decode a snapshot as the server receives it: its GPUs are read from ``pb`` when
+    the graph builds its objects, and decoded into records only if something asks."""
+    has = pb.HasField
+    sample = _WireSample(
+        pb.driver_version if has("driver_version") else None,
+        pb.cuda_driver_version if has("cuda_driver_version") else None,
+        pb.gpus,
+        pb.error or None,
+    )
+    return _snapshot(pb, sample)
+
+
+class _WireSample(NodeSample):
+    """A NodeSample whose GPUs are still the agent's messages.
+
+    ``gpus`` decodes the records on first read; ``gpu_rows`` and ``gpu_uuids``
+    read the messages. Equal to a NodeSample with the same fields.
+    """
+
+    __slots__ = ("_messages", "_records")
+
+    def __init__(
+        self,
+        driver_version: str | None,
+        cuda_driver_version: int | None,
+        messages: Sequence[agent_pb2.Gpu],
+        error: str | None,
+    ) -> None:
+        NodeSample.__init__(self, driver_version, cuda_driver_version, [], error)
+        # After the base's __init__, whose ``gpus`` went through the setter below.
+        self._records: list[GpuSample] | None = None
+        self._messages: Sequence[agent_pb2.Gpu] | None = messages
+
+    @property
+    def gpus(self) -> list[GpuSample]:
+        """The GPU records, decoded on first read."""
+        records = self._records
+        if records is None:
+            assert self._messages is not None
+            records = self._records = [_gpu_from_proto(gpu) for gpu in self._messages]
+        return records
+
+    @gpus.setter
+    def gpus(self, records: list[GpuSample]) -> None:
+        # Records set by hand replace the messages.
+        self._records = records
+        self._messages = None
+
+    def gpu_rows(self) -> Iterator[tuple[GpuSample, list[ProcessRow]]]:
+        """Each GPU's own fields and its processes' rows, read from the agent's message."""
+        messages = self._messages
+        if messages is None:
+            yield from NodeSample.gpu_rows(self)
+            return
+        for message in messages:
+            yield _gpu_from_proto(message, with_processes=False), _process_rows(message)
+
+    def gpu_uuids(self) -> list[str]:
+        """The UUIDs of the GPUs, read from the agent's message."""
+        messages = self._messages
+        if messages is None:
+            return NodeSample.gpu_uuids(self)
+        return [gpu.uuid for gpu in messages]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeSample):
+            return NotImplemented
+        return (
+            self.driver_version == other.driver_version
+            and self.cuda_driver_version == other.cuda_driver_version
+            and self.gpus == other.gpus
+            and self.error == other.error
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _snapshot(pb: agent_pb2.Snapshot, sample: NodeSample) -> NodeSnapshot:
+    has = pb.HasField
     return NodeSnapshot(
         node_name=pb.node_name,
         sample=sample,
@@ -282,7 +372,7 @@ def _device_from_proto(pb: agent_pb2.DeviceAllocation) -> DeviceAllocation:
     )
 
 
-def _gpu_from_proto(pb: agent_pb2.Gpu) -> GpuSample:
+def _gpu_from_proto(pb: agent_pb2.Gpu, *, with_processes: bool = True) -> GpuSample:
     has = pb.HasField
     return GpuSample(
         index=pb.index,
@@ -297,7 +387,7 @@ def _gpu_from_proto(pb: agent_pb2.Gpu) -> GpuSample:
         power_limit_watts=pb.power_limit_watts if has("power_limit_watts") else None,
         mig_enabled=pb.mig_enabled if has("mig_enabled") else None,
         mig_devices=[_mig_from_proto(d) for d in pb.mig_devices],
-        processes=[_process_from_proto(p) for p in pb.processes],
+        processes=[_process_from_proto(p) for p in pb.processes] if with_processes else [],
         error=pb.error or None,
         # Most GPUs have none, and copying an empty protobuf map costs six times the test.
         field_errors=dict(pb.field_errors) if pb.field_errors else {},
@@ -332,3 +422,35 @@ def _process_from_proto(pb: agent_pb2.Process) -> GpuProcess:
         pb.cmdline if has("cmdline") else None,
         ContainerRef(container_id, pb.runtime, pb.pod_uid or None) if container_id else None,
     )
+
+
+def _process_rows(gpu: agent_pb2.Gpu) -> list[ProcessRow]:
+    """The GPU's processes as rows (``models.process_row`` of each decoded process)."""
+    rows: list[ProcessRow] = []
+    append = rows.append
+    types = _TYPE_FROM_PROTO
+    for pb in gpu.processes:
+        has = pb.HasField
+        container_id: str | None = pb.container_id
+        runtime: str | None = None
+        pod_uid: str | None = None
+        if container_id:
+            runtime = pb.runtime or None
+            pod_uid = pb.pod_uid or None
+        else:
+            container_id = None
+        append(
+            (
+                pb.pid,
+                types.get(pb.type, ProcessType.COMPUTE),
+                pb.used_memory_bytes if has("used_memory_bytes") else None,
+                pb.sm_utilization if has("sm_utilization") else None,
+                pb.mig_device_uuid or None,
+                pb.name if has("name") else None,
+                pb.cmdline if has("cmdline") else None,
+                container_id,
+                runtime,
+                pod_uid,
+            )
+        )
+    return rows

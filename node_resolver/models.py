@@ -9,7 +9,7 @@ available" (NVML did not report it), never zero.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 
@@ -122,6 +122,41 @@ class GpuSample:
         )
 
 
+# One process as the server's graph objects take it, with no record of its own: (pid,
+# type, used_memory_bytes, sm_utilization, mig_device_uuid, name, cmdline, container_id,
+# runtime, pod_uid); an empty ID, runtime or MIG UUID is None, and runtime and pod UID
+# are None without a container ID.
+ProcessRow = tuple[
+    int,
+    ProcessType,
+    int | None,
+    int | None,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+]
+
+
+def process_row(process: GpuProcess) -> ProcessRow:
+    """``process`` as a ProcessRow."""
+    ref = process.container
+    return (
+        process.pid,
+        process.type,
+        process.used_memory_bytes,
+        process.sm_utilization,
+        process.mig_device_uuid or None,
+        process.name,
+        process.cmdline,
+        (ref.container_id or None) if ref else None,
+        (ref.runtime or None) if ref else None,
+        (ref.pod_uid or None) if ref else None,
+    )
+
+
 @dataclass(slots=True)
 class NodeSample:
     """What a GPU source reports for the whole node in one scan."""
@@ -130,6 +165,20 @@ class NodeSample:
     cuda_driver_version: int | None = None
     gpus: list[GpuSample] = field(default_factory=list)
     error: str | None = None
+
+    def gpu_rows(self) -> Iterator[tuple[GpuSample, list[ProcessRow]]]:
+        """Each GPU, and its processes as rows: what the server builds its graph objects
+        from. Read the GPU's own fields only; its ``processes`` are the rows.
+
+        A sample decoded on the server (``codec.snapshot_from_wire``) answers from the
+        agent's message, with no record per process between the wire and the graph.
+        """
+        for gpu in self.gpus:
+            yield gpu, [process_row(p) for p in gpu.processes]
+
+    def gpu_uuids(self) -> list[str]:
+        """The UUIDs of the sample's GPUs, in order."""
+        return [gpu.uuid for gpu in self.gpus]
 
 
 class AllocationMechanism(enum.Enum):

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node_resolver.codec import ENCODE_FAILED, snapshot_from_proto, snapshot_to_proto
+from node_resolver.codec import (
+    ENCODE_FAILED,
+    snapshot_from_proto,
+    snapshot_from_wire,
+    snapshot_to_proto,
+)
 from node_resolver.generated import agent_pb2
 from node_resolver.models import (
     ContainerRef,
@@ -18,6 +24,7 @@ from node_resolver.models import (
     NodeSample,
     NodeSnapshot,
     ProcessType,
+    process_row,
 )
 
 
@@ -219,3 +226,52 @@ def test_any_snapshot_round_trips(
 ) -> None:
     snapshot = NodeSnapshot("node", NodeSample(driver, cuda, gpus, error), sampled_at=5.0)
     assert over_the_wire(snapshot, now=5.0) == snapshot
+
+
+def decoded_both_ways(snapshot: NodeSnapshot, now: float) -> tuple[NodeSnapshot, NodeSnapshot]:
+    """``snapshot`` through the wire: decoded at once, and as the server's client does."""
+    data = snapshot_to_proto(snapshot, now=now).SerializeToString()
+    return (
+        snapshot_from_proto(agent_pb2.Snapshot.FromString(data)),
+        snapshot_from_wire(agent_pb2.Snapshot.FromString(data)),
+    )
+
+
+def rows_of(sample: NodeSample) -> list[tuple[GpuSample, list[object]]]:
+    """What the graph builds from: each GPU's own fields, and its processes' rows."""
+    return [(replace(gpu, processes=[]), list(rows)) for gpu, rows in sample.gpu_rows()]
+
+
+@given(gpus=st.lists(gpus, max_size=3), error=st.none() | st.text(min_size=1, max_size=20))
+def test_the_servers_decoding_reads_what_the_records_say(
+    gpus: list[GpuSample], error: str | None
+) -> None:
+    snapshot = NodeSnapshot("node", NodeSample("550.90.07", 12040, gpus, error), sampled_at=5.0)
+    eager, lazy = decoded_both_ways(snapshot, now=5.0)
+    # The rows and UUIDs come from the message, before any record is decoded ...
+    assert rows_of(lazy.sample) == rows_of(eager.sample)
+    assert lazy.sample.gpu_uuids() == eager.sample.gpu_uuids() == [g.uuid for g in gpus]
+    # ... and the records, decoded when read, are the records.
+    assert lazy == eager == snapshot
+    assert rows_of(lazy.sample) == [
+        (replace(g, processes=[]), [process_row(p) for p in g.processes]) for g in gpus
+    ]
+
+
+def test_a_process_row_reads_empty_as_none_and_nothing_without_a_container() -> None:
+    assert process_row(GpuProcess(pid=1, mig_device_uuid="", container=ContainerRef(""))) == (
+        1, ProcessType.COMPUTE, None, None, None, None, None, None, None, None
+    )  # fmt: skip
+    ref = ContainerRef("c" * 64, "containerd", "pod-uid-1")
+    assert process_row(GpuProcess(pid=2, name="x", container=ref))[5:] == (
+        "x", None, "c" * 64, "containerd", "pod-uid-1"
+    )  # fmt: skip
+
+
+def test_gpus_set_on_a_decoded_sample_replace_the_agents() -> None:
+    _, lazy = decoded_both_ways(full_snapshot(), now=0.0)
+    replaced = [GpuSample(index=5, uuid="GPU-5", processes=[GpuProcess(pid=9)])]
+    lazy.sample.gpus = replaced
+    assert lazy.sample.gpus == replaced
+    assert lazy.sample.gpu_uuids() == ["GPU-5"]
+    assert [[row[0] for row in rows] for _, rows in lazy.sample.gpu_rows()] == [[9]]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from graph_schema.context import GraphContext
 from graph_schema.scope import Scope
+from graph_schema.types import Gpu
 from graph_schema.views import ViewCache, gpus_by_pod
+from node_resolver.codec import snapshot_from_wire, snapshot_to_proto
 from tests.support.clock import ManualClock
 from tests.support.graph import (
     MemoryCluster,
@@ -112,3 +116,23 @@ def test_the_sizes_are_those_of_the_current_snapshots_read_within_the_horizon() 
     # Released with its node.
     views.forget("b")
     assert sizes() == (0, 0)
+
+
+async def test_objects_built_from_the_agents_message_are_those_built_from_its_records() -> None:
+    world = SmallWorld()
+    for node_name in ("node-a", "node-b"):
+        records = (await world.agents.fetch(node_name)).snapshot
+        # As the server's client decodes it: the graph reads the message itself.
+        wire = snapshot_from_wire(snapshot_to_proto(records, now=records.sampled_at))
+        from_records = ViewCache().gpus(node_name, records, world.cluster)
+        from_wire = ViewCache().gpus(node_name, wire, world.cluster)
+        assert from_records
+        assert [fields(g) for g in from_wire] == [fields(g) for g in from_records]
+        assert wire.sample.gpus == records.sample.gpus
+
+
+def fields(gpu: Gpu) -> dict[str, Any]:
+    """A GPU object's fields and its processes', but for what is built per snapshot."""
+    mine = {k: v for k, v in vars(gpu).items() if k not in ("processes", "allocations_of_node")}
+    processes = [{k: v for k, v in vars(p).items() if k != "gpu"} for p in gpu.processes]
+    return {**mine, "processes": processes}
