@@ -22,7 +22,7 @@ from strawberry.types.graphql import OperationType
 from node_resolver.models import NodeSnapshot
 
 from .allocation_join import AllocationRules, AllocationTable
-from .errors import NodeSampleError, ResultBudgetError
+from .errors import NodeNotFoundError, NodeSampleError, ResultBudgetError
 from .interfaces import (
     AgentUnavailableError,
     CallerBudgets,
@@ -211,7 +211,12 @@ class GraphContext:
         await self.state.pacer.pace()
 
     async def received(self, node_name: str) -> Received:
-        """The node's snapshot as received, fetched at most once per operation per node."""
+        """The node's snapshot as received, fetched at most once per operation per node;
+        NodeNotFoundError for a node the caller may not see."""
+        if not self.cluster.sees_node(node_name):
+            # A record of the caller's own names the node it ran on, which the caller may no
+            # longer see: that node answers as one that does not exist, its agent unasked.
+            raise NodeNotFoundError(node_name)
         pacer = self.state.pacer
         if pacer.due():
             await pacer.pace()
@@ -222,11 +227,19 @@ class GraphContext:
         return (await self.received(node_name)).snapshot
 
     async def snapshots_of(self, node_names: list[str]) -> list[NodeSnapshot | BaseException]:
-        """Several nodes' snapshots in one batch; failures come back as exceptions."""
-        return [
-            r.snapshot if isinstance(r, Received) else r
-            for r in await self._snapshots().load_all(node_names)
-        ]
+        """Several nodes' snapshots in one batch; failures come back as exceptions (a node the
+        caller may not see as NodeNotFoundError, its agent unasked)."""
+        view = self.cluster
+        seen = [n for n in node_names if view.sees_node(n)]
+        loaded = dict(zip(seen, await self._snapshots().load_all(seen), strict=True))
+        results: list[NodeSnapshot | BaseException] = []
+        for name in node_names:
+            r = loaded.get(name)
+            if r is None:
+                results.append(NodeNotFoundError(name))
+            else:
+                results.append(r.snapshot if isinstance(r, Received) else r)
+        return results
 
     def node_gpus(self, node_name: str, snapshot: NodeSnapshot) -> list[Gpu]:
         """A node's GPUs as the caller sees them; NodeSampleError when the node read none."""

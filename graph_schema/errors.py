@@ -83,6 +83,14 @@ def named_nodes(cluster: ClusterView, node_name: str | None) -> list[str]:
     return [node_name]
 
 
+def history_nodes(cluster: ClusterView, node_name: str | None) -> list[str]:
+    """The nodes a history read asks: just ``node_name``, checked as ``named_nodes`` checks
+    it, or every node whose log may hold the caller's records (those it no longer sees too)."""
+    if node_name is None:
+        return cluster.history_nodes()
+    return named_nodes(cluster, node_name)
+
+
 def require_ready(cluster: ClusterView) -> None:
     """NotReadyError until the cache has filled: an entry point's first check."""
     if not cluster.ready:

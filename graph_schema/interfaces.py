@@ -102,6 +102,10 @@ class ClusterView(Cluster, Protocol):
         """Whether the caller may see the node called ``name``."""
         ...
 
+    def history_nodes(self) -> list[str]:
+        """Every node whose log may hold the caller's records, those it does not see too."""
+        ...
+
 
 @runtime_checkable
 class StalenessSource(Protocol):

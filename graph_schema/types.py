@@ -143,7 +143,11 @@ class Node:
     @strawberry.field(description="The node's agent: where it is and whether it answered.")
     async def agent(self, info: Info) -> AgentStatus:
         ctx = context_of(info)
-        address = ctx.snapshots.agent_address(self.name)
+        # Where a node the caller may not see listens is not the caller's to know (its own
+        # history names such a node); the snapshot then answers NOT_FOUND below.
+        address = (
+            ctx.snapshots.agent_address(self.name) if ctx.cluster.sees_node(self.name) else None
+        )
         try:
             received = await ctx.received(self.name)
         except Exception as exc:

@@ -141,6 +141,21 @@ class VisibleCluster:
         visible = self._visible_node_names()
         return visible is None or name in visible
 
+    def history_nodes(self) -> list[str]:
+        """Every node whose log may hold records the caller may see: every cached node.
+
+        A pod's records outlive it in its node's log, so a tenant's history lies
+        also on nodes that run none of its pods now, which it does not see; asking
+        only those would leave its own past out without a word. Reading the rest
+        reveals nothing: the agents are asked for ``owner_namespaces`` only, a
+        failure of a node the caller does not see is counted, never named
+        (``sees_node``), and such a node's snapshot is not the caller's to read.
+        A caller who may see no record reads no node.
+        """
+        if not self._scope.all_pods and not self._scope.pod_namespaces:
+            return []
+        return [n.name for n in self._raw.nodes()]
+
     def _visible_node_names(self) -> frozenset[str] | None:
         # Without ``list nodes`` a caller sees the nodes that run one of its
         # pods (its processes run in its pods, so on those nodes too).

@@ -23,7 +23,7 @@ from strawberry.types import Info
 
 from node_resolver.gpu_events.records import EventQuery
 
-from ..errors import named_nodes, require_ready
+from ..errors import history_nodes, named_nodes, require_ready
 from ..interfaces import AgentUnavailableError, ClusterView
 from ..operation import Operation
 from .cursor import Position
@@ -36,6 +36,7 @@ from .fan_out import (
     HistoryUnavailableError,
     agent_namespaces,
     partial,
+    unseen_failure,
 )
 from .resolvers import Window, page_size, window
 from .types import PageInfo, operation_of
@@ -79,7 +80,14 @@ async def _read(info: Info, node_name: str, span: Window, **filters: Any) -> lis
         return []
     source = event_source(ctx.history)
     await ctx.pace()
-    found, truncated = await node_events(source, node_name, _query(span, namespaces, **filters))
+    try:
+        found, truncated = await node_events(source, node_name, _query(span, namespaces, **filters))
+    except (AgentUnavailableError, HistoryUnavailableError):
+        # Node.gpuEvents of a node the caller no longer sees, reached from an event of its
+        # own: the gap is said, its agent's address and state are not.
+        if ctx.cluster.sees_node(node_name):
+            raise
+        raise unseen_failure("GPU events") from None
     if truncated:
         ctx.partial_errors.append(
             GraphQLError(
@@ -189,8 +197,9 @@ async def _gpu_event_connection(
     count = page_size(first)
     span = window(since, until)
     start = Position.decode(after)
-    # A node the caller may not see answers as one that does not exist, as for gpus.
-    nodes = named_nodes(ctx.cluster, node_name)
+    # A node the caller may not see answers as one that does not exist, as for gpus; without
+    # nodeName, every node whose log may hold events of the caller's pods, seen or not.
+    nodes = history_nodes(ctx.cluster, node_name)
     namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
     if namespaces is None:
         # Nothing the caller may see (as for a namespace that does not exist).
@@ -229,8 +238,10 @@ gpu_event_connection: Any = strawberry.field(
     "(default: now) across nodes, oldest first, as a Relay connection; each names the "
     "processes and pods on the GPU at that moment, kept after the pods are gone. Filter by "
     "a namespace that had a pod on the GPU, by node and by kind. "
-    f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Nodes whose agent cannot answer are "
-    "named in the response's errors and skipped; a nodeName the caller cannot see (or no "
+    f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Without nodeName every node's log "
+    "is read, those of nodes the caller no longer sees too, for the caller's events only. "
+    "Nodes whose agent cannot answer are named in the response's errors (counted, unnamed, "
+    "where the caller cannot see them) and skipped; a nodeName the caller cannot see (or no "
     "node has) is the error NOT_FOUND.",
 )
 

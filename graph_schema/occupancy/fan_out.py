@@ -46,6 +46,7 @@ __all__ = [
     "node_history",
     "owner_of",
     "partial",
+    "unseen_failure",
     "unusable",
     "usage_rows",
 ]
@@ -144,8 +145,13 @@ class Failures:
     def messages(self) -> list[str]:
         if not self._unnamed:
             return self._messages
-        hidden = f"{self._what} unavailable from {self._unnamed} node(s) this caller cannot see"
-        return [*self._messages, hidden]
+        return [*self._messages, str(unseen_failure(self._what, self._unnamed))]
+
+
+def unseen_failure(what: str, count: int = 1) -> GraphUserError:
+    """That ``what`` is missing from ``count`` nodes the caller cannot see, and nothing more:
+    neither their names, nor their agents' addresses, nor what went wrong there."""
+    return GraphUserError(f"{what} unavailable from {count} node(s) this caller cannot see")
 
 
 async def node_history(

@@ -23,20 +23,22 @@ from strawberry.types import Info
 
 from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
 
-from ..errors import GraphUserError, named_nodes, require_ready
-from ..interfaces import HistorySource
+from ..errors import GraphUserError, history_nodes, require_ready
+from ..interfaces import AgentUnavailableError, HistorySource
 from ..operation import Operation
 from .cursor import Position
 from .fan_out import (
     DEFAULT_FIRST,
     HISTORY_LIST_LIMIT,
     MAX_FIRST,
+    HistoryUnavailableError,
     Occupancy,
     agent_namespaces,
     connection_page,
     node_history,
     owner_of,
     partial,
+    unseen_failure,
     usage_rows,
 )
 from .types import (
@@ -164,7 +166,14 @@ async def _read(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[O
     ctx = operation_of(info)
     source = history_source(ctx)
     await ctx.pace()
-    found, truncated = await node_history(source, node_name, query)
+    try:
+        found, truncated = await node_history(source, node_name, query)
+    except (AgentUnavailableError, HistoryUnavailableError):
+        # Node.gpuHistory of a node the caller no longer sees, reached from a record of its
+        # own: the gap is said, its agent's address and state are not.
+        if ctx.cluster.sees_node(node_name):
+            raise
+        raise unseen_failure("history") from None
     if truncated:
         ctx.partial_errors.append(
             GraphQLError(
@@ -255,8 +264,9 @@ async def _gpu_history_connection(
     count = page_size(first)
     span = window(since, until)
     start = Position.decode(after)
-    # A node the caller may not see answers as one that does not exist, as for gpus.
-    nodes = named_nodes(ctx.cluster, node_name)
+    # A node the caller may not see answers as one that does not exist, as for gpus; without
+    # nodeName, every node whose log may hold the caller's records, seen or not.
+    nodes = history_nodes(ctx.cluster, node_name)
     # The agents read only what the caller may see: a pod name of another tenant's
     # answers as one that does not exist, with no record counted or positioned.
     namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
@@ -311,7 +321,8 @@ async def _gpu_usage(
     if end <= span.since:
         return []
     view = ctx.cluster
-    # Summed by the agents over the caller's records only, as gpuHistory reads them.
+    # Summed by the agents over the caller's records only, as gpuHistory reads them, on every
+    # node that may hold them: a team's finished pods count where it runs nothing now.
     namespaces = agent_namespaces(view.owner_namespaces())
     if namespaces is None:
         return []
@@ -330,7 +341,7 @@ async def _gpu_usage(
         return shown
 
     rows, errors = await usage_rows(
-        source, named_nodes(view, None), query, named=view.sees_node, visible=visible
+        source, history_nodes(view, None), query, named=view.sees_node, visible=visible
     )
     ctx.partial_errors.extend(partial(info.path.as_list(), errors))
     ctx.charge(len(rows))
@@ -354,13 +365,17 @@ gpu_history_connection: Any = strawberry.field(
     description="Who held which GPU between since and until (default: now), across nodes, "
     "oldest first, as a Relay connection: one record per process lifetime, kept after the "
     "pod is gone. Filter by the pod's namespace and name (as recorded) and by node. "
-    f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Nodes whose agent cannot answer "
-    "are named in the response's errors and skipped; a nodeName the caller cannot see (or "
-    "no node has) is the error NOT_FOUND.",
+    f"first: 1 to {MAX_FIRST} (default {DEFAULT_FIRST}). Without nodeName every node's log "
+    "is read, those of nodes the caller no longer sees too, for the caller's records only. "
+    "Nodes whose agent cannot answer are named in the response's errors (counted, unnamed, "
+    "where the caller cannot see them) and skipped; a nodeName the caller cannot see (or no "
+    "node has) is the error NOT_FOUND.",
 )
 gpu_usage: Any = strawberry.field(
     resolver=_gpu_usage,
     description="GPU-seconds and GiB-seconds of GPU memory between since and until "
     "(default: now), summed by the agents and grouped by groupBy (none: one total row), "
-    "for chargeback. Largest first.",
+    "for chargeback. Largest first. Every node's log is summed, for the caller's records "
+    "only, so pods count wherever they ran; nodes whose agent cannot answer are named in the "
+    "response's errors (counted, unnamed, where the caller cannot see them).",
 )

@@ -397,6 +397,18 @@ def test_demo_with_auth_prints_two_tokens_and_the_research_one_sees_only_researc
         # The research user sees no host process and no command line.
         processes = ask(research[1], queries[-1])["data"]["gpuProcesses"]
         assert processes and all(p["pod"] and p["cmdline"] is None for p in processes)
+        # Its bill counts lr-sweep-7's two hours on the first node, where no research pod runs
+        # now (so research does not see it), and nothing of another namespace's.
+        seen = {n["name"] for n in ask(research[1], "{ nodes { name } }")["data"]["nodes"]}
+        bill = ask(
+            research[1],
+            '{ gpuUsage(since: "2000-01-01T00:00:00Z", groupBy: [POD, NODE]) '
+            "{ namespace podName nodeName gpuSeconds } }",
+        )["data"]["gpuUsage"]
+        (finished,) = [r for r in bill if r["podName"] == "lr-sweep-7"]
+        assert finished["nodeName"] not in seen
+        assert finished["gpuSeconds"] == pytest.approx(7200, abs=1)
+        assert {r["namespace"] for r in bill} == {"research"}
 
 
 def namespaces_in(value: Any) -> set[str]:

@@ -4,6 +4,7 @@ server's reviews. Two tenants share a GPU; a host process sits on another."""
 from __future__ import annotations
 
 import datetime
+import json
 import time
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -395,3 +396,69 @@ async def test_history_lists_read_only_the_tenants_records_past_the_list_limit(
                    "gpus": [{"uuid": "GPU-0-0", "history": [{"pid": 11}]}]}],
         "pods": [{"name": "job-a", "gpuHistory": [{"pid": 11}]}],
     }  # fmt: skip
+
+
+# -- a tenant's past on nodes it no longer sees
+
+PAST_USAGE = f"""{{
+  gpuUsage(since: "{SINCE}", groupBy: [POD]) {{ namespace podName gpuSeconds }}
+  gpuHistory(since: "{SINCE}", podName: "lr-sweep-7") {{
+    edges {{ node {{ end node {{ name }} }} }} }}
+}}"""
+
+
+async def test_a_tenants_finished_pod_on_a_node_it_no_longer_sees_is_counted_and_no_one_elses(
+    tmp_path: Path,
+) -> None:
+    # As in the demo: research's lr-sweep-7 ran two hours on a node where research runs
+    # nothing now (node-1, ml's), beside an ml pod of the past; node-2's agent is down, and
+    # research runs nothing there either.
+    cluster = two_tenants(tmp_path)
+    cluster.add_node("node-2", gpus=[Gpu(0, "GPU-2-0")])
+    node1 = cluster.agents["node-1"]
+    assert node1.history_dir is not None
+    node1.history_dir.mkdir(parents=True)
+    store = HistoryStore(node1.history_dir, max_bytes=node1.history_max_bytes)
+    store.open()
+    day_ago = time.time() - 86400
+
+    def finished(pid: int, namespace: str, name: str, hours: float) -> OccupancyRecord:
+        return OccupancyRecord(
+            gpu_uuid="GPU-1-0", mig_device_uuid="", pid=pid, start_ticks=pid, boot_id="boot-0",
+            first_seen=day_ago, last_seen=day_ago + hours * 3600, ended=True,
+            pod_uid=pod_uid_for(namespace, name), pod_namespace=namespace, pod_name=name,
+        )  # fmt: skip
+
+    store.write(
+        [finished(7300, "research", "lr-sweep-7", 2), finished(7400, "ml", "old-ml", 3)],
+        [],
+        now=day_ago + 3 * 3600,
+    )
+    store.close()
+    reviews = cluster.stub.reviews
+    await cluster.start()
+    try:
+        await cluster.agents["node-2"].stop()
+        # One read in flight per caller: the tenant's read of every node is paced as anyone's.
+        settings = cluster.settings(auth_mode="kubernetes", max_history_reads_per_caller=1)
+        async with serving(settings) as server:
+            research = await ask(server, PAST_USAGE, reviews.token_of("research-user"))
+            admin = await ask(server, PAST_USAGE, reviews.token_of("admin"))
+    finally:
+        await cluster.stop()
+    usage = {(r["namespace"], r["podName"]): r["gpuSeconds"] for r in research["data"]["gpuUsage"]}
+    # The two hours count for research, where before only the node it sees was summed.
+    assert usage[("research", "lr-sweep-7")] == pytest.approx(7200)
+    assert {namespace for namespace, _ in usage} == {"research"}
+    (edge,) = research["data"]["gpuHistory"]["edges"]
+    assert edge["node"]["node"] == {"name": "node-1"} and edge["node"]["end"] is not None
+    # The answer says what it lacks, without naming the down node research cannot see.
+    assert [(e["message"], e["path"]) for e in research["errors"]] == [
+        ("usage unavailable from 1 node(s) this caller cannot see", ["gpuUsage"]),
+        ("history unavailable from 1 node(s) this caller cannot see", ["gpuHistory"]),
+    ]
+    assert "node-2" not in json.dumps(research)
+    # The admin is told which node, and sees both teams' pods.
+    assert all("node 'node-2'" in e["message"] for e in admin["errors"])
+    admin_usage = {(r["namespace"], r["podName"]) for r in admin["data"]["gpuUsage"]}
+    assert {("research", "lr-sweep-7"), ("ml", "old-ml")} <= admin_usage

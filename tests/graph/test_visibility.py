@@ -79,6 +79,26 @@ def test_a_namespace_the_cache_no_longer_holds_is_still_the_callers(world: Small
     assert not view.sees_namespace("ml")
 
 
+@pytest.mark.parametrize(
+    "scope", [SERVING_ONLY, ML_ONLY, ALL_PODS, Scope(pod_namespaces=frozenset({"gone"}))]
+)
+def test_history_is_read_from_every_node_whoever_asks_but_only_seen_nodes_are_named(
+    world: SmallWorld, scope: Scope
+) -> None:
+    # A pod's records outlive it in its node's log: a team that runs nothing on node-c now
+    # (or nothing at all) still has its past there, so a read asks every node.
+    world.cluster.add_node(node_record("node-c"))
+    view = VisibleCluster(world.cluster, scope)
+    assert view.history_nodes() == ["node-a", "node-b", "node-c"]
+    assert not view.sees_node("node-c")
+    assert view.history_nodes() == VisibleCluster(world.cluster, EVERYTHING).history_nodes()
+
+
+def test_a_caller_who_may_see_no_record_reads_no_log(world: SmallWorld) -> None:
+    assert VisibleCluster(world.cluster, Scope(all_nodes=True)).history_nodes() == []
+    assert VisibleCluster(world.cluster, Scope()).history_nodes() == []
+
+
 async def test_a_nodes_gpus_hide_other_tenants_and_count_what_they_hide(world: SmallWorld) -> None:
     ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=ML_ONLY)
     assert isinstance(ctx.cluster, VisibleCluster)
