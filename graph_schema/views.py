@@ -66,8 +66,9 @@ class PodJoiner:
         return pod
 
 
-# Shared by every GPU without field errors; never mutated.
+# Shared by every GPU without field errors, and without MIG devices; never mutated.
 _NO_FIELD_ERRORS = JSON({})
+_NO_MIG_DEVICES: list[MigDevice] = []
 
 
 def build_gpu(
@@ -103,7 +104,9 @@ def build_gpu(
                 compute_instance_id=m.compute_instance_id,
             )
             for m in sample.mig_devices
-        ],
+        ]
+        if sample.mig_devices
+        else _NO_MIG_DEVICES,
         error=sample.error or None,
         field_errors=(
             JSON({to_camel_case(k): v for k, v in sample.field_errors.items()})
@@ -336,11 +339,19 @@ class ViewCache:
         joiner = PodJoiner(cluster, node_name, cached.pods if cached is not None else None)
         allocations = LazyTable(node_name, snapshot, cluster, self.rules)
         gpus = build_gpus(node_name, snapshot, joiner, allocations)
-        if cached is not None:
-            self._uncount(node_name, cached.sizes)
         sizes = NodeSizes.of(gpus)
+        counted = self._counted
+        if cached is not None and node_name in counted and cached.sizes == sizes:
+            # The node's figures as they were (most snapshots): only when they were
+            # counted moves, to the end, as expiring reads the oldest first.
+            sizes = cached.sizes
+            del counted[node_name]
+            counted[node_name] = self._clock()
+        else:
+            if cached is not None:
+                self._uncount(node_name, cached.sizes)
+            self._count(node_name, sizes)
         self._by_node[node_name] = _NodeViews(snapshot, gpus, joiner.pods, allocations, sizes)
-        self._count(node_name, sizes)
         return gpus
 
     def visible_gpus(
