@@ -177,7 +177,15 @@ ANONYMOUS: Hashable = None
 # gRPC shares subchannels (connections) between channels to the same address
 # by default, so a rebuilt channel would inherit a dead connection's reconnect
 # backoff; a channel of its own makes "rebuilt" mean a fresh connection.
-CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (("grpc.use_local_subchannel_pool", 1),)
+# A fixed 4 MiB receive window instead of gRPC's bandwidth-delay probe (whose
+# window starts at that size): the probe pings as replies land, about a tenth of
+# a snapshot call's CPU (``bench/fresh_read_bench.py``), and a window this size
+# still lets a history page stream without waiting on it.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.http2.lookahead_bytes", 4 * 1024 * 1024),
+)
 
 
 def _default_client_factory(target: str, token: str | None) -> AgentClientLike:
