@@ -6,6 +6,13 @@ same traffic: many callers want the same key at once, and an answer stays
 good for a few seconds. The first caller starts the call, the others join
 it, later ones read the kept answer until it expires. A call that fails or
 is cancelled is not kept, so the next caller tries again.
+
+A caller that goes away (its client gone, its time limit hit, its subscription
+closed) leaves the call running for the others. Only a caller's own
+cancellation raises CancelledError in it: a call cancelled under its callers
+(``close``, or its work cancelled beneath it, as gRPC does to calls on a
+channel that closes) is CallCancelledError to each, an error to answer with
+rather than a cancellation that would unwind them.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
-__all__ = ["Keep", "SharedCalls", "Source"]
+__all__ = ["CallCancelledError", "Keep", "SharedCalls", "Source", "being_cancelled"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -26,6 +33,16 @@ V = TypeVar("V")
 # flight, or by a call of its own; or from a kept answer past its time while a
 # background call for it is in flight.
 Source = Literal["cached", "shared", "called", "stale"]
+
+
+class CallCancelledError(Exception):
+    """The call a caller waited on was cancelled, and not by that caller."""
+
+
+def being_cancelled() -> bool:
+    """Whether the running task is being cancelled: a CancelledError it sees is its own."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +122,14 @@ class SharedCalls(Generic[K, V]):
             )
             self._inflight[key] = task
             task.add_done_callback(lambda t: self._done(key, t))
-        # Shielded: a caller that goes away (client gone, time limit hit) must
-        # not cancel the call the other callers share.
-        return await asyncio.shield(task)
+        try:
+            # Shielded: a caller that goes away (client gone, time limit hit) must
+            # not cancel the call the other callers share.
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if being_cancelled() or not task.cancelled():
+                raise
+            raise CallCancelledError("the call this answer waited on was cancelled") from None
 
     def refresh(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import warnings
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ from ..http.response_media import GRAPHQL_RESPONSE_JSON, is_request_error, wants
 from ..http.responses import graphql_error_response
 from ..http.ws_messages import CheckedWebSocketAdapter
 from ..metrics import Metrics
+from ..shared_calls import CallCancelledError, being_cancelled
 from .shared_results import SharedResults
 
 # Operation types each HTTP method may carry; subscriptions only over the WebSocket.
@@ -155,6 +157,13 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             response = await self.run(request)
         except HTTPException as exc:
             response = graphql_error_response(exc.status_code, exc.reason, request.headers)
+        except (asyncio.CancelledError, CallCancelledError):
+            if being_cancelled():
+                raise
+            # Work the request waited on was cancelled under it, not the request: an
+            # answer saying so, where a CancelledError would reach uvicorn as a 500.
+            reason = "the server cancelled work this request waited on; try again"
+            response = graphql_error_response(503, reason, request.headers)
         await response(scope, receive, send)
 
     async def parse_http_body(self, request: Any) -> Any:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from api.shared_calls import Keep, SharedCalls, Source
+from api.shared_calls import CallCancelledError, Keep, SharedCalls, Source
 from tests.support.clock import ManualClock
 
 
@@ -26,10 +26,12 @@ class Calls:
     def __init__(self) -> None:
         self.runs = 0
         self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
 
     async def __call__(self) -> int:
         self.runs += 1
         run = self.runs
+        self.started.set()
         if self.gate is not None:
             await self.gate.wait()
         return run
@@ -140,13 +142,62 @@ async def test_a_caller_that_goes_away_does_not_cancel_the_shared_call() -> None
     calls = Calls()
     calls.gate = asyncio.Event()
     shared: SharedCalls[str, int] = SharedCalls()
-    first = asyncio.ensure_future(shared.get("k", calls, keep_for(0)))
-    second = asyncio.ensure_future(shared.get("k", calls, keep_for(0)))
-    await asyncio.sleep(0)
-    first.cancel()
+    joined = asyncio.Event()
+
+    def heard(source: Source) -> None:
+        if source == "shared":
+            joined.set()
+
+    first = asyncio.ensure_future(shared.get("k", calls, keep_for(60)))
+    second = asyncio.ensure_future(shared.get("k", calls, keep_for(60), observe=heard))
+    await asyncio.gather(calls.started.wait(), joined.wait())
+    first.cancel()  # its client went away, its time limit hit, its subscription closed
+    with pytest.raises(asyncio.CancelledError):
+        await first
     calls.gate.set()
     assert await second == 1
-    assert first.cancelled()
+    # The call ran to its end and its answer is kept for the callers after.
+    assert await shared.get("k", calls, keep_for(60)) == 1
+    assert calls.runs == 1
+
+
+async def test_a_caller_past_its_own_time_limit_times_out_and_the_call_runs_on() -> None:
+    calls = Calls()
+    calls.gate = asyncio.Event()
+    shared: SharedCalls[str, int] = SharedCalls()
+    later = asyncio.ensure_future(shared.get("k", calls, keep_for(60)))
+    await calls.started.wait()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0):
+            await shared.get("k", calls, keep_for(60))
+    calls.gate.set()
+    assert await later == 1
+
+
+async def test_a_call_cancelled_under_its_callers_is_an_error_to_each_not_a_cancellation() -> None:
+    # As gRPC does to a call whose channel another caller closes: the call's own work
+    # is cancelled, and none of the callers waiting on it.
+    work: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    runs = 0
+
+    async def call() -> int:
+        nonlocal runs
+        runs += 1
+        return await work if runs == 1 else runs
+
+    shared: SharedCalls[str, int] = SharedCalls()
+    joined = asyncio.Event()
+    waiters = [
+        asyncio.ensure_future(shared.get("k", call, keep_for(60))),
+        asyncio.ensure_future(shared.get("k", call, keep_for(60), observe=lambda _: joined.set())),
+    ]
+    await joined.wait()
+    work.cancel()
+    for waiter in waiters:
+        with pytest.raises(CallCancelledError, match="was cancelled"):
+            await waiter
+    # Not kept: the next caller calls again.
+    assert await shared.get("k", call, keep_for(60)) == 2
 
 
 async def test_the_oldest_answers_go_past_max_entries() -> None:
@@ -163,10 +214,12 @@ async def test_close_cancels_calls_in_flight_and_drops_kept_answers() -> None:
     shared: SharedCalls[str, int] = SharedCalls()
     await shared.get("kept", calls, keep_for(60))
     calls.gate = asyncio.Event()
+    calls.started.clear()
     waiter = asyncio.ensure_future(shared.get("slow", calls, keep_for(60)))
-    await asyncio.sleep(0)
+    await calls.started.wait()
     await shared.close()
-    with pytest.raises(asyncio.CancelledError):
+    # Closing cancels the call, not its caller: an error to answer with.
+    with pytest.raises(CallCancelledError):
         await waiter
     assert shared.keys() == set()
 

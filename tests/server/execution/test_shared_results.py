@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from graphql import ExecutionResult, GraphQLError
 
 from api.app import create_app
@@ -14,8 +18,10 @@ from api.metrics import Metrics
 from api.settings import Settings
 from graph_schema.interfaces import Received
 from graph_schema.loaders import Freshness, SnapshotLoader
+from node_resolver.gpu_events.records import EventPage, EventQuery
 from tests.support.clock import ManualClock
 from tests.support.graph import SmallWorld, snapshot
+from tests.support.history_agents import HistoryAgents, open_stores
 
 
 class Executions:
@@ -114,6 +120,58 @@ async def test_one_caller_going_away_does_not_cancel_the_others() -> None:
     first.cancel()
     release.set()
     assert (await second).data == {"ok": True}
+
+
+class ClosingChannel(HistoryAgents):
+    """Agents whose node-a events read is cancelled under it, as gRPC cancels the calls on
+    a channel another call closes."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.asked = asyncio.Event()
+        self.read: asyncio.Future[None] | None = None
+
+    async def gpu_events(
+        self, node_name: str, query: EventQuery, page_token: str = ""
+    ) -> EventPage:
+        if node_name == "node-a":
+            self.read = asyncio.get_running_loop().create_future()
+            self.asked.set()
+            await self.read
+        return await super().gpu_events(node_name, query, page_token)
+
+
+@pytest.fixture
+def closing(tmp_path: Path) -> Iterator[ClosingChannel]:
+    stores = open_stores(tmp_path, {"node-a": [], "node-b": []})
+    try:
+        yield ClosingChannel(stores)
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+@pytest.mark.parametrize("alone", [False, True], ids=["shared", "run-alone"])
+async def test_work_cancelled_under_a_request_answers_it_503_not_a_cancellation(
+    closing: ClosingChannel, alone: bool
+) -> None:
+    # A CancelledError out of the app reaches uvicorn, which answers 500.
+    world = SmallWorld(closing)
+    app = create_app(Settings(snapshot_ttl=5.0), world.cluster, world.agents)
+    query = '{ gpuEvents(since: "2026-12-01T00:00:00Z") { edges { node { xid } } } }'
+    # A request with extensions is executed alone, in its own task.
+    body: dict[str, Any] = {"query": query, **({"extensions": {"trace": 1}} if alone else {})}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        answer = asyncio.ensure_future(client.post("/graphql", json=body))
+        await closing.asked.wait()
+        assert closing.read is not None
+        closing.read.cancel()
+        response = await answer
+    assert response.status_code == 503
+    assert response.json() == {
+        "errors": [{"message": "the server cancelled work this request waited on; try again"}]
+    }
 
 
 async def test_the_app_shares_identical_queries_but_not_different_ones() -> None:
