@@ -58,7 +58,7 @@ from node_resolver.models import NodeSnapshot
 
 from ..backoff import Backoff
 from ..metrics import Metrics
-from ..shared_calls import Keep, SharedCalls
+from ..shared_calls import Keep, SharedCalls, being_cancelled
 from .caller_reads import CallerReads
 from .discovery import AddressUnknownError, Discovery
 from .keep_warm import DEFAULT_BUDGET, REFRESH_AT, KeepWarm, OwnCpu, count_started_tasks
@@ -329,6 +329,11 @@ class AgentPool:
             if snapshot.node_name and snapshot.node_name != node_name:
                 raise _WrongNodeError(f"it reports node {snapshot.node_name!r}")
             outcome = "ok"
+        except asyncio.CancelledError:
+            if being_cancelled():
+                raise
+            # The call that closed the channel dealt with the node: no backoff here.
+            raise _closed_under(node_name, address, "GetSnapshot") from None
         except Exception as exc:
             if _is_deadline(exc):
                 outcome = "timeout"
@@ -434,6 +439,10 @@ class AgentPool:
         client = await self._client_for(node_name, address)
         try:
             return await method(client)
+        except asyncio.CancelledError:
+            if being_cancelled():
+                raise
+            raise _closed_under(node_name, address, what) from None
         except Exception as exc:
             reason = f"{what}: {_describe(exc, self.timeout)}"
             log.debug("agent on node %s at %s: %s", node_name, address, reason)
@@ -725,6 +734,14 @@ def _describe(exc: BaseException, timeout: float) -> str:
         return f"{exc.code().name}: {exc.details()}"
     text = str(exc)
     return text if text else type(exc).__name__
+
+
+def _closed_under(node_name: str, address: str, what: str) -> AgentUnavailableError:
+    """A call gRPC cancelled as another call closed its channel (the agent failed, moved
+    or took a new token): this call's failure, where a CancelledError would unwind every
+    caller waiting on it."""
+    reason = f"{what}: the channel closed during the call; the next call opens a new one"
+    return AgentUnavailableError(node_name, reason, address=address)
 
 
 async def _close_quietly(client: AgentClientLike) -> None:

@@ -266,6 +266,53 @@ async def test_a_moved_agent_gets_a_new_channel(tmp_path: Path) -> None:
         await moved.stop()
 
 
+async def test_calls_whose_channel_another_call_closes_fail_as_the_node_not_as_cancelled(
+    tmp_path: Path,
+) -> None:
+    # As when the demo starts: reads in flight on an agent's channel when another call
+    # finds the agent moved and closes that channel under them (gRPC cancels its calls).
+    connected = asyncio.Event()
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # the old address: accepts, never answers
+        connected.set()
+
+    blackhole = await asyncio.start_server(hold, "127.0.0.9", 0)
+    moved = AgentNode("node-0", "127.0.0.7", tmp_path)
+    moved.port = blackhole.sockets[0].getsockname()[1]
+    await moved.start()
+    cache = ClusterCache()
+    cache.replace_nodes([graph.node_record("node-0", ip="127.0.0.9")])
+    pool = AgentPool(NodeIpDiscovery(cache, moved.port), timeout=60)
+    asked = asyncio.Event()
+
+    async def snapshot(client: Any) -> NodeSnapshot:
+        asked.set()
+        result: NodeSnapshot = await client.get_snapshot(timeout=60)
+        return result
+
+    try:
+        fetches = [asyncio.ensure_future(pool.fetch("node-0")) for _ in range(2)]
+        history = asyncio.ensure_future(pool.call("node-0", snapshot, what="GetHistory"))
+        await asyncio.gather(connected.wait(), asked.wait())
+        cache.upsert_node(graph.node_record("node-0", ip="127.0.0.7"))
+        got = await pool.call("node-0", lambda c: c.get_snapshot(timeout=5), what="GetSnapshot")
+        assert got.node_name == "node-0"
+        for waiter, what in [(f, "GetSnapshot") for f in fetches] + [(history, "GetHistory")]:
+            with pytest.raises(AgentUnavailableError, match=f"{what}: the channel closed"):
+                await waiter
+        # Not a failure of the node's agent: the next read is answered, with no backoff.
+        assert (await pool.fetch("node-0")).snapshot.node_name == "node-0"
+    finally:
+        await pool.close()
+        await moved.stop()
+        for writer in held:
+            writer.close()
+        blackhole.close()
+        await blackhole.wait_closed()
+
+
 async def test_an_agent_answering_for_another_node_is_an_error(agents: list[AgentNode]) -> None:
     agent = agents[0]
     cache = ClusterCache()
