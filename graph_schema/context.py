@@ -111,6 +111,10 @@ class GraphContext:
         self.history_reads: dict[Hashable, asyncio.Future[Any]] = {}
         # A restricted caller's GPUs by pod, per node (unrestricted ones share the views').
         self._by_pod: dict[str, tuple[list[Gpu], dict[str, list[Gpu]]]] = {}
+        # Every node's GPUs the operation read, by the list's identity: a process refers
+        # to its GPU weakly (``GpuProcess.gpu_ref``), and a newer snapshot may replace the
+        # cache's objects while the operation still hands out their processes.
+        self._held: dict[int, list[Gpu]] = {}
         # Errors for parts of an aggregate list that could not be fetched; the
         # schema's partial-results extension adds them to the response.
         self.partial_errors: list[GraphQLError] = []
@@ -190,6 +194,8 @@ class GraphContext:
         self._snapshot_loader = None
         self._gpu_loader = None
         self.history_reads.clear()
+        # The last tick's answer went out before this one starts.
+        self._held.clear()
         # The cache moves between ticks: the visible nodes are worked out afresh.
         self.cluster = VisibleCluster(self.raw_cluster, self.scope)
         self.result_items = 0
@@ -204,6 +210,7 @@ class GraphContext:
         self._snapshot_loader = None
         self._gpu_loader = None
         self._by_pod.clear()
+        self._held.clear()
         self.history_reads.clear()
 
     async def pace(self) -> None:
@@ -242,8 +249,11 @@ class GraphContext:
         return results
 
     def node_gpus(self, node_name: str, snapshot: NodeSnapshot) -> list[Gpu]:
-        """A node's GPUs as the caller sees them; NodeSampleError when the node read none."""
-        return self.state.views.visible_gpus(self.cluster, node_name, snapshot)
+        """A node's GPUs as the caller sees them; NodeSampleError when the node read none.
+        Held until the operation (or the subscription's tick) ends."""
+        gpus = self.state.views.visible_gpus(self.cluster, node_name, snapshot)
+        self._held[id(gpus)] = gpus
+        return gpus
 
     async def gpus(self, node_name: str) -> list[Gpu]:
         """The node's GPUs as the caller sees them, built once per snapshot."""

@@ -9,6 +9,7 @@ node's snapshot, and they go through the operation's loader: one call per node.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import cast
 
 import strawberry
@@ -284,13 +285,31 @@ class GpuProcess:
     runtime: str | None = strawberry.field(description="containerd, cri-o, docker, podman.")
     mig_device_uuid: str | None
     cmdline: str | None = strawberry.field(description="Only when the agent exposes it.")
-    gpu: Gpu
+    # Its GPU, held weakly (``gpu`` reads it): the GPU holds its processes, and a strong
+    # reference back made every snapshot's objects a cycle that only the cyclic collector
+    # freed, a third of the event loop's time for nodes read afresh. The GPU lives as
+    # long as whatever hands its processes out: the cache's current objects (``views``),
+    # and an operation the GPUs it read (``GraphContext.node_gpus``).
+    gpu_ref: strawberry.Private[Callable[[], Gpu | None]]
     pod: Pod | None = strawberry.field(
         description="The pod it belongs to, joined on pod UID, falling back to container ID; "
         "null when the pod is not in the cache (a host process, or a pod already gone)."
     )
     # No pod: its cgroup names a pod bound to another node (never that pod's, see joins).
     pod_elsewhere: strawberry.Private[bool] = False
+
+    @property
+    def gpu(self) -> Gpu:
+        """The GPU it runs on."""
+        gpu = self.gpu_ref()
+        if gpu is None:
+            # Nothing that hands a process out lets its GPU go first (see ``gpu_ref``).
+            raise RuntimeError(f"the GPU of process {self.pid} is no longer held")
+        return gpu
+
+    @strawberry.field(name="gpu")
+    def resolve_gpu(self) -> Gpu:
+        return self.gpu
 
     @strawberry.field(
         description="Whether its container was given this GPU (or a MIG device on it)."

@@ -14,6 +14,7 @@ raise every later estimate.
 from __future__ import annotations
 
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -118,6 +119,7 @@ def build_gpu(
         allocations_of_node=table,
         process_list_complete=sample.process_list_complete(),
     )
+    gpu_ref = weakref.ref(gpu)
     pod_of = joiner.pod
     append = processes.append
     type_names = _TYPE_NAMES
@@ -135,7 +137,7 @@ def build_gpu(
                 runtime=runtime,
                 mig_device_uuid=mig,
                 cmdline=cmdline,
-                gpu=gpu,
+                gpu_ref=gpu_ref,
                 pod=pod,
                 pod_elsewhere=(
                     pod is None

@@ -16,6 +16,7 @@ how much it hides, so a tenant learns that a GPU is shared but not by whom.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -272,8 +273,10 @@ class VisibleCluster:
         processes: list[GpuProcess] = []
         copy = replace(gpu, processes=processes, hidden_process_count=len(hidden))
         copy.hidden_memory_bytes = Bytes(sum(int(p.used_memory_bytes or 0) for p in hidden))
+        # The copy's processes point at the copy, so ``gpu { processes }`` stays scoped;
+        # weakly, as the originals do theirs (the view holds its copies).
+        copy_ref = weakref.ref(copy)
         for p in shown:
             cmdline = p.cmdline if self.sees_cmdline(_process_namespace(p)) else None
-            # The copy's processes point at the copy, so ``gpu { processes }`` stays scoped.
-            processes.append(replace(p, gpu=copy, cmdline=cmdline))
+            processes.append(replace(p, gpu_ref=copy_ref, cmdline=cmdline))
         return copy

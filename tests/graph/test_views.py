@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import weakref
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from graph_schema.context import GraphContext
@@ -11,6 +16,7 @@ from graph_schema.views import ViewCache, gpus_by_pod
 from node_resolver.codec import snapshot_from_wire, snapshot_to_proto
 from tests.support.clock import ManualClock
 from tests.support.graph import (
+    GiB,
     MemoryCluster,
     SmallWorld,
     gpu_sample,
@@ -134,5 +140,45 @@ async def test_objects_built_from_the_agents_message_are_those_built_from_its_re
 def fields(gpu: Gpu) -> dict[str, Any]:
     """A GPU object's fields and its processes', but for what is built per snapshot."""
     mine = {k: v for k, v in vars(gpu).items() if k not in ("processes", "allocations_of_node")}
-    processes = [{k: v for k, v in vars(p).items() if k != "gpu"} for p in gpu.processes]
+    processes = [{k: v for k, v in vars(p).items() if k != "gpu_ref"} for p in gpu.processes]
     return {**mine, "processes": processes}
+
+
+def test_a_replaced_snapshots_objects_go_without_the_cyclic_collector() -> None:
+    world = SmallWorld()
+    views = ViewCache()
+    first = snapshot("node-a", [gpu_sample("node-a", 0, [process(7, GiB)])])
+    gpu = views.gpus("node-a", first, world.cluster)[0]
+    assert gpu.processes[0].gpu is gpu
+    gone = weakref.ref(gpu)
+    del gpu
+    with collector_off():
+        views.gpus("node-a", replace(first, sampled_at=first.sampled_at + 1), world.cluster)
+        assert gone() is None
+
+
+async def test_an_operation_holds_the_gpus_whose_processes_it_hands_out() -> None:
+    world = SmallWorld()
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state)
+    processes = [p for g in await ctx.gpus("node-a") for p in g.processes]
+    uuids = [p.gpu.uuid for p in processes]
+    with collector_off():
+        # A newer snapshot replaces the cache's objects while the operation runs.
+        old = (await world.agents.fetch("node-a")).snapshot
+        world.schema.state.views.gpus("node-a", replace(old, sampled_at=1.0), world.cluster)
+        assert [p.gpu.uuid for p in processes] == uuids
+        gone = weakref.ref(processes[0].gpu)
+        # Once it ends, nothing holds the replaced objects.
+        ctx.finish()
+        del processes
+        assert gone() is None
+
+
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """No cyclic collection meanwhile: what goes, goes by reference counting."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
