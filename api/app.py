@@ -93,8 +93,10 @@ def create_app(
         state = SharedState.for_limits(
             settings.limits, AllocationRules(dra=dra, gpus=settings.gpus)
         )
-    # Queries it covers skip strawberry's executor (graph_schema/compiled).
-    compiled = CompiledDocuments()
+    # Queries it covers skip strawberry's executor (graph_schema/compiled); its answers
+    # leave only through the views below, as orjson's bytes, so they may hold parts
+    # already encoded (a whole-cluster answer is not held twice).
+    compiled = CompiledDocuments(encoded=True)
     schema = build_schema(
         settings.limits,
         time_limit=request_timeout,

@@ -18,14 +18,24 @@ resolver that reads ``info.context`` gets (one reading ``info.path`` fails,
 and strawberry answers). A selection whose resolvers read only their object
 is remembered per object (``remembered``); one with a resolver reading the
 context (the caller's view, the result budget) is rendered for each run.
+
+Where the answers only ever leave as orjson's bytes (the server's HTTP and
+WebSocket views), a selection below the root is encoded as soon as it is
+built (``encoded``): the answer holds, and remembers, each GPU's or pod's
+JSON as one ``orjson.Fragment``, which orjson copies into the response as it
+is, instead of the dicts, lists, strings and integers it was built from
+(five times the bytes in Python objects). A whole-cluster answer of tens of
+MB is then held once as bytes and once as fragments, not as millions of
+objects beside its bytes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from .plan import (
     Completer,
@@ -36,10 +46,11 @@ from .plan import (
     ObjectPlan,
 )
 
-__all__ = ["Generated", "attach_generated_functions", "generated_function"]
+__all__ = ["Generated", "attach_generated_functions", "encoded", "generated_function"]
 
-# A generated selection: (the object, the run's PlanInfo) -> its response dict.
-Generated = Callable[[Any, Any], dict[str, Any]]
+# A generated selection: (the object, the run's PlanInfo) -> its response dict, or that
+# dict's JSON as an orjson fragment (``encoded``).
+Generated = Callable[[Any, Any], Any]
 
 # When a value passes unchanged, by scalar: ``v`` is the value's first use (it may
 # bind it), ``w`` the later ones. The fallback is the scalar's own serializer.
@@ -173,6 +184,34 @@ def generated_function(plan: ObjectPlan) -> Generated:
     return function
 
 
+def encoded(function: Generated) -> Generated:
+    """``function``, its dict encoded at once: what orjson would write for the dict, as a
+    fragment it writes as it is (the dict is freed as soon as it is encoded)."""
+    dumps = orjson.dumps
+    fragment = orjson.Fragment
+    join = b"".join
+
+    def encode(source: Any, info: Any) -> Any:
+        # orjson's bytes keep the room of its first buffer (4 KB for a 500-byte GPU); the
+        # copy a join makes is their size, which is what the answer holds and remembers.
+        return fragment(join((dumps(function(source, info)), b"")))
+
+    return encode
+
+
+class _Kept(weakref.ref[Any]):
+    """A remembered answer: a weak reference to its object, with the answer and its key.
+
+    One object per entry, where a tuple, a weak reference and a callback closure
+    made four: the collector walks every one of them, 80,000 GPUs' worth at
+    10,000 nodes.
+    """
+
+    __slots__ = ("key", "value")
+    key: int
+    value: Any
+
+
 def remembered(function: Generated) -> Generated:
     """``function``, answering again from memory for an object it has rendered.
 
@@ -180,40 +219,50 @@ def remembered(function: Generated) -> Generated:
     never changed afterwards (``views``), so a selection's dict for one of them
     stays right for as long as the object lives: queries within the snapshot
     TTL reuse it instead of building it again. Entries go with their object
-    (a weak reference's callback). The dicts are shared between answers, which
-    only ever serialize them. Objects that take no weak reference are rendered
-    each time.
+    (a weak reference's callback). The dicts (or fragments) are shared between
+    answers, which only ever serialize them. Objects that take no weak reference
+    are rendered each time.
     """
-    memory: dict[int, tuple[weakref.ref[Any], dict[str, Any]]] = {}
+    memory: dict[int, _Kept] = {}
 
-    def forget(key: int) -> Callable[[weakref.ref[Any]], None]:
-        def gone(_ref: weakref.ref[Any]) -> None:
-            memory.pop(key, None)
+    def gone(kept: _Kept) -> None:
+        # Another object may hold the id by now (and its own entry).
+        if memory.get(kept.key) is kept:
+            del memory[kept.key]
 
-        return gone
-
-    def render(source: Any, info: Any) -> dict[str, Any]:
+    def render(source: Any, info: Any) -> Any:
         key = id(source)
         kept = memory.get(key)
-        if kept is not None and kept[0]() is source:
-            return kept[1]
+        if kept is not None and kept() is source:
+            return kept.value
         value = function(source, info)
-        with contextlib.suppress(TypeError):  # no weak references to this type
-            memory[key] = (weakref.ref(source, forget(key)), value)
+        try:
+            kept = _Kept(source, gone)
+        except TypeError:  # no weak references to this type
+            return value
+        kept.key = key
+        kept.value = value
+        memory[key] = kept
         return value
 
     return render
 
 
-def attach_generated_functions(plan: ObjectPlan, *, outermost: bool = True) -> None:
+def attach_generated_functions(
+    plan: ObjectPlan, *, encode: bool = False, outermost: bool = True
+) -> None:
     """Give each outermost generable selection under ``plan`` (or ``plan`` itself) its function.
 
     Selections below a list (a node's GPUs, a GPU's processes) are remembered
     per object unless a resolver in them reads the run's context; the root's
-    is not (it has no object).
+    is not (it has no object). With ``encode``, each is ``encoded``; the
+    root's dict is the result's ``data``, so its fields are generated one by
+    one instead (``{ pods { name } }`` is then a list of encoded pods).
     """
-    if is_generable(plan):
+    if is_generable(plan) and not (encode and outermost):
         function = generated_function(plan)
+        if encode:
+            function = encoded(function)
         keep = not outermost and not reads_info(plan)
         plan.generated = remembered(function) if keep else function
         return
@@ -222,4 +271,4 @@ def attach_generated_functions(plan: ObjectPlan, *, outermost: bool = True) -> N
         while isinstance(complete, ListCompleter):
             complete = complete.item
         if isinstance(complete, ObjectCompleter):
-            attach_generated_functions(complete.plan, outermost=False)
+            attach_generated_functions(complete.plan, encode=encode, outermost=False)

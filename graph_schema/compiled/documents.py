@@ -67,10 +67,17 @@ class _Document:
 
 
 class CompiledDocuments:
-    """The compiled path of one schema: plans by document hash, and how often each path ran."""
+    """The compiled path of one schema: plans by document hash, and how often each path ran.
 
-    def __init__(self, *, max_documents: int = MAX_DOCUMENTS) -> None:
+    ``encoded``: the schema's answers only ever leave as orjson's bytes (the
+    server's views), so the plan may hand back parts of ``data`` already
+    encoded, as ``orjson.Fragment`` (``codegen.encoded``); otherwise ``data``
+    is plain dicts and lists, for callers that read it.
+    """
+
+    def __init__(self, *, max_documents: int = MAX_DOCUMENTS, encoded: bool = False) -> None:
         self.max_documents = max_documents
+        self.encoded = encoded
         self._documents: OrderedDict[bytes, _Document] = OrderedDict()
         # How many queries each path answered; benchmarks and tests read them.
         self.counts = {"compiled": 0, "fallback": 0}
@@ -124,7 +131,7 @@ class CompiledDocuments:
                     operation_name,
                     dict(zip(entry.directive_variables, values, strict=True)),
                 )
-                attach_generated_functions(plan)
+                attach_generated_functions(plan, encode=self.encoded)
             except Unsupported as exc:
                 logger.debug("strawberry runs this document: %s", exc)
                 plan = str(exc)

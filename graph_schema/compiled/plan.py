@@ -168,8 +168,8 @@ class ObjectPlan:
     # its coroutine fills the object's dict itself, one coroutine per object fewer.
     lone_async: FieldPlan | None = None
     # Generated for a selection of attributes and synchronous resolvers (see codegen):
-    # (the object, the run's PlanInfo) -> the response dict.
-    generated: Callable[[Any, Any], dict[str, Any]] | None = None
+    # (the object, the run's PlanInfo) -> the response dict, or its JSON (codegen.encoded).
+    generated: Callable[[Any, Any], Any] | None = None
 
 
 # ------------------------------------------------------------------ serializers

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import orjson
 import pytest
 import strawberry
 from graphql import parse
@@ -45,6 +46,10 @@ class Query:
     @strawberry.field
     async def items(self) -> list[Item]:
         return ITEMS
+
+    @strawberry.field
+    def first(self) -> Item:
+        return ITEMS[0]
 
 
 SCHEMA = strawberry.Schema(query=Query)
@@ -108,3 +113,42 @@ async def test_a_resolver_reading_the_path_makes_the_plan_give_up_to_strawberry(
             {"n": 2, "where": "['items', 1, 'where']"},
         ]
     }
+
+
+def encoded_plan(document: str) -> ObjectPlan:
+    plan = compile_operation(SCHEMA._schema, parse(document), None, {})
+    attach_generated_functions(plan, encode=True)
+    return plan
+
+
+async def test_an_encoded_selection_is_its_json_remembered_per_object() -> None:
+    plan = encoded_plan("{ items { n double } }")
+    answers = [await run(plan) for _ in range(3)]
+    # Each item is held as the bytes orjson writes for its dict, not as the dict, and the
+    # answer's bytes are the same.
+    assert all(type(item) is orjson.Fragment for item in answers[0]["items"])
+    assert orjson.dumps(answers[0]) == orjson.dumps(
+        {"items": [{"n": 1, "double": 2}, {"n": 2, "double": 4}]}
+    )
+    # Remembered per object: the same fragment again, the resolver not called again.
+    assert answers[2]["items"][0] is answers[0]["items"][0]
+    assert calls["double"] == 2
+
+
+async def test_an_encoded_selection_reading_the_context_is_encoded_per_run() -> None:
+    plan = encoded_plan("{ items { n caller } }")
+    alice = orjson.dumps(await run(plan, "alice"))
+    bob = orjson.dumps(await run(plan, "bob"))
+    assert orjson.loads(alice)["items"][1] == {"n": 2, "caller": "alice:2"}
+    assert orjson.loads(bob)["items"][1] == {"n": 2, "caller": "bob:2"}
+    assert calls["caller"] == 4
+
+
+async def test_the_root_stays_a_dict_its_fields_encoded_where_all_could_be_generated() -> None:
+    plan = encoded_plan("{ first { n double } }")
+    # The root's dict is the result's data (the server reads it); what is below it is encoded.
+    assert plan.generated is None
+    answer = await run(plan)
+    assert type(answer) is dict
+    assert type(answer["first"]) is orjson.Fragment
+    assert orjson.loads(orjson.dumps(answer)) == {"first": {"n": 1, "double": 2}}

@@ -97,7 +97,8 @@ class World:
     ``schema`` runs every operation through strawberry's executor; ``planned``
     is the same schema over the same server-wide state, with the compiled plan
     in strawberry's executing step, so both pass the same pipeline and
-    policies and differ only in what executes.
+    policies and differ only in what executes. The plan hands back its
+    selections already encoded, as it does in the server.
     """
 
     def __init__(
@@ -106,7 +107,7 @@ class World:
         self.cluster = cluster
         self.agents = agents
         self.schema = schema
-        self.compiled = CompiledDocuments()
+        self.compiled = CompiledDocuments(encoded=True)
         self.planned = build_schema(
             schema.limits, state=schema.state, gauge=schema.gauge, compiled=self.compiled
         )
