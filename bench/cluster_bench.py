@@ -273,9 +273,12 @@ def start_cluster(nodes: int, pods: int, down: int = 0) -> Cluster:
 
 
 def serve_process(
-    kubeconfig: str, agent_port: int, *flags: str
+    kubeconfig: str, agent_port: int, *flags: str, tree: Path = ROOT
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """A real ``gpugraph serve`` in its own process, open (``--auth none``); it and its URL."""
+    """A real ``gpugraph serve`` in its own process, open (``--auth none``); it and its URL.
+
+    ``tree``: the checkout whose code it runs (another one, to compare two versions).
+    """
     port = free_port()
     server = subprocess.Popen(
         [
@@ -295,7 +298,7 @@ def serve_process(
             "none",
             *flags,
         ],
-        cwd=ROOT,
+        cwd=tree,
     )
     return server, f"http://127.0.0.1:{port}"
 

@@ -9,8 +9,12 @@ Side by side in one run:
    ``keep_warm``), so queries do not wait for agents; the single-worker walk.
 2. At ``--nodes`` (10,000) nodes and ``--pods`` (300,000) pods: the real
    ``gpugraph serve`` in its own process against the stub API server and a
-   fleet of real agents: cache fill time and RSS, the full-cluster query, the
-   single-worker walk, ``/metrics``, the map's first query and ``top``'s.
+   fleet of real agents: cache fill time and RSS; the full-cluster query read
+   once, then polled every 2 s as a dashboard does (default flags keep the
+   nodes warm), with single-worker walks between the polls; the map's first
+   query and ``top``'s; ``/metrics``; each step's peak RSS (``VmHWM``, started
+   over before it). ``--baseline-tree DIR`` first runs the same against a
+   server from another checkout (the tree before a change), same fleet.
 3. At 4 nodes x 8 GPUs of the fleet, 100 HTTP clients sending queries that all
    differ (``bench/http_load.py``: lean clients, so the server is what is
    measured), beside ``/healthz`` and an empty answer: this machine's ceiling.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
 import platform
@@ -461,7 +466,20 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-STEPS = ("full", "walk", "metrics", "map", "top", "top_cli")
+STEPS = ("full", "walk", "map", "top", "metrics", "top_cli")
+# A dashboard's poll of the whole cluster in part 2: the issue's cadence, one client.
+POLL_EVERY = 2.0
+# Single-worker walks between two polls (half way), while the server keeps nodes warm.
+WALKS_PER_POLL = 3
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Start a process's peak RSS (VmHWM) over from its RSS now; False where not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
 
 
 async def fleet(
@@ -470,17 +488,45 @@ async def fleet(
     repeat: int,
     server_flags: tuple[str, ...] = (),
     steps: tuple[str, ...] = STEPS,
+    trees: dict[str, Path] | None = None,
+    warmup: int = 0,
 ) -> dict[str, Any]:
-    """Part 2: the real server over a whole fleet."""
+    """Part 2: the real server over a whole fleet; one server per checkout in ``trees``
+    (this one alone by default), one after the other against the same fleet."""
     started = time.perf_counter()
     cluster = start_fleet(nodes, pods)
     out: dict[str, Any] = {
         "nodes": nodes,
         "pods": max(pods, nodes),
         "setup": time.perf_counter() - started,
+        "servers": {},
     }
     tmp = tempfile.mkdtemp(prefix="gpugraph-scale-")
     kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
+    try:
+        for label, tree in (trees or {"this tree": ROOT}).items():
+            print(f"\n{label} ({tree}):", flush=True)
+            out["servers"][label] = await fleet_server(
+                cluster, kubeconfig, nodes, pods, repeat, server_flags, steps, tree, warmup
+            )
+    finally:
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+async def fleet_server(
+    cluster: Fleet,
+    kubeconfig: str,
+    nodes: int,
+    pods: int,
+    repeat: int,
+    server_flags: tuple[str, ...],
+    steps: tuple[str, ...],
+    tree: Path,
+    warmup: int,
+) -> dict[str, Any]:
+    """One server over the fleet: fill, RSS, and each step's time and peak RSS."""
     begin = time.perf_counter()
     server, base = serve_process(
         kubeconfig,
@@ -493,7 +539,9 @@ async def fleet(
         "--agent-timeout",
         "60",
         *server_flags,
+        tree=tree,
     )
+    out: dict[str, Any] = {}
     try:
         async with httpx.AsyncClient(base_url=base, timeout=120) as http:
             while True:
@@ -517,10 +565,18 @@ async def fleet(
             timings: dict[str, list[float]] = {}
             sizes: dict[str, int] = {}
             errors: dict[str, int] = {}
+            peaks: dict[str, int] = {}
+
+            def record(name: str, took: float, body: bytes) -> None:
+                timings.setdefault(name, []).append(took)
+                sizes[name] = len(body)
+                if b',"errors":[' in body:
+                    errors[name] = errors.get(name, 0) + 1
 
             async def measure(name: str, run: Run, times: int) -> None:
                 if name not in steps:
                     return
+                reset_peak_rss(server.pid)
                 for _ in range(times):
                     start = time.perf_counter()
                     try:
@@ -530,38 +586,63 @@ async def fleet(
                         print(f"{name}: failed: {exc!r}", flush=True)
                         return
                     took = time.perf_counter() - start
-                    timings.setdefault(name, []).append(took)
-                    sizes[name] = len(body)
-                    if b',"errors":[' in body:
-                        errors[name] = errors.get(name, 0) + 1
+                    record(name, took, body)
                     # As it goes: a run at full size is long, and a later step may fail.
                     print(f"{name}: {took * 1000:,.1f} ms, {len(body):,} bytes", flush=True)
+                peaks[name] = _peak_rss(server.pid)
 
-            if "--snapshot-keep-warm" in server_flags:
-                # The first read makes every node one the server keeps warm.
-                first = time.perf_counter()
-                await post(FULL_QUERY)
-                out["first_full"] = time.perf_counter() - first
-                print(f"full, first (fan-out): {out['first_full'] * 1000:,.1f} ms", flush=True)
-            await measure("full", lambda: post(FULL_QUERY), repeat)
-            out["rss_after"] = rss_bytes(server.pid)
-            cache = (await http.get("/metrics")).text  # warm
-            del cache
-            worker = random.Random(7).randrange(pods)
             from fleet import _pod  # the fleet's pod placement
 
-            _, namespace, name = _pod(worker, nodes)
-            walk = {"ns": namespace, "name": name}
-            await measure("walk", lambda: post(TRAVERSAL_QUERY, walk), 30)
-            # One scrape: at full size it fetches every agent and renders every series.
-            await measure("metrics", lambda: _get(http, "/metrics"), 1)
+            pick = random.Random(7)
+
+            def worker() -> dict[str, Any]:
+                _, namespace, name = _pod(pick.randrange(pods), nodes)
+                return {"ns": namespace, "name": name}
+
+            if "full" in steps:
+                # The first read fetches every node (and makes the server's channels); the
+                # polls after it are what a dashboard sees: the nodes kept warm by default
+                # once they are read repeatedly, which at 10,000 nodes takes a few polls
+                # (``warmup``, timed apart), then single-worker walks between the polls.
+                reset_peak_rss(server.pid)
+                first = time.perf_counter()
+                body = await post(FULL_QUERY)
+                out["first_full"] = time.perf_counter() - first
+                peaks["first_full"] = _peak_rss(server.pid)
+                print(f"full, first read: {out['first_full'] * 1000:,.1f} ms", flush=True)
+                reset_peak_rss(server.pid)
+                next_poll = time.perf_counter() + POLL_EVERY
+                for n in range(warmup + repeat):
+                    await asyncio.sleep(max(0.0, next_poll - time.perf_counter()))
+                    next_poll = max(next_poll + POLL_EVERY, time.perf_counter())
+                    start = time.perf_counter()
+                    body = await post(FULL_QUERY)
+                    took = time.perf_counter() - start
+                    record("full" if n >= warmup else "full_warmup", took, body)
+                    kind = "full" if n >= warmup else "full (warm-up)"
+                    print(f"{kind}: {took * 1000:,.1f} ms, {len(body):,} bytes", flush=True)
+                    del body
+                    if "walk" not in steps or n < warmup:
+                        continue
+                    await asyncio.sleep(max(0.0, next_poll - POLL_EVERY / 2 - time.perf_counter()))
+                    for _ in range(WALKS_PER_POLL):
+                        start = time.perf_counter()
+                        walked = await post(TRAVERSAL_QUERY, worker())
+                        record("walk", time.perf_counter() - start, walked)
+                peaks["full"] = _peak_rss(server.pid)
+                out["rss_after"] = rss_bytes(server.pid)
+            if "walk" in steps and "walk" not in timings:
+                await measure("walk", lambda: post(TRAVERSAL_QUERY, worker()), 30)
             await measure("map", lambda: post(SNAPSHOT_QUERY), 3)
             await measure("top", lambda: post(TOP_QUERY, {"withPods": False}), 3)
+            # One scrape, after the GraphQL steps: at full size it fetches every agent and
+            # renders every GPU's series (150 MB of text), and RSS stays where it took it.
+            await measure("metrics", lambda: _get(http, "/metrics"), 1)
 
             async def top_cli() -> bytes:
                 done = subprocess.run(
                     [sys.executable, "-m", "api.cli", "top", "--server", base],
-                    cwd=ROOT,
+                    cwd=tree,
                     check=True,
                     stdout=subprocess.PIPE,
                     timeout=180,
@@ -569,15 +650,14 @@ async def fleet(
                 return done.stdout
 
             await measure("top_cli", top_cli, 3)
-            out["rss_peak"] = _peak_rss(server.pid)
+            out["rss_peak"] = max(peaks.values(), default=_peak_rss(server.pid))
+            out["peaks"] = peaks
             out["timings"] = {k: statistics.median(v) for k, v in timings.items()}
             out["sizes"] = sizes
             out["errors"] = errors
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-        cluster.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -631,33 +711,53 @@ def report_compare(c: dict[str, Any]) -> None:
 
 
 def report_fleet(f: dict[str, Any]) -> None:
-    t = f["timings"]
+    servers: dict[str, dict[str, Any]] = f["servers"]
     print(f"\n## 2. The real server over {f['nodes']:,} nodes and {f['pods']:,} pods\n")
-    print("| measure | figure |")
-    print("|---|---|")
-    print(f"| fleet set-up (stub API server, agents) | {f['setup']:.1f} s |")
-    print(f"| cache fill (start to /readyz) | {f['fill']:.1f} s |")
-    print(
-        f"| RSS when ready / after queries / peak | {f['rss_ready'] / 2**30:.2f} / "
-        f"{f['rss_after'] / 2**30:.2f} / {f['rss_peak'] / 2**30:.2f} GiB |"
-    )
+    print(f"Fleet set-up (stub API server, agents): {f['setup']:.1f} s.\n")
+    print(f"| measure | {' | '.join(servers)} |")
+    print(f"|---|{'---|' * len(servers)}")
+
+    def row(label: str, cell: Callable[[dict[str, Any]], str]) -> None:
+        print(f"| {label} | {' | '.join(cell(s) for s in servers.values())} |")
+
+    def gib(value: int | None) -> str:
+        return "-" if value is None else f"{value / 2**30:.2f} GiB"
+
+    row("cache fill (start to /readyz)", lambda s: f"{s['fill']:.1f} s")
+    row("RSS when ready", lambda s: gib(s["rss_ready"]))
+    row("RSS after the polls", lambda s: gib(s.get("rss_after")))
+    row("peak RSS, whole run", lambda s: gib(s["rss_peak"]))
     for key, label in (
-        ("full", "full-cluster query, p50"),
-        ("walk", "single-worker walk, p50"),
+        ("first_full", "full-cluster query, first read (every node fetched)"),
+        ("full_warmup", f"full-cluster query, the first polls (every {POLL_EVERY:g} s), p50"),
+        ("full", f"full-cluster query, polled every {POLL_EVERY:g} s after those, p50"),
+        ("walk", "single-worker walk between those polls, p50"),
+        ("map", "the map's first query, p50"),
+        ("top", "top's query, p50"),
         ("metrics", "server /metrics, one scrape"),
-        ("map", "the map's first query"),
-        ("top", "top's query"),
+        ("top_cli", "`gpugraph top`, end to end, p50"),
     ):
-        if key not in t:
-            print(f"| {label} | {f.get(key + '_failed', 'not measured')} |")
-            continue
-        failed = f["errors"].get(key, 0)
-        note = f", {failed} answers with errors" if failed else ""
-        print(f"| {label} | {ms(t[key])} ms ({f['sizes'][key] / 1e6:.1f} MB{note}) |")
-    if "top_cli" in t:
-        print(f"| `gpugraph top`, end to end | {ms(t['top_cli'])} ms |")
-    else:
-        print(f"| `gpugraph top`, end to end | {f.get('top_cli_failed', 'not measured')} |")
+        row(label, functools.partial(_step, key=key))
+        if key in ("first_full", "full", "metrics", "map", "top"):
+            what = "… peak RSS over all the polls" if key == "full" else "… its peak RSS"
+            row(what, functools.partial(_peak_of, key=key))
+
+
+def _peak_of(s: dict[str, Any], key: str) -> str:
+    peak = s["peaks"].get(key)
+    return "-" if peak is None else f"{peak / 2**30:.2f} GiB"
+
+
+def _step(s: dict[str, Any], key: str) -> str:
+    if key == "first_full":
+        return f"{ms(s['first_full'])} ms" if "first_full" in s else "not measured"
+    t = s["timings"]
+    if key not in t:
+        return str(s.get(key + "_failed", "not measured"))
+    failed = s["errors"].get(key, 0)
+    note = f", {failed} with errors" if failed else ""
+    size = "" if key == "top_cli" else f" ({s['sizes'][key] / 1e6:.1f} MB{note})"
+    return f"{ms(t[key])} ms{size}"
 
 
 def main() -> None:
@@ -678,6 +778,13 @@ def main() -> None:
         "--steps", default=",".join(STEPS), help="part 2's measures, comma-separated"
     )
     parser.add_argument(
+        "--warmup-polls",
+        type=int,
+        default=4,
+        help="part 2's polls of the full-cluster query timed apart, before --repeat more: "
+        "at 10,000 nodes the server keeps the nodes warm after a few",
+    )
+    parser.add_argument(
         "--max-result-items",
         type=int,
         default=None,
@@ -689,11 +796,18 @@ def main() -> None:
         default="",
         help="more flags for part 2's server, e.g. '--snapshot-ttl 30 --snapshot-keep-warm 120'",
     )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. the commit before a change): part 2 runs its server "
+        "first, then this tree's, against the same fleet, side by side",
+    )
     parser.add_argument("--small", action="store_true", help="CI size: 20 nodes")
     args = parser.parse_args()
     if args.small:
         args.nodes, args.pods, args.compare_nodes, args.compare_pods = 20, 600, 10, 300
-        args.repeat, args.clients, args.seconds = 3, 10, 2.0
+        args.repeat, args.clients, args.seconds, args.warmup_polls = 3, 10, 2.0, 1
     comp = (
         None
         if args.skip_compare
@@ -702,11 +816,22 @@ def main() -> None:
     budget = args.max_result_items
     flags: tuple[str, ...] = () if budget is None else ("--max-result-items", str(budget))
     flags += tuple(shlex.split(args.serve_flags))
+    trees = {"this tree": ROOT}
+    if args.baseline_tree is not None:
+        trees = {"baseline": args.baseline_tree.resolve(), **trees}
     full = (
         None
         if args.skip_fleet
         else asyncio.run(
-            fleet(args.nodes, args.pods, args.repeat, flags, tuple(args.steps.split(",")))
+            fleet(
+                args.nodes,
+                args.pods,
+                args.repeat,
+                flags,
+                tuple(args.steps.split(",")),
+                trees,
+                args.warmup_polls,
+            )
         )
     )
     distinct = (
