@@ -286,10 +286,10 @@ class GpuProcess:
     mig_device_uuid: str | None
     cmdline: str | None = strawberry.field(description="Only when the agent exposes it.")
     # Its GPU, held weakly (``gpu`` reads it): the GPU holds its processes, and a strong
-    # reference back made every snapshot's objects a cycle that only the cyclic collector
-    # freed, a third of the event loop's time for nodes read afresh. The GPU lives as
-    # long as whatever hands its processes out: the cache's current objects (``views``),
-    # and an operation the GPUs it read (``GraphContext.node_gpus``).
+    # reference back made every snapshot's objects a cycle, kept until a full collection
+    # after a newer snapshot replaced them. The GPU lives as long as whatever hands its
+    # processes out: the cache's current objects (``views``), and an operation the GPUs
+    # it read (``GraphContext.node_gpus``).
     gpu_ref: strawberry.Private[Callable[[], Gpu | None]]
     pod: Pod | None = strawberry.field(
         description="The pod it belongs to, joined on pod UID, falling back to container ID; "

@@ -178,9 +178,9 @@ ANONYMOUS: Hashable = None
 # by default, so a rebuilt channel would inherit a dead connection's reconnect
 # backoff; a channel of its own makes "rebuilt" mean a fresh connection.
 # A fixed 4 MiB receive window instead of gRPC's bandwidth-delay probe (whose
-# window starts at that size): the probe pings as replies land, about a tenth of
-# a snapshot call's CPU (``bench/fresh_read_bench.py``), and a window this size
-# still lets a history page stream without waiting on it.
+# window starts at that size): the probe pings as replies land, on gRPC's own
+# threads, a quarter of a snapshot call's CPU (bench/README.md, section 22), and
+# a window this size still lets a history page stream without waiting on it.
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.use_local_subchannel_pool", 1),
     ("grpc.http2.bdp_probe", 0),
