@@ -15,6 +15,11 @@ driving ``/map`` through Playwright. Measured in one run:
 
 Run ``python bench/map_bench.py`` (1,000 nodes) or ``--small`` (CI, 10 nodes).
 
+First renders are also taken ``--rounds`` times in fresh contexts and their
+medians reported: one is too noisy on shared cores. A client polls the
+full-cluster query every ``--poll-every`` seconds beside the page, as a
+dashboard does (the server keeps what it reads warm); 0 leaves the page alone.
+
 ``--baseline DIR`` measures the first render side by side, alternating, with
 another build of the page against the same server: DIR holds that build's
 ``map.js`` and ``map.css`` (``node web/map/build.mjs DIR`` in its checkout)
@@ -34,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
-from cluster_bench import serve_process, start_cluster  # noqa: E402
+from cluster_bench import FULL_QUERY, pct, serve_process, start_cluster  # noqa: E402
 
 from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.http.cluster_map import MAP_PATH, assets_present  # noqa: E402
@@ -106,6 +112,8 @@ FIRST_RENDER = """() => new Promise((resolve) => {
         const answer = performance.getEntriesByType("resource")
             .filter((e) => e.name.endsWith("/graphql"))[0];
         resolve({ first_render: window.gpugraphMap.stats.firstRenderMs,
+                  page: performance.getEntriesByType("navigation")[0].responseEnd,
+                  query_sent: answer.startTime,
                   build: window.gpugraphMap.stats.renderMs,
                   query: answer.responseEnd - answer.startTime,
                   answer_bytes: answer.decodedBodySize,
@@ -128,6 +136,51 @@ def serve(kubeconfig: str, agent_port: int, *flags: str) -> tuple[subprocess.Pop
         time.sleep(0.2)
     server.kill()
     raise SystemExit("the server did not become ready")
+
+
+class Poller:
+    """A dashboard beside the page: the full-cluster query every ``every`` seconds, in a
+    thread of its own, as a Grafana panel polls it; with default flags the server keeps
+    the nodes it reads warm."""
+
+    def __init__(self, base: str, every: float) -> None:
+        self.base = base
+        self.every = every
+        self.times: list[float] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._polled = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
+
+    def start(self, warm: int) -> None:
+        """Start polling; return once ``warm`` polls have been answered."""
+        self._thread.start()
+        with self._polled:
+            self._polled.wait_for(lambda: len(self.times) + self.errors >= warm)
+
+    def stop(self) -> None:
+        """Stop after the poll in flight."""
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.base, timeout=120) as http:
+            due = time.monotonic()
+            while not self._stop.wait(max(0.0, due - time.monotonic())):
+                due = max(due + self.every, time.monotonic())
+                started = time.perf_counter()
+                try:
+                    r = http.post("/graphql", json={"query": FULL_QUERY})
+                    ok = r.status_code == 200 and b',"errors":[' not in r.content
+                except httpx.HTTPError:
+                    ok = False
+                took = time.perf_counter() - started
+                with self._polled:
+                    if ok:
+                        self.times.append(took)
+                    else:
+                        self.errors += 1
+                    self._polled.notify_all()
 
 
 def first_render(browser: Any, base: str, baseline: Path | None) -> dict[str, Any]:
@@ -171,11 +224,14 @@ def _route_baseline(context: Any, base: str, baseline: Path) -> None:
     context.route(f"{base}/static/map/map.*", asset)
 
 
-def side_by_side(base: str, baseline: Path, rounds: int) -> dict[str, list[dict[str, Any]]]:
-    """The first render of ``baseline``'s build and of this one, alternating."""
+def side_by_side(base: str, baseline: Path | None, rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """The first render of ``baseline``'s build and of this one, alternating (this one's
+    alone without a baseline)."""
     from playwright.sync_api import sync_playwright
 
-    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this build": []}
+    runs: dict[str, list[dict[str, Any]]] = {"this build": []}
+    if baseline is not None:
+        runs = {"baseline": [], **runs}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
@@ -186,7 +242,7 @@ def side_by_side(base: str, baseline: Path, rounds: int) -> dict[str, list[dict[
             # Each goes first in every other round: the second of a pair may find
             # the agents' snapshots the first one's fan-out just fetched.
             for n in range(rounds):
-                order = [("baseline", baseline), ("this build", None)]
+                order = [(name, baseline if name == "baseline" else None) for name in runs]
                 for name, build in order if n % 2 == 0 else order[::-1]:
                     runs[name].append(first_render(browser, base, build))
         finally:
@@ -196,26 +252,41 @@ def side_by_side(base: str, baseline: Path, rounds: int) -> dict[str, list[dict[
 
 def report_side_by_side(nodes: int, runs: dict[str, list[dict[str, Any]]]) -> None:
     """Medians of the alternating first renders, and this build's ratio to the baseline."""
-    print(f"\n## First render side by side, {nodes:,} nodes, medians of {len(runs['baseline'])}\n")
+    rounds = len(runs["this build"])
+    alone = "" if "baseline" in runs else " (this build alone)"
+    print(f"\n## First render{alone}, {nodes:,} nodes, medians of {rounds}\n")
     print(
-        "| build | first render (the frame with every tile) | of which the ClusterMap query | "
-        "of which building the DOM | that frame painted | pods list in | query answer |"
+        "| build | first render (the frame with every tile) | the page's HTML in | "
+        "ClusterMap sent | of which the ClusterMap query | of which building the DOM | "
+        "that frame painted | pods list in | query answer |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     med: dict[str, dict[str, float]] = {}
     for name, rows in runs.items():
         m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
         med[name] = m
         print(
-            f"| {name} | {m['first_render']:.0f} ms | {m['query']:.0f} ms | {m['build']:.0f} ms "
+            f"| {name} | {m['first_render']:.0f} ms | {m['page']:.0f} ms "
+            f"| {m['query_sent']:.0f} ms | {m['query']:.0f} ms | {m['build']:.0f} ms "
             f"| {m['painted']:.0f} ms | {m['pods']:.0f} ms | {m['answer_bytes'] / 1e6:.2f} MB |"
         )
+    if "baseline" not in med:
+        return
     old, new = med["baseline"], med["this build"]
     print(
         "| ratio | "
         + " | ".join(
             f"{new[k] / old[k]:.2f}x"
-            for k in ("first_render", "query", "build", "painted", "pods", "answer_bytes")
+            for k in (
+                "first_render",
+                "page",
+                "query_sent",
+                "query",
+                "build",
+                "painted",
+                "pods",
+                "answer_bytes",
+            )
         )
         + " |"
     )
@@ -331,12 +402,23 @@ def main() -> int:
         help="another build of the page to measure the first render against (see above)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=4, help="first renders of each, with --baseline"
+        "--rounds",
+        type=int,
+        default=4,
+        help="first renders in fresh contexts, their medians reported (alternating with "
+        "--baseline's); 0: none",
     )
     parser.add_argument(
         "--serve-flags",
         default="",
         help="flags for the server, e.g. '--snapshot-ttl 5 --snapshot-keep-warm 60'",
+    )
+    parser.add_argument(
+        "--poll-every",
+        type=float,
+        default=2.0,
+        help="a dashboard polling the full-cluster query this often beside the page, from "
+        "three polls before the first navigation (0: none, the page reads the nodes alone)",
     )
     args = parser.parse_args()
     if args.small:
@@ -349,19 +431,32 @@ def main() -> int:
     cluster = start_cluster(args.nodes, args.pods)
     tmp = tempfile.mkdtemp(prefix="gpugraph-map-bench-")
     server = None
+    poller: Poller | None = None
     try:
         kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
         server, base = serve(kubeconfig, cluster.port, *shlex.split(args.serve_flags))
-        runs = side_by_side(base, args.baseline, args.rounds) if args.baseline else None
+        if args.poll_every > 0:
+            poller = Poller(base, args.poll_every)
+            poller.start(warm=3)
+        runs = side_by_side(base, args.baseline, args.rounds) if args.rounds else None
         result = measure(base, args.updates)
         before = measure(base, args.updates, args.baseline) if args.baseline else None
     finally:
+        if poller is not None:
+            poller.stop()
         if server is not None:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     report(args.nodes, result)
+    if poller is not None:
+        print(
+            f"\nBeside the page, a client polled the full-cluster query every "
+            f"{args.poll_every:g} s: {len(poller.times)} polls, p50 "
+            f"{pct(poller.times or [0.0], 50) * 1000:.0f} ms, {poller.errors} with errors "
+            f"(server flags: {args.serve_flags or 'the defaults'})."
+        )
     if before is not None:
         report(args.nodes, before, " (baseline)")
     if runs is not None:
