@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,52 @@ def paths(
     return strawberry_run, compiled_run, lambda: compiled.counts
 
 
+def answer_form(
+    snapshots: dict[str, NodeSnapshot], cache: Any, encoded: bool
+) -> Callable[[], Awaitable[bytes]]:
+    """The full-cluster query through the plan, its answer as dicts or encoded (as the
+    server's plan hands it), made into the bytes the view sends; over views of its own."""
+    schema = build_schema()
+    planned = build_schema(
+        state=schema.state, gauge=schema.gauge, compiled=CompiledDocuments(encoded=encoded)
+    )
+    source = Preloaded(snapshots)
+
+    async def run() -> bytes:
+        result = await planned.execute(
+            FULL_QUERY, context_value=GraphContext(cache, source, schema.state)
+        )
+        return orjson.dumps(process_result(result))
+
+    return run
+
+
+async def answer_forms(
+    snapshots: dict[str, NodeSnapshot], cache: Any, repeat: int
+) -> dict[str, dict[str, float]]:
+    """The plan's answer as dicts and encoded, side by side: the Python memory the first
+    answer over new views takes at its peak and keeps (the views' included, the same for
+    both), then the p50 over the selections it remembered, bytes included."""
+    out: dict[str, dict[str, float]] = {}
+    runs: dict[str, Run] = {}
+    bodies = set()
+    for label, encoded in (("dicts", False), ("encoded", True)):
+        run = answer_form(snapshots, cache, encoded)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        bodies.add(await run())
+        gc.collect()
+        kept, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        out[label] = {"peak": peak - before, "kept": kept - before}
+        runs[label] = run
+    assert len(bodies) == 1, "the two forms answered different bytes"
+    for label, times in (await alternate(runs, repeat)).items():
+        out[label]["p50"] = statistics.median(times)
+    return out
+
+
 async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, Any]:
     """Part 1: strawberry and the plan side by side over one fleet of real agents."""
     cluster = start_cluster(nodes, pods)
@@ -176,6 +223,7 @@ async def compare(nodes: int, pods: int, repeat: int, walks: int) -> dict[str, A
         await c_mem()
         memory = await alternate({"strawberry": s_mem, "compiled": c_mem}, repeat)
         out["mem"] = {k: statistics.median(v) for k, v in memory.items()}
+        out["forms"] = await answer_forms(snapshots, cluster.cache, repeat)
         for key, query, variables in (
             ("map", SNAPSHOT_QUERY, None),
             ("top", TOP_QUERY, {"withPods": True}),
@@ -703,6 +751,17 @@ def report_compare(c: dict[str, Any]) -> None:
         # The floor is the full-cluster answer's: other documents' rows have none.
         floor = f"{k / c['floor']:.1f}x" if key in ("mem", "fan", "warm") else "-"
         print(f"| {label} | {ms(s)} ms | {ms(k)} ms | {s / k:.1f}x | {floor} |")
+    print("\nThe plan's answer as dicts and encoded (the server's), bytes included:\n")
+    print(
+        "| answer | p50, selections remembered | Python memory at the peak of the first "
+        "answer (new views) | kept after it (views and remembered selections) |"
+    )
+    print("|---|---|---|---|")
+    for label, f in c["forms"].items():
+        print(
+            f"| {label} | {ms(f['p50'])} ms | {f['peak'] / 1e6:,.1f} MB "
+            f"| {f['kept'] / 1e6:,.1f} MB |"
+        )
     print(f"\nThe real server over HTTP (compiled path), a query every {POLL_GAP} s:\n")
     print("| snapshots | p50 | p90 |")
     print("|---|---|---|")
