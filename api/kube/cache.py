@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from graph_schema.records import NodeRecord, PodRecord
 
 from .dra_cache import DraCache
+from .listeners import Listeners
 from .parse import strip_runtime_prefix
 from .watch_stats import WatchStats
 
@@ -120,7 +121,7 @@ class ClusterCache:
         self._nodes_listed = False
         self._sorted_nodes: tuple[NodeRecord, ...] | None = None
         self._sorted_pods: dict[_PodFilter, tuple[PodRecord, ...]] = {}
-        self._listeners: list[ChangeListener] = []
+        self._listeners: Listeners[ChangeListener] = Listeners()
         # Bumped by every change, so a sorted listing made outside the lock
         # is cached only if nothing changed while it was made.
         self._version = 0
@@ -228,14 +229,7 @@ class ClusterCache:
 
     def subscribe(self, listener: ChangeListener) -> Callable[[], None]:
         """Call ``listener`` after every change (on the writing thread); returns an unsubscribe."""
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._listeners = [x for x in self._listeners if x is not listener]
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def replace_pods(self, pods: Iterable[PodRecord]) -> None:
         """Swap in a full list of pods at once; pods not in it are gone."""

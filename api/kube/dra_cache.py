@@ -24,6 +24,7 @@ from graph_schema.records import (
     SliceDeviceRecord,
 )
 
+from .listeners import Listeners
 from .watch_stats import WatchStats
 
 __all__ = ["DraCache", "DraListener", "consumed_share"]
@@ -70,7 +71,7 @@ class DraCache:
         self.slices_listed = False
         self.claim_stats = WatchStats()
         self.slice_stats = WatchStats()
-        self._listeners: list[DraListener] = []
+        self._listeners: Listeners[DraListener] = Listeners()
 
     # -- reads ----------------------------------------------------------------
 
@@ -116,14 +117,7 @@ class DraCache:
         """Call ``listener`` after a claim or slice arrives or changes, and after a list (on the
         writing thread); returns an unsubscribe. Deletions are not told: nothing is pushed
         for them."""
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._listeners = [x for x in self._listeners if x is not listener]
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def _notify(self, kind: str, record: ResourceClaimRecord | ResourceSliceRecord | None) -> None:
         for listener in self._listeners:
