@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 import uvloop  # noqa: E402
-from cluster_bench import FULL_QUERY, Cluster, start_cluster  # noqa: E402
+from cluster_bench import FULL_QUERY, Cluster, serve_process, start_cluster  # noqa: E402
 from grpc import aio  # noqa: E402
 from http_load import process_cpu_seconds  # noqa: E402
 from keep_warm_bench import wait_ready  # noqa: E402
@@ -72,7 +72,6 @@ from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
 from graph_schema.views import ViewCache  # noqa: E402
 from node_resolver.codec import snapshot_from_proto, snapshot_from_wire  # noqa: E402
 from node_resolver.generated import agent_pb2  # noqa: E402
-from tests.support.demo_process import free_port  # noqa: E402
 
 GET_SNAPSHOT = "/gpugraph.agent.v1.NodeAgent/GetSnapshot"
 # The pool's channels as they were before they fixed their receive window.
@@ -154,36 +153,20 @@ async def part1(cluster: Cluster, rounds: int) -> dict[str, list[float]]:
 
 def serve(tree: Path, kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
     """``gpugraph serve`` from ``tree``'s code, keep-warm off; the process and its URL."""
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "api.cli",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--kubeconfig",
-            kubeconfig,
-            "--agent-port",
-            str(agent_port),
-            "--log-level",
-            "warning",
-            "--auth",
-            "none",
-            "--no-graphiql",
-            "--request-timeout",
-            "60",
-            "--agent-timeout",
-            str(AGENT_TIMEOUT),
-            "--snapshot-keep-warm",
-            "0",
-        ],
-        # The tree's own packages come first on the path: ``-m`` puts the working
-        # directory there, ahead of the installed (editable) checkout.
-        cwd=tree,
+    return serve_process(
+        kubeconfig,
+        agent_port,
+        "--no-graphiql",
+        "--request-timeout",
+        "60",
+        "--agent-timeout",
+        str(AGENT_TIMEOUT),
+        "--snapshot-keep-warm",
+        "0",
+        # cluster_bench runs it with ``-m`` in the tree, so the tree's own packages come
+        # first on the path, ahead of the installed (editable) checkout.
+        tree=tree,
     )
-    return server, f"http://127.0.0.1:{port}"
 
 
 def tree_at(revision: str, into: Path) -> Path:
