@@ -150,7 +150,7 @@ class Settings:
         if self.cors_origins:
             # The same rules the WebSocket origin check applies (imported late:
             # strawberry is heavy, and `gpugraph serve --help` reads Settings' defaults).
-            from strawberry.http.websocket_origin import normalize_allowed_origins
+            from graph_schema.internals import normalize_allowed_origins
 
             try:
                 normalize_allowed_origins(self.cors_origins)

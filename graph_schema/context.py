@@ -17,7 +17,6 @@ from collections.abc import Hashable, Sequence
 from typing import Any, cast
 
 from graphql import GraphQLError
-from strawberry.types.graphql import OperationType
 
 from node_resolver.models import NodeSnapshot
 
@@ -31,6 +30,7 @@ from .interfaces import (
     Received,
     SnapshotSource,
 )
+from .internals import OperationType
 from .loaders import Freshness, GpuLoader, SnapshotLoader
 from .scope import EVERYTHING, Scope, Viewer
 from .state import SharedState

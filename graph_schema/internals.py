@@ -1,10 +1,19 @@
 """strawberry's and graphql-core's names that neither library documents, in one place.
 
-The compiled path and the schema's extensions lean on a few internals of the
-two libraries. Each is named here and nowhere else, with the version it was
-checked against (``CHECKED_AGAINST``); ``tests/graph/test_internals.py``
-exercises every one, so an upgrade that changes one fails there, naming it,
-rather than in a query.
+The compiled path, the schema's extensions and the HTTP view lean on a few
+internals of the two libraries. Each is named here and nowhere else, with the
+version it was checked against (``CHECKED_AGAINST``):
+
+- a name imported from a module that does not export it (``__all__``) is
+  imported here, and the rest of the code imports it from here;
+- a method of strawberry's that strawberry does not document as a hook, but a
+  class of ours overrides, is declared in ``OVERRIDDEN`` with the parameters
+  it was checked with (the override stays with its class: it is that class's
+  policy).
+
+``tests/graph/test_internals.py`` exercises every one, and fails when a module
+imports a private name past this one or overrides an undeclared method, so an
+upgrade that changes one fails there, naming it, rather than in a query.
 """
 
 from __future__ import annotations
@@ -14,12 +23,22 @@ from typing import TYPE_CHECKING, Any
 
 from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import GraphQLSchema
-from strawberry.extensions import ParserCache, ValidationCache
+from strawberry.asgi import ASGIWebSocketAdapter, GraphQL
+from strawberry.extensions import ParserCache, SchemaExtension, ValidationCache
+from strawberry.extensions.runner import SchemaExtensionsRunner
+from strawberry.federation import Schema as FederationSchema
+from strawberry.federation.schema import FederationAny
+from strawberry.http.parse_content_type import parse_content_type
+from strawberry.http.websocket_origin import normalize_allowed_origins
+from strawberry.schema.exceptions import InvalidOperationTypeError
 
 # strawberry-graphql 0.341.2: the resolver wrapper's own conversion of coerced
 # arguments to a resolver's values, and the argument types it unwraps.
 from strawberry.types.arguments import convert_arguments
 from strawberry.types.base import StrawberryMaybe, StrawberryOptional
+from strawberry.types.graphql import OperationType
+from strawberry.types.scalar import ScalarDefinition
+from strawberry.utils.str_converters import to_camel_case
 
 if TYPE_CHECKING:
     from strawberry.types import ExecutionContext
@@ -27,6 +46,13 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKED_AGAINST",
     "FIELD_DEFINITION",
+    "OVERRIDDEN",
+    "ASGIWebSocketAdapter",
+    "FederationAny",
+    "InvalidOperationTypeError",
+    "OperationType",
+    "ScalarDefinition",
+    "SchemaExtensionsRunner",
     "StrawberryMaybe",
     "StrawberryOptional",
     "answer_operation",
@@ -34,11 +60,58 @@ __all__ = [
     "cached_validate",
     "convert_arguments",
     "graphql_schema",
+    "normalize_allowed_origins",
+    "parse_content_type",
     "strawberry_schema_of",
+    "to_camel_case",
 ]
 
 # The versions every name below was read in and tested against.
 CHECKED_AGAINST = {"strawberry-graphql": "0.341.2", "graphql-core": "3.3.2"}
+
+# strawberry 0.341.2: the undocumented methods our subclasses override, each with
+# the parameters it was checked with (an attribute, not a method: ``()``).
+OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
+    # The HTTP view (api/execution/view.py): a 415 for a body that is not JSON, a
+    # request's JSON refused with a reason, the sub-response's headers, the
+    # response built from bytes, and the adapter that checks socket messages.
+    GraphQL: {
+        "websocket_adapter_class": (),
+        "parse_http_body": ("self", "request"),
+        "parse_json": ("self", "data"),
+        "get_sub_response": ("self", "request"),
+        "create_response": ("self", "response_data", "sub_response"),
+        "execute_single": (
+            "self",
+            "request",
+            "request_adapter",
+            "sub_response",
+            "context",
+            "root_value",
+            "request_data",
+        ),
+    },
+    # Each socket message, checked before strawberry's handler reads it (api/http/ws_messages.py).
+    ASGIWebSocketAdapter: {"iter_json": ("self", "ignore_parsing_errors")},
+    # A streamed result's partial errors (graph_schema/pipeline.py).
+    SchemaExtension: {"on_stream_result": ("self", "result")},
+    # The policies' own runner (graph_schema/pipeline.py, PoliciesRunner).
+    SchemaExtensionsRunner: {
+        "__init__": ("self", "execution_context", "extensions"),
+        "operation": ("self",),
+        "parsing": ("self",),
+        "validation": ("self",),
+        "executing": ("self",),
+        "on_stream_result": ("self", "result"),
+        "get_extensions_results": ("self", "ctx"),
+    },
+    # The schema (graph_schema/schema.py): the runner it hands each operation,
+    # and a one-line error per unusable entity representation.
+    FederationSchema: {
+        "create_extensions_runner": ("self", "execution_context", "extensions"),
+        "entities_resolver": ("self", "info", "representations"),
+    },
+}
 
 # strawberry 0.341.2: the key of a GraphQL field's ``extensions`` that holds its
 # strawberry field (``GraphQLCoreConverter.from_field``).

@@ -54,9 +54,7 @@ from strawberry.extensions import (
     QueryDepthLimiter,
     SchemaExtension,
 )
-from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.types import ExecutionContext, ExecutionResult, StreamExecutionResult
-from strawberry.types.graphql import OperationType
 
 from .admission import SizeGauge, admit_operation
 from .context import GraphContext
@@ -67,7 +65,14 @@ from .errors import (
     in_response_order,
     is_internal,
 )
-from .internals import answer_operation, cached_parse, cached_validate, graphql_schema
+from .internals import (
+    OperationType,
+    SchemaExtensionsRunner,
+    answer_operation,
+    cached_parse,
+    cached_validate,
+    graphql_schema,
+)
 from .limits import SchemaLimits
 from .parsing import CACHED_DOCUMENTS, parse_cached
 

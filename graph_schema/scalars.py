@@ -7,7 +7,8 @@ from typing import Any, NewType
 import strawberry
 from graphql import GraphQLError, IntValueNode, ValueNode
 from strawberry.scalars import JSON
-from strawberry.types.scalar import ScalarDefinition
+
+from .internals import ScalarDefinition
 
 __all__ = ["JSON", "Bytes", "BytesScalar"]
 

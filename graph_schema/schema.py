@@ -8,8 +8,6 @@ from typing import Any
 import strawberry
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
-from strawberry.extensions.runner import SchemaExtensionsRunner
-from strawberry.federation.schema import FederationAny
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, ExecutionResult, Info
 
@@ -17,6 +15,7 @@ from .admission import SizeGauge
 from .allocation_join import AllocationRules
 from .compiled.documents import CompiledDocuments
 from .errors import GraphUserError, forget_tracebacks, is_internal
+from .internals import FederationAny, SchemaExtensionsRunner
 from .limits import SchemaLimits
 from .pipeline import OperationPolicies, Policies, PoliciesRunner, QueryReport
 from .query import Query

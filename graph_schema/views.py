@@ -19,8 +19,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from strawberry.utils.str_converters import to_camel_case
-
 from node_resolver.models import GpuSample, NodeSnapshot, ProcessRow, ProcessType
 
 from .allocation_join import (
@@ -32,6 +30,7 @@ from .allocation_join import (
 )
 from .errors import NodeSampleError
 from .interfaces import Cluster
+from .internals import to_camel_case
 from .joins import NodeJoin
 from .scalars import JSON
 from .types import Gpu, GpuProcess, MigDevice, Pod

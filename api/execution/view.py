@@ -18,17 +18,15 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLRequestData
-from strawberry.http.parse_content_type import parse_content_type
-from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionContext
 from strawberry.types import ExecutionResult as StrawberryExecutionResult
-from strawberry.types.graphql import OperationType
 
 from graph_schema.context import GraphContext
 from graph_schema.errors import RequestTimeoutError
 from graph_schema.identity import asks_who, identity_of
 from graph_schema.interfaces import Cluster, SnapshotSource
+from graph_schema.internals import InvalidOperationTypeError, OperationType, parse_content_type
 from graph_schema.schema import GraphSchema
 from graph_schema.state import SharedState
 

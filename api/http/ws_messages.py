@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
-from strawberry.asgi import ASGIWebSocketAdapter
+from graph_schema.internals import ASGIWebSocketAdapter
 
 __all__ = ["BAD_REQUEST", "CheckedWebSocketAdapter", "message_problem"]
 

@@ -22,7 +22,7 @@ from types import CoroutineType
 from typing import Any
 
 from graphql import GraphQLError, located_error
-from graphql.execution.values import VariableValues, get_argument_values
+from graphql.execution import VariableValues, get_argument_values
 from graphql.pyutils import Path
 
 from ..errors import ResultBudgetError, is_internal
