@@ -79,6 +79,7 @@ def _an_override(name: str) -> bool:
     dunder = name.startswith("__") and name not in ("__init__", "__call__")
     return not dunder and name not in NOT_OVERRIDES
 
+
 CHECKED = ", ".join(f"{name} {version}" for name, version in internals.CHECKED_AGAINST.items())
 
 
