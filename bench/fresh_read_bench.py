@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import platform
 import shutil
@@ -62,7 +61,7 @@ from cluster_bench import FULL_QUERY, Cluster, serve_process, start_cluster  # n
 from grpc import aio  # noqa: E402
 from http_load import process_cpu_seconds  # noqa: E402
 from keep_warm_bench import wait_ready  # noqa: E402
-from scale_bench import paths  # noqa: E402
+from scale_bench import alternate, paths  # noqa: E402
 from strawberry.http import process_result  # noqa: E402
 
 from api.agents.discovery import NodeIpDiscovery  # noqa: E402
@@ -138,17 +137,11 @@ async def part1(cluster: Cluster, rounds: int) -> dict[str, list[float]]:
     try:
         for step in steps.values():
             await step()  # connects every channel, builds the plan
-        per_node: dict[str, list[float]] = {name: [] for name in steps}
-        for _ in range(rounds):
-            for name, step in steps.items():
-                gc.collect()
-                start = time.process_time()
-                await step()
-                per_node[name].append((time.process_time() - start) / len(names))
+        seconds = await alternate(steps, rounds, time.process_time)
     finally:
         await pool.close()
         await asyncio.gather(*(c.close(None) for c in channels + probing))
-    return per_node
+    return {name: [s / len(names) for s in each] for name, each in seconds.items()}
 
 
 def serve(tree: Path, kubeconfig: str, agent_port: int) -> tuple[subprocess.Popen[bytes], str]:
