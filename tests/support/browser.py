@@ -26,6 +26,7 @@ __all__ = [
     "chromium",
     "require_chromium",
     "screenshot",
+    "select_all",
 ]
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -52,6 +53,18 @@ def require_chromium() -> None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         require(False, "the playwright Python package is not installed")
+
+
+def select_all(page: Any, selector: str, function: str) -> Any:
+    """JavaScript ``els => ...`` over the elements matching ``selector``, in one evaluation.
+
+    Playwright's ``eval_on_selector_all`` finds the elements and calls the
+    function in two round trips: a live tick in between can redraw a tile and
+    leave the test holding elements no longer in the document.
+    """
+    return page.evaluate(
+        f"selector => ({function})([...document.querySelectorAll(selector)])", selector
+    )
 
 
 @dataclass

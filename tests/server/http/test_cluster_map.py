@@ -22,7 +22,14 @@ from api.demo.cluster import StubApiServer
 from api.demo.runner import Demo
 from api.http.cluster_map import MAP_PATH, STATIC_URL
 from api.http.map_queries import GPU_QUERY
-from tests.support.browser import TIMEOUT_MS, Browser, chromium, require_chromium, screenshot
+from tests.support.browser import (
+    TIMEOUT_MS,
+    Browser,
+    chromium,
+    require_chromium,
+    screenshot,
+    select_all,
+)
 from tests.support.demo import LiveDemo, live_demo
 from tests.support.map_assets import require_map_assets
 
@@ -84,7 +91,8 @@ def test_every_gpu_of_the_up_nodes_is_a_tile_and_the_down_node_is_greyed(
     with chromium(tmp_path / "profile") as browser:
         page = _open_map(browser, demo.url)
         _wait_ticks(page, 1)
-        shown = page.eval_on_selector_all(
+        shown = select_all(
+            page,
             ".tile[data-uuid]",
             "els => els.map(e => [e.dataset.uuid, e.getAttribute('aria-label')])",
         )
@@ -203,7 +211,7 @@ def test_clicking_a_pod_highlights_its_gpus_on_every_node(demo: LiveDemo, tmp_pa
     with chromium(tmp_path / "profile") as browser:
         page = _open_map(browser, demo.url)
         page.click(f'#pods .pod-link[data-pod="{namespace}/{name}"]')
-        lit = page.eval_on_selector_all(".tile.hl", "els => els.map(e => e.dataset.uuid)")
+        lit = select_all(page, ".tile.hl", "els => els.map(e => e.dataset.uuid)")
         assert set(lit) == expected
         assert page.locator(".nodes.highlighting").count() == 1
         summary = page.inner_text("#pod-selected")
@@ -214,7 +222,7 @@ def test_clicking_a_pod_highlights_its_gpus_on_every_node(demo: LiveDemo, tmp_pa
             if not pod["gpus"]:
                 continue
             page.click(f'#pods .pod-link[data-pod="{key}"]')
-            lit = page.eval_on_selector_all(".tile.hl", "els => els.map(e => e.dataset.uuid)")
+            lit = select_all(page, ".tile.hl", "els => els.map(e => e.dataset.uuid)")
             assert set(lit) == {g["uuid"] for g in pod["gpus"]}, key
         screenshot(page, tmp_path, "map-highlight.png")
         # Escape clears it.
@@ -231,8 +239,10 @@ def test_filters_and_keyboard(demo: LiveDemo, tmp_path: Path) -> None:
         page = _open_map(browser, demo.url)
 
         def visible() -> set[str]:
-            found: list[str] = page.eval_on_selector_all(
-                ".tile[data-uuid]", "els => els.filter(e => !e.hidden).map(e => e.dataset.uuid)"
+            found: list[str] = select_all(
+                page,
+                ".tile[data-uuid]",
+                "els => els.filter(e => !e.hidden).map(e => e.dataset.uuid)",
             )
             return set(found)
 
@@ -454,7 +464,7 @@ def test_with_auth_the_map_asks_for_a_token_and_shows_what_it_may_see(tmp_path: 
         page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
         _wait_ticks(page, 2)  # the socket's connection_init carried the token
         truth = _up_gpus(demo, research)
-        shown = page.eval_on_selector_all(".tile[data-uuid]", "els => els.map(e => e.dataset.uuid)")
+        shown = select_all(page, ".tile[data-uuid]", "els => els.map(e => e.dataset.uuid)")
         assert set(shown) == set(truth) and set(truth.values()) == {"gpu-node-1"}
         text = page.inner_text("body")
         assert "research/notebook-alice" in text
@@ -578,7 +588,7 @@ def test_names_and_messages_from_the_api_are_text_never_markup(
         assert HOSTILE in details  # GPU name, error, pod and container, as text
         assert f"{HOSTILE}/{HOSTILE}" in page.inner_text("#pods")
         # Its namespace, new with this tick, is offered by the filter at once.
-        options = page.eval_on_selector_all("#f-ns option", "els => els.map(e => e.value)")
+        options = select_all(page, "#f-ns option", "els => els.map(e => e.value)")
         assert HOSTILE in options
         assert HOSTILE in page.inner_text(f'section[data-node="{cluster.down_node}"] .n-status')
         assert HOSTILE in (tile.get_attribute("aria-label") or "")

@@ -20,7 +20,7 @@ from api.settings import Settings
 from tests.federation.cluster import GPU_A0, GPU_B0, NODE_A, NODE_B, PODS, live_cluster
 from tests.support import require
 from tests.support.bare_server import bare_server, bare_server_in_thread
-from tests.support.browser import TIMEOUT_MS, chromium, require_chromium
+from tests.support.browser import TIMEOUT_MS, chromium, require_chromium, select_all
 from tests.support.browser import screenshot as _screenshot
 from tests.support.polling import eventually
 
@@ -125,7 +125,7 @@ def test_graphiql_renders_offline_queries_and_streams(tmp_path: Path) -> None:
         page.keyboard.type("{ gpuProc")
         hint = page.wait_for_selector(".CodeMirror-hint", timeout=TIMEOUT_MS)
         assert hint is not None
-        hints = page.eval_on_selector_all(".CodeMirror-hint", "els => els.map(e => e.innerText)")
+        hints = select_all(page, ".CodeMirror-hint", "els => els.map(e => e.innerText)")
         assert "gpuProcesses" in hints
         page.keyboard.press("Escape")
 

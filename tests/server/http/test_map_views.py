@@ -19,7 +19,7 @@ import pytest
 from api.demo.history_scenario import DELETED_NODE
 from api.http.cluster_map import MAP_PATH
 from tests.server.http.test_cluster_map import _open_map, _tile, _up_gpus, _wait_ticks
-from tests.support.browser import TIMEOUT_MS, chromium, require_chromium, screenshot
+from tests.support.browser import TIMEOUT_MS, chromium, require_chromium, screenshot, select_all
 from tests.support.demo import LiveDemo, live_demo
 from tests.support.map_assets import require_map_assets
 from tests.support.polling import eventually
@@ -66,15 +66,17 @@ def _distance(first: str, second: str) -> float:
 
 
 def _visible_tiles(page: Any) -> set[str]:
-    found: list[str] = page.eval_on_selector_all(
-        ".tile[data-uuid]", "els => els.filter(e => e.checkVisibility()).map(e => e.dataset.uuid)"
+    found: list[str] = select_all(
+        page,
+        ".tile[data-uuid]",
+        "els => els.filter(e => e.checkVisibility()).map(e => e.dataset.uuid)",
     )
     return set(found)
 
 
 def _visible_pods(page: Any) -> set[str]:
-    found: list[str] = page.eval_on_selector_all(
-        "#pods li", "els => els.filter(e => !e.hidden).map(e => e.dataset.pod)"
+    found: list[str] = select_all(
+        page, "#pods li", "els => els.filter(e => !e.hidden).map(e => e.dataset.pod)"
     )
     return set(found)
 
@@ -93,13 +95,15 @@ def _pods_by_node(demo: LiveDemo) -> dict[str, set[str]]:
 def test_the_pods_of_one_node_have_colours_of_their_own(demo: LiveDemo, tmp_path: Path) -> None:
     with chromium(tmp_path / "profile", viewport=WIDE) as browser:
         page = _open_map(browser, demo.url)
-        segments: list[tuple[str, str, str]] = page.eval_on_selector_all(
+        segments: list[tuple[str, str, str]] = select_all(
+            page,
             ".seg.pod",
             "els => els.map(e => [e.closest('section').dataset.node, e.dataset.pod,"
             " getComputedStyle(e).backgroundColor])",
         )
         swatches: dict[str, str] = dict(
-            page.eval_on_selector_all(
+            select_all(
+                page,
                 "#pods .pod-link",
                 "els => els.map(e => [e.dataset.pod,"
                 " getComputedStyle(e.querySelector('.swatch')).backgroundColor])",
@@ -231,7 +235,8 @@ def _in_view(page: Any, selector: str) -> bool:
 
 def _lines(page: Any, selector: str) -> list[int]:
     """How many lines of text each element matching ``selector`` takes."""
-    lines: list[int] = page.eval_on_selector_all(
+    lines: list[int] = select_all(
+        page,
         selector,
         """els => els.map(e => { const range = document.createRange();
             range.selectNodeContents(e); return range.getClientRects().length; })""",
