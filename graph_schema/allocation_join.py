@@ -97,6 +97,11 @@ class DraCatalog(Protocol):
         """Whether the API server serves resource.k8s.io (None: not known yet)."""
         ...
 
+    @property
+    def claims_version(self) -> int:
+        """A number that changes whenever any cached claim does."""
+        ...
+
     def claim(self, namespace: str, name: str) -> ResourceClaimRecord | None:
         """The claim ``namespace/name``, if cached."""
         ...
@@ -116,6 +121,10 @@ class AllocationRules:
 
     dra: DraCatalog | None = None
     gpus: GpuResources = field(default_factory=GpuResources)
+
+    def claims_version(self) -> int:
+        """Changes whenever a claim ``pod_gpu_request`` may read does."""
+        return self.dra.claims_version if self.dra is not None else 0
 
 
 # Not frozen: a frozen dataclass's __init__ costs several times more, and tables are built

@@ -9,7 +9,7 @@ the GPU type for the same reason.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol, TypeVar
 
 from graphql import GraphQLError
@@ -20,9 +20,23 @@ from .allocation_join import AllocationRules, AllocationTable
 from .interfaces import ClusterView, HistorySource, Received, SnapshotSource
 from .scope import Viewer
 
-__all__ = ["Operation"]
+__all__ = ["REMEMBER_WHILE", "Operation", "remember_while"]
 
 GpuT = TypeVar("GpuT")
+
+# The key of ``remember_while``'s metadata, which the compiled plan reads.
+REMEMBER_WHILE = "gpugraph.remember_while"
+
+
+def remember_while(version: Callable[[Any], Hashable]) -> dict[str, object]:
+    """A strawberry field's metadata: its resolver reads its operation (``info``) only for
+    what is the same for every caller, and its answer stands while ``version(info)`` does.
+
+    The compiled plan remembers a selection per object only when nothing in it reads the
+    operation (the caller's view, the result budget); one whose resolvers read it only so
+    is remembered too, and rendered again once ``version`` moves.
+    """
+    return {REMEMBER_WHILE: version}
 
 
 class Operation(Protocol[GpuT]):

@@ -26,7 +26,7 @@ from .allocation_join import Allocation, LazyTable, pod_gpu_request, use_shown
 from .errors import GraphUserError, require_ready
 from .occupancy import event_resolvers as event_fields
 from .occupancy import resolvers as occupancy
-from .operation import Operation
+from .operation import Operation, remember_while
 from .records import ContainerRecord, NodeRecord, PodRecord
 from .scalars import JSON, Bytes
 
@@ -391,7 +391,9 @@ class Pod:
     @strawberry.field(
         description="GPUs it requests: every GPU-like device-plugin resource (nvidia.com/gpu, "
         "nvidia.com/gpu.shared, nvidia.com/mig-*, as configured) and its DRA claims' GPU "
-        "devices; null when it requests none."
+        "devices; null when it requests none.",
+        # The same for every caller; it changes with the pod's record or a claim.
+        metadata=remember_while(lambda info: context_of(info).allocation_rules.claims_version()),
     )
     def gpu_request(self, info: Info) -> int | None:
         return pod_gpu_request(self.record, context_of(info).allocation_rules)

@@ -62,6 +62,9 @@ class DraCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._claims: dict[tuple[str, str], ResourceClaimRecord] = {}
+        # Moves with every change of the claims: answers remembered from them stand while
+        # it stands (Pod.gpuRequest in the compiled plan's remembered selections).
+        self.claims_version = 0
         self._slices: dict[str, ResourceSliceRecord] = {}
         self._devices: dict[DeviceKey, tuple[SliceDeviceRecord, str | None]] = {}
         self._slice_nodes: set[str] = set()
@@ -133,6 +136,7 @@ class DraCache:
         with self._lock:
             self._claims = by_key
             self.claims_listed = True
+            self.claims_version += 1
         self._notify("resourceclaim", None)
 
     def upsert_claim(self, claim: ResourceClaimRecord) -> None:
@@ -140,12 +144,14 @@ class DraCache:
         with self._lock:
             # A single dict store: readers' lookups stay atomic without the lock.
             self._claims[(claim.namespace, claim.name)] = claim
+            self.claims_version += 1
         self._notify("resourceclaim", claim)
 
     def delete_claim(self, namespace: str, name: str) -> None:
         """Remove one claim."""
         with self._lock:
             self._claims.pop((namespace, name), None)
+            self.claims_version += 1
 
     def replace_slices(self, slices: Iterable[ResourceSliceRecord]) -> None:
         """Swap in a full list of slices."""

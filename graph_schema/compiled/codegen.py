@@ -16,8 +16,11 @@ own way.
 A generated function takes the object and the run's ``PlanInfo``, which a
 resolver that reads ``info.context`` gets (one reading ``info.path`` fails,
 and strawberry answers). A selection whose resolvers read only their object
-is remembered per object (``remembered``); one with a resolver reading the
-context (the caller's view, the result budget) is rendered for each run.
+is remembered per object (``remembered``), as is one whose resolvers read
+the context only for what every caller shares (``operation.remember_while``:
+a pod's GPU request reads the cached claims), until that changes; one with
+a resolver reading the context otherwise (the caller's view, the result
+budget) is rendered for each run.
 
 Where the answers only ever leave as orjson's bytes (the server's HTTP and
 WebSocket views), a selection below the root is encoded as soon as it is
@@ -32,7 +35,7 @@ objects beside its bytes.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -90,16 +93,29 @@ def _generable_completer(complete: Completer) -> bool:
 
 
 def reads_info(plan: ObjectPlan) -> bool:
-    """Whether a resolver in ``plan`` (or below) takes ``info``: its answer is per run."""
+    """Whether a resolver in ``plan`` (or below) takes ``info`` for what is the caller's
+    (not ``remember_while``'s): its answer is per run."""
+    return any(
+        field.info_name is not None and field.remember_while is None
+        for field in _fields_below(plan)
+    )
+
+
+def versions(plan: ObjectPlan) -> tuple[Callable[[Any], Any], ...]:
+    """What says how long ``plan``'s answer for an object stands: each ``remember_while``
+    of the resolvers in it (and below)."""
+    found = (field.remember_while for field in _fields_below(plan))
+    return tuple(dict.fromkeys(v for v in found if v is not None))
+
+
+def _fields_below(plan: ObjectPlan) -> Iterator[FieldPlan]:
     for field in plan.fields:
-        if field.info_name is not None:
-            return True
+        yield field
         complete = field.complete
         while isinstance(complete, ListCompleter):
             complete = complete.item
-        if isinstance(complete, ObjectCompleter) and reads_info(complete.plan):
-            return True
-    return False
+        if isinstance(complete, ObjectCompleter):
+            yield from _fields_below(complete.plan)
 
 
 class _Writer:
@@ -207,12 +223,13 @@ class _Kept(weakref.ref[Any]):
     10,000 nodes.
     """
 
-    __slots__ = ("key", "value")
+    __slots__ = ("key", "value", "version")
     key: int
     value: Any
+    version: Any
 
 
-def remembered(function: Generated) -> Generated:
+def remembered(function: Generated, versions: tuple[Callable[[Any], Any], ...] = ()) -> Generated:
     """``function``, answering again from memory for an object it has rendered.
 
     The objects under the fetching resolvers are built once per snapshot and
@@ -221,7 +238,8 @@ def remembered(function: Generated) -> Generated:
     TTL reuse it instead of building it again. Entries go with their object
     (a weak reference's callback). The dicts (or fragments) are shared between
     answers, which only ever serialize them. Objects that take no weak reference
-    are rendered each time.
+    are rendered each time. With ``versions`` (``remember_while``'s, read from
+    the run's info), an answer stands only while they read as they did.
     """
     memory: dict[int, _Kept] = {}
 
@@ -232,8 +250,9 @@ def remembered(function: Generated) -> Generated:
 
     def render(source: Any, info: Any) -> Any:
         key = id(source)
+        version = tuple(read(info) for read in versions) if versions else None
         kept = memory.get(key)
-        if kept is not None and kept() is source:
+        if kept is not None and kept() is source and kept.version == version:
             return kept.value
         value = function(source, info)
         try:
@@ -242,6 +261,7 @@ def remembered(function: Generated) -> Generated:
             return value
         kept.key = key
         kept.value = value
+        kept.version = version
         memory[key] = kept
         return value
 
@@ -264,7 +284,7 @@ def attach_generated_functions(
         if encode:
             function = encoded(function)
         keep = not outermost and not reads_info(plan)
-        plan.generated = remembered(function) if keep else function
+        plan.generated = remembered(function, versions(plan)) if keep else function
         return
     for field in plan.fields:
         complete = field.complete

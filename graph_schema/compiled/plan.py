@@ -61,6 +61,7 @@ from ..internals import (
     convert_arguments,
     strawberry_schema_of,
 )
+from ..operation import REMEMBER_WHILE
 
 __all__ = [
     "Completer",
@@ -145,6 +146,9 @@ class FieldPlan:
     resolver: Callable[..., Any] | None = None
     takes_self: bool = False
     info_name: str | None = None
+    # A resolver reading ``info`` only for what every caller shares: what says how long
+    # its answer stands (``operation.remember_while``).
+    remember_while: Callable[[Any], Any] | None = None
     # graphql-core's coerced arguments (by GraphQL name) -> the resolver's keyword
     # arguments, as strawberry converts them; None for a field without arguments.
     convert: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None
@@ -450,6 +454,7 @@ class _Compiler:
             resolver=func,
             takes_self=resolver.self_parameter is not None,
             info_name=None if info is None else info.name,
+            remember_while=(strawberry_field.metadata or {}).get(REMEMBER_WHILE),
             convert=convert,
             convert_once=convert_once,
             is_async=inspect.iscoroutinefunction(func),

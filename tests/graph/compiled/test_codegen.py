@@ -1,5 +1,6 @@
 """Generated selections: resolvers called in line, remembered per object only when they read
-nothing but their object, and strawberry's answer when a resolver wants the path."""
+nothing but their object (or, from the context, only what every caller shares, while it holds),
+and strawberry's answer when a resolver wants the path."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from graphql.execution.values import get_variable_values
 from graph_schema.compiled.codegen import attach_generated_functions
 from graph_schema.compiled.plan import Fallback, ObjectCompleter, ObjectPlan, compile_operation
 from graph_schema.compiled.run import PlanRun
+from graph_schema.operation import remember_while
 
 calls: Counter[str] = Counter()
 
@@ -36,6 +38,11 @@ class Item:
     @strawberry.field
     def where(self, info: strawberry.Info) -> str:
         return str(info.path.as_list())
+
+    @strawberry.field(metadata=remember_while(lambda info: info.context["version"]))
+    def shared(self, info: strawberry.Info) -> str:
+        calls["shared"] += 1
+        return f"v{info.context['version']}:{self.n}"
 
 
 ITEMS = [Item(n=1), Item(n=2)]
@@ -68,10 +75,10 @@ def item_plan(root: ObjectPlan) -> ObjectPlan:
     return complete.plan
 
 
-async def run(plan: ObjectPlan, caller: str = "alice") -> Any:
+async def run(plan: ObjectPlan, caller: str = "alice", version: int = 1) -> Any:
     variables = get_variable_values(SCHEMA._schema, (), {})
     assert not isinstance(variables, list)
-    return await PlanRun({"caller": caller}, variables).execute(plan)
+    return await PlanRun({"caller": caller, "version": version}, variables).execute(plan)
 
 
 @pytest.fixture(autouse=True)
@@ -99,6 +106,24 @@ async def test_a_resolver_reading_the_context_is_generated_but_answered_per_run(
         "items": [{"n": 1, "caller": "bob:1"}, {"n": 2, "caller": "bob:2"}]
     }
     assert calls["caller"] == 4
+
+
+async def test_a_resolver_reading_what_every_caller_shares_is_remembered_while_it_holds() -> None:
+    plan = planned("{ items { n shared } }")
+    for caller in ("alice", "bob", "alice"):
+        assert await run(plan, caller) == {
+            "items": [{"n": 1, "shared": "v1:1"}, {"n": 2, "shared": "v1:2"}]
+        }
+    assert calls["shared"] == 2  # once per object, whoever asks
+    assert await run(plan, "bob", version=2) == {
+        "items": [{"n": 1, "shared": "v2:1"}, {"n": 2, "shared": "v2:2"}]
+    }
+    assert calls["shared"] == 4
+    # Beside a resolver reading the caller, it is answered per run like the rest.
+    both = planned("{ items { shared caller } }")
+    await run(both, "alice")
+    await run(both, "alice")
+    assert calls["shared"] == 8
 
 
 async def test_a_resolver_reading_the_path_makes_the_plan_give_up_to_strawberry() -> None:

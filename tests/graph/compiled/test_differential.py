@@ -35,12 +35,15 @@ from api.app import create_app
 from api.demo.history_scenario import HISTORY_QUERY
 from api.demo.queries import NO_POD, SHARED_GPU, WORKER
 from api.http import map_queries
+from api.kube.dra_cache import DraCache
 from api.settings import Settings
 from api.top import gpu_hours
 from api.top import queries as top_queries
+from graph_schema.allocation_join import AllocationRules
 from graph_schema.compiled.documents import CompiledDocuments
 from graph_schema.context import GraphContext
 from graph_schema.limits import SchemaLimits
+from graph_schema.records import ClaimDeviceRecord, ResourceClaimRecord
 from graph_schema.schema import GraphSchema, build_schema
 from graph_schema.scope import EVERYTHING, Scope
 from node_resolver.gpu_events.records import (
@@ -726,6 +729,54 @@ def test_remembered_selections_stay_right_across_callers_and_new_snapshots(logs:
     world.agents.put(snapshot("node-b", [gpu_sample("node-b", 0, [])]))
     for scope in SCOPES.values():
         assert assert_same(world, query, None, scope)
+
+
+def test_a_gpu_request_remembered_with_its_gpu_follows_the_claims_at_once(logs: Logs) -> None:
+    # A GPU's tile, its pods' gpuRequest included, is remembered while the GPU object
+    # lives (remember_while): a claim that changes within one snapshot shows at once.
+    dra = DraCache()
+    dra.served = True
+    small = small_world(logs)
+    world = World(
+        small.cluster,
+        small.agents,
+        build_schema(allocation_rules=AllocationRules(dra=dra)),
+    )
+    pod = small.cluster.pod("ml", "train-1")  # asks for 2 GPUs itself
+    assert pod is not None
+    small.cluster.add_pod(dataclasses.replace(pod, resource_claims=(("gpu", "worker-gpu"),)))
+
+    def claim(devices: int) -> None:
+        dra.upsert_claim(
+            ResourceClaimRecord(
+                pod.namespace,
+                "worker-gpu",
+                "claim-uid",
+                tuple(
+                    ClaimDeviceRecord("gpu.nvidia.com", "node-a", f"gpu-{i}")
+                    for i in range(devices)
+                ),
+            )
+        )
+
+    def requests() -> set[int | None]:
+        query = map_queries.SNAPSHOT_QUERY
+        assert assert_same(world, query, None, EVERYTHING)
+        _, got = run(world.both(query, None, EVERYTHING))
+        assert got is not None
+        return {
+            process["pod"]["gpuRequest"]
+            for node in orjson.loads(got)["data"]["nodes"]
+            for gpu in node["gpus"] or []
+            for process in gpu["processes"]
+            if process["pod"] and process["pod"]["name"] == pod.name
+        }
+
+    claim(1)
+    assert requests() == {3}
+    assert requests() == {3}  # remembered, and still right
+    claim(3)
+    assert requests() == {5}
 
 
 # ------------------------------------------------------------ history: errors and pages

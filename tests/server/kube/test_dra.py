@@ -16,7 +16,7 @@ from api.kube.dra_cache import DraCache, consumed_share
 from api.kube.dra_watcher import pick_version
 from api.kube.parse import ParseError, claim_record, pod_record, quantity_amount, slice_record
 from graph_schema.gpu_resources import GpuResources
-from graph_schema.records import ClaimDeviceRecord
+from graph_schema.records import ClaimDeviceRecord, ResourceClaimRecord
 from tests.support.kube import stub_api, watched_cache
 from tests.support.polling import eventually
 
@@ -167,6 +167,22 @@ def test_the_cache_gives_a_claimed_devices_share_from_its_slice() -> None:
     assert dra.share(ClaimDeviceRecord("gpu.nvidia.com", "node-a", "gpu-0")) is None
     dra.replace_claims([])
     assert heard == [("resourceslice", published), ("resourceclaim", None)]
+
+
+def test_every_change_of_the_claims_moves_their_version_and_a_slice_does_not() -> None:
+    dra = DraCache()
+    claim = ResourceClaimRecord("ml", "c", "uid", (ClaimDeviceRecord("d", "p", "gpu-0"),))
+    seen = [dra.claims_version]
+    for change in (
+        lambda: dra.replace_claims([claim]),
+        lambda: dra.upsert_claim(claim),
+        lambda: dra.delete_claim("ml", "c"),
+    ):
+        change()
+        assert dra.claims_version not in seen
+        seen.append(dra.claims_version)
+    dra.replace_slices([])
+    assert dra.claims_version == seen[-1]
 
 
 def test_pick_version_prefers_ga() -> None:
