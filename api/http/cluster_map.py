@@ -10,6 +10,7 @@ script asks for one and sends it with every request.
 
 from __future__ import annotations
 
+import functools
 import html
 from pathlib import Path
 
@@ -49,8 +50,11 @@ __all__ = [
 MAP_PATH = "/map"
 STATIC_URL = "/static/map"
 DEFAULT_STATIC_DIR = STATIC_ROOT / "map"
-# Must match the names web/map/build.mjs writes.
+# Must match the names web/map/build.mjs writes. The page links these two...
 ASSET_FILES = ("map.js", "map.css")
+# ...and carries this one inline.
+BOOT_FILE = "map-boot.js"
+_BUILT = (*ASSET_FILES, BOOT_FILE)
 # Pages that hold no data: served without a token (the map asks for one itself).
 OPEN_PAGES = ("/", MAP_PATH)
 # The subscription's tick the page asks for; it stretches it on large clusters.
@@ -64,11 +68,12 @@ _PAGE = """\
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <title>{title}</title>
+<script type="application/json" id="gpugraph-map-config">{config}</script>
+<script nonce="{nonce}">{boot}</script>
 <link rel="stylesheet" href="{static}/map.css">
 </head>
 <body>
 <div id="gpugraph-map"><p class="boot">Loading the cluster map&hellip;</p></div>
-<script type="application/json" id="gpugraph-map-config">{config}</script>
 <script src="{static}/map.js" defer></script>
 </body>
 </html>
@@ -76,8 +81,8 @@ _PAGE = """\
 
 
 def assets_present(static_dir: Path | None = None) -> bool:
-    """True when the map's script and stylesheet are in ``static_dir``."""
-    return all_present(DEFAULT_STATIC_DIR if static_dir is None else static_dir, ASSET_FILES)
+    """True when the map's built files (scripts, stylesheet) are in ``static_dir``."""
+    return all_present(DEFAULT_STATIC_DIR if static_dir is None else static_dir, _BUILT)
 
 
 def map_config(*, graphql_path: str = "/graphql", graphiql: bool = True) -> dict[str, object]:
@@ -103,6 +108,18 @@ def build_into(static_dir: Path) -> str:
     return build_into_command("map/build.mjs", static_dir)
 
 
+def _boot_script(static_dir: Path) -> str:
+    """The inlined script that sends the first query, as the build wrote it."""
+    path = static_dir / BOOT_FILE
+    return _read_boot(path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_boot(path: Path, mtime_ns: int) -> str:
+    # Read once per build (``mtime_ns`` keys a rebuild); "</" is kept from closing the element.
+    return path.read_text(encoding="utf-8").replace("</", "<\\/")
+
+
 def map_response(
     *, static_dir: Path, static_url: str, graphiql: bool, title: str = "gpugraph: GPU map"
 ) -> HTMLResponse:
@@ -113,12 +130,14 @@ def map_response(
             title=html.escape(title),
             static=html.escape(static_url.rstrip("/")),
             config=script_json(map_config(graphiql=graphiql)),
+            nonce=html.escape(nonce),
+            boot=_boot_script(static_dir),
         )
 
     return asset_page(
         render,
         static_dir,
-        ASSET_FILES,
+        _BUILT,
         what="Cluster map",
         title=title,
         build_into=build_into(static_dir),
@@ -144,7 +163,7 @@ def map_routes(
         *static_mount(
             static_url,
             directory,
-            ASSET_FILES,
+            _BUILT,
             what="Cluster map",
             build_into=build_into(directory),
             name="map-static",

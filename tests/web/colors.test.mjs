@@ -45,7 +45,7 @@ function gpu(uuid, index, pods) {
 }
 
 function node(name, gpus) {
-  return { name, gpuCapacity: gpus.length, agent: { reachable: true }, gpus };
+  return { name, gpuCapacity: gpus.length, gpus };
 }
 
 // The demo's pods, as `gpugraph demo` places them.

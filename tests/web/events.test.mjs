@@ -74,7 +74,6 @@ test("a GPU with events gets a badge, and loses it when they age out", () => {
   model.loadSnapshot([
     {
       name: "n1",
-      agent: { reachable: true },
       gpus: [
         { uuid: "GPU-a", index: 0, processes: [], memoryUsedBytes: 0, memoryTotalBytes: 1 },
         { uuid: "GPU-b", index: 1, processes: [], memoryUsedBytes: 0, memoryTotalBytes: 1 },

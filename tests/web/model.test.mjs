@@ -67,11 +67,14 @@ test("one pod with another tenant's hidden process is shared; no request is unre
 
 function cluster() {
   const model = new ClusterModel();
-  model.loadSnapshot([
-    { name: "n1", gpuCapacity: 2, agent: { reachable: true, error: null }, gpus: [gpu("GPU-1b", 1, []), gpu("GPU-1a", 0, [])] },
-    { name: "n2", gpuCapacity: 1, agent: { reachable: true, error: null }, gpus: [gpu("GPU-2a", 0, [])] },
-    { name: "n3", gpuCapacity: 4, agent: { reachable: false, error: "agent on node 'n3' unavailable: refused" }, gpus: null },
-  ]);
+  model.loadSnapshot(
+    [
+      { name: "n1", gpuCapacity: 2, gpus: [gpu("GPU-1b", 1, []), gpu("GPU-1a", 0, [])] },
+      { name: "n2", gpuCapacity: 1, gpus: [gpu("GPU-2a", 0, [])] },
+      { name: "n3", gpuCapacity: 4, gpus: null },
+    ],
+    [{ message: "agent on node 'n3' unavailable: refused", path: ["nodes", 2, "gpus"] }],
+  );
   return model;
 }
 
@@ -109,9 +112,7 @@ test("a node missing from a tick goes down with its error, keeps its tiles, and 
   assert.equal(model.nodes.get("n2").reason, "deadline exceeded");
   assert.ok(model.gpus.has("GPU-2a"));
   // A later snapshot that still finds it down keeps its last known GPUs, greyed.
-  model.loadSnapshot([
-    { name: "n2", gpuCapacity: 1, agent: { reachable: false, error: error.message }, gpus: null },
-  ]);
+  model.loadSnapshot([{ name: "n2", gpuCapacity: 1, gpus: null }], [error]);
   assert.deepEqual(model.nodes.get("n2").gpus, ["GPU-2a"]);
   const back = model.applyTick([gpu("GPU-2a", 0, [])], []);
   assert.deepEqual(back.nodesChanged, ["n2"]);
@@ -124,6 +125,17 @@ test("a down node's reason drops the words naming the node, in either of the ser
   assert.equal(downReason("n2", "agent on node 'n2' unavailable: bad token"), "bad token");
   // Another node's message, or one of another shape, is kept whole.
   assert.equal(downReason("n1", unreachable), unreachable);
+  // An agent that answers but cannot sample its GPUs, as `gpugraph top` words it.
+  const sampling = "GPU sampling failed on node 'n2': NVML_ERROR_DRIVER_NOT_LOADED";
+  assert.equal(downReason("n2", sampling), "GPU sampling failed: NVML_ERROR_DRIVER_NOT_LOADED");
+  assert.equal(downReason("n1", sampling), sampling);
+});
+
+test("a node whose GPUs are null is down, with no error the reason is that its agent did not answer", () => {
+  const model = new ClusterModel();
+  model.loadSnapshot([{ name: "n1", gpuCapacity: 2, gpus: null }]);
+  assert.equal(model.nodes.get("n1").down, true);
+  assert.equal(model.nodes.get("n1").reason, "its agent did not answer");
 });
 
 test("GPUs the map does not know ask for a new snapshot", () => {
@@ -136,8 +148,8 @@ test("pods list every GPU and node they touch", () => {
   const model = new ClusterModel();
   const worker = pod("ml", "w");
   model.loadSnapshot([
-    { name: "n1", agent: { reachable: true }, gpus: [gpu("GPU-1a", 0, [proc(1, GIB, worker)]), gpu("GPU-1b", 1, [proc(2, GIB, worker)])] },
-    { name: "n2", agent: { reachable: true }, gpus: [gpu("GPU-2a", 0, [proc(3, GIB, worker)])] },
+    { name: "n1", gpus: [gpu("GPU-1a", 0, [proc(1, GIB, worker)]), gpu("GPU-1b", 1, [proc(2, GIB, worker)])] },
+    { name: "n2", gpus: [gpu("GPU-2a", 0, [proc(3, GIB, worker)])] },
   ]);
   const item = model.pods().get("ml/w");
   assert.deepEqual(item.gpus.sort(), ["GPU-1a", "GPU-1b", "GPU-2a"]);

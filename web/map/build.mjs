@@ -28,7 +28,8 @@ async function main() {
   rmSync(outDir, { recursive: true, force: true });
   mkdirSync(join(outDir, "licenses"), { recursive: true });
   await esbuild.build({
-    entryPoints: { map: join(here, "src", "main.js") },
+    // map-boot.js is inlined into the page by the server (api/http/cluster_map.py).
+    entryPoints: { map: join(here, "src", "main.js"), "map-boot": join(here, "src", "boot.js") },
     bundle: true,
     minify: true,
     format: "iife",
@@ -47,7 +48,7 @@ async function main() {
     copyFileSync(join(modules, name, "LICENSE.md"), join(outDir, "licenses", `${name}.LICENSE`));
   }
   const versions = Object.fromEntries([...BUNDLED, "esbuild"].map((n) => [n, packageVersion(n)]));
-  const manifest = { files: ["map.js", "map.css"], versions };
+  const manifest = { files: ["map.js", "map-boot.js", "map.css"], versions };
   writeFileSync(join(outDir, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
   console.log(`cluster map (${Object.entries(versions).map((e) => e.join(" ")).join(", ")}) -> ${outDir}`);
 }

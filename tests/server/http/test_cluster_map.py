@@ -21,7 +21,7 @@ import pytest
 from api.demo.cluster import StubApiServer
 from api.demo.runner import Demo
 from api.http.cluster_map import MAP_PATH, STATIC_URL
-from api.http.map_queries import GPU_QUERY
+from api.http.map_queries import GPU_QUERY, SNAPSHOT_QUERY
 from tests.support.browser import (
     TIMEOUT_MS,
     Browser,
@@ -398,6 +398,28 @@ def test_a_gpus_panel_shows_who_held_it_in_the_last_24_hours(
     assert any(t.startswith("research/lr-sweep-7, PID 7300,") for t in titles), titles
     assert any(f"PID {orphan_pid}," in t and t.endswith("now UTC") for t in titles), titles
     assert "research/lr-sweep-7" in legend and "(no pod)" in legend
+    assert browser.blocked == []
+
+
+def test_the_pages_html_sends_the_first_query_without_waiting_for_the_bundle(
+    demo: LiveDemo, tmp_path: Path
+) -> None:
+    with chromium(tmp_path / "profile") as browser:
+        page = browser.page
+        # A tab signed in earlier; the bundle never arrives.
+        page.add_init_script("sessionStorage.setItem('gpugraph.map.token', 'tab-token')")
+        page.route(f"**{STATIC_URL}/map.js", lambda route: route.abort())
+        with page.expect_request(f"{demo.url}/graphql", timeout=TIMEOUT_MS) as sent:
+            page.goto(f"{demo.url}{MAP_PATH}", timeout=TIMEOUT_MS)
+        request = sent.value
+        assert request.method == "POST"
+        assert request.headers["authorization"] == "Bearer tab-token"
+        body = request.post_data_json
+        assert body["operationName"] == "ClusterMap" and body["query"] == SNAPSHOT_QUERY
+        answer = request.response()
+        assert answer is not None and answer.status == 200
+        names = {n["name"] for n in answer.json()["data"]["nodes"]}
+        assert len(names) == NODES
     assert browser.blocked == []
 
 

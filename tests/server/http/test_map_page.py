@@ -48,6 +48,10 @@ async def test_root_redirects_to_the_map_and_every_asset_comes_from_this_host() 
         assert page.status_code == 200
         csp = page.headers["content-security-policy"]
         assert "default-src 'self'" in csp and "connect-src 'self'" in csp
+        # One inline script, the first query's, allowed by this response's nonce only.
+        nonce = re.search(r"'nonce-([^']+)'", csp)
+        assert nonce is not None
+        assert re.findall(r'<script nonce="([^"]+)">', page.text) == [nonce.group(1)]
         urls = re.findall(r'(?:src|href)="([^"]+)"', page.text)
         urls = [u for u in urls if not u.startswith("data:")]
         assert sorted(u.rsplit("/", 1)[1] for u in urls) == sorted(ASSET_FILES)

@@ -92,6 +92,39 @@ def _pods_by_node(demo: LiveDemo) -> dict[str, set[str]]:
     return nodes
 
 
+# Before any script of the page: the nodes drawn in each frame, until every tile is.
+FRAMES_PROBE = """(() => {
+    window.__frames = [];
+    const frame = () => {
+        const sections = [...document.querySelectorAll("#nodes > section")];
+        if (sections.length) window.__frames.push(sections.map((s) => s.dataset.node));
+        if (!document.documentElement.dataset.rendered) requestAnimationFrame(frame);
+    };
+    requestAnimationFrame(frame);
+})()"""
+
+
+def test_the_first_picture_draws_the_nodes_in_view_and_the_rest_follow(
+    demo: LiveDemo, tmp_path: Path
+) -> None:
+    names = {n["name"] for n in demo.query("{ nodes { name } }")["data"]["nodes"]}
+    # Room for about one node: the rest are below the fold.
+    with chromium(tmp_path / "profile", viewport=(800, 260)) as browser:
+        page = browser.page
+        page.add_init_script(FRAMES_PROBE)
+        page.goto(f"{demo.url}{MAP_PATH}", timeout=TIMEOUT_MS)
+        page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
+        frames: list[list[str]] = page.evaluate("() => window.__frames")
+        first_picture = frames[0]
+        assert 0 < len(first_picture) < NODES, frames
+        # The first nodes, in the map's order, and then all of them, in the same order.
+        drawn = select_all(page, "#nodes > section", "els => els.map(e => e.dataset.node)")
+        assert drawn == first_picture + drawn[len(first_picture) :]
+        assert set(drawn) == names and len(drawn) == NODES
+        assert page.locator(".tile[data-uuid]").count() == len(_up_gpus(demo))
+        assert browser.problems == []
+
+
 def test_the_pods_of_one_node_have_colours_of_their_own(demo: LiveDemo, tmp_path: Path) -> None:
     with chromium(tmp_path / "profile", viewport=WIDE) as browser:
         page = _open_map(browser, demo.url)

@@ -27,13 +27,23 @@ function authHeaders() {
   return value ? { Authorization: `Bearer ${value}` } : {};
 }
 
-/** POST one query; its JSON result with data, AuthRequired on 401, Error on anything else. */
-export async function query(path, document, operationName, variables = undefined) {
-  const response = await fetch(path, {
+/** POST one query; the response, unread (see ``answer``). */
+export function send(path, document, operationName, variables = undefined) {
+  return fetch(path, {
     method: "POST",
     headers: { "Content-Type": "application/json", Accept: "application/json", ...authHeaders() },
     body: JSON.stringify({ query: document, operationName, variables }),
   });
+}
+
+/** POST one query; its JSON result with data, AuthRequired on 401, Error on anything else. */
+export function query(path, document, operationName, variables = undefined) {
+  return answer(send(path, document, operationName, variables));
+}
+
+/** The JSON result of a query ``send`` posted, read as ``query`` reads it. */
+export async function answer(sent) {
+  const response = await sent;
   if (response.status === 401) {
     const body = await response.json().catch(() => ({}));
     throw new AuthRequired(body.error || "the server wants a bearer token");

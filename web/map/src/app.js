@@ -1,6 +1,6 @@
 // The map's controller: loads the cluster, follows the subscription, and
 // keeps the DOM (tiles, filters, selection, details, status) in step.
-import { AuthRequired, query, subscribe, token } from "./api.js";
+import { AuthRequired, answer, query, subscribe, token } from "./api.js";
 import { ago, count, esc } from "./format.js";
 import { ClusterModel, idleOf, setIdleAllocations } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
@@ -71,6 +71,10 @@ const HINT =
   '<p class="hint">Hover or select a GPU for its processes. Arrow keys move between GPUs, Enter pins one, Escape clears. Click a pod to highlight its GPUs on every node.</p>';
 // The cheapest query there is: does the server accept the token?
 const TOKEN_CHECK = "query TokenCheck { __typename }";
+// The first picture draws this many nodes at a time until the board is full;
+// the rest follow this many per frame.
+const FILL_NODES = 2;
+const SLICE_NODES = 100;
 // A new ClusterMap query (a node joined, an agent came back) at most this often.
 const RESYNC_SPACING_MS = 10_000;
 // The view a URL shares: query parameter -> filter field.
@@ -99,7 +103,8 @@ export class MapApp {
     this.shownTiles = null;
     this.resyncAt = 0;
     this.resyncTimer = null;
-    this.stats = { firstRenderMs: null, renderMs: null, ticks: 0, lastApplyMs: null, lastFrameMs: null, lastChanged: 0 };
+    this.pictures = 0;
+    this.stats = { firstPictureMs: null, firstRenderMs: null, renderMs: null, ticks: 0, lastApplyMs: null, lastFrameMs: null, lastChanged: 0 };
     root.innerHTML = SKELETON;
     this.$ = (id) => root.querySelector(`#${id}`);
     this.nodesEl = this.$("nodes");
@@ -122,9 +127,12 @@ export class MapApp {
   // ---------------------------------------------------------------- data
 
   async load() {
+    // The page's HTML sent the first one (boot.js); every later load asks anew.
+    const first = window.gpugraphMapFirstAnswer;
+    window.gpugraphMapFirstAnswer = undefined;
     let body;
     try {
-      body = await query(this.config.graphqlPath, this.config.queries.snapshot, "ClusterMap");
+      body = await (first ? answer(first) : query(this.config.graphqlPath, this.config.queries.snapshot, "ClusterMap"));
     } catch (error) {
       if (error instanceof AuthRequired) return this._askToken(error.message);
       this._banner(`Cannot load the cluster: ${error.message}. Retrying.`);
@@ -134,15 +142,22 @@ export class MapApp {
     this._banner(null);
     const started = performance.now();
     const previousSize = this.model.nodes.size;
-    this.model.loadSnapshot(body.data.nodes);
+    this.model.loadSnapshot(body.data.nodes, body.errors ?? []);
     this.lastTick = Date.now();
-    this._renderAll();
+    const everyTile = this._renderAll();
     this.stats.renderMs = performance.now() - started;
     if (this.stats.firstRenderMs === null) {
+      // The first picture: the nodes in view, painted...
       requestAnimationFrame(() => {
-        this.stats.firstRenderMs = performance.now();
-        document.documentElement.dataset.rendered = "true";
+        this.stats.firstPictureMs ??= performance.now();
       });
+      // ...and the frame with every tile.
+      everyTile.then(() =>
+        requestAnimationFrame(() => {
+          this.stats.firstRenderMs ??= performance.now();
+          document.documentElement.dataset.rendered = "true";
+        }),
+      );
     }
     this._renderViewer(body.data.viewer?.username ?? null);
     this._loadIdle();
@@ -334,42 +349,77 @@ export class MapApp {
 
   // ---------------------------------------------------------------- drawing
 
+  // The nodes in view are drawn and painted first, the rest in slices after
+  // each frame: 8,000 tiles are 180,000 elements, and the first picture need
+  // not wait for those below the fold. With filters on, all at once: a part
+  // of the cluster could say "nothing matches" too early. Resolves once every
+  // tile is in the document (never, for a picture a newer one replaced).
   _renderAll() {
     const { nodes, gpus } = this.model;
     const focused = this.nodesEl.contains(document.activeElement) ? document.activeElement.dataset.uuid : null;
-    this.nodesEl.innerHTML = [...nodes.values()].map((node) => nodeHtml(node, gpus)).join("");
+    const picture = ++this.pictures;
+    const order = [...nodes.values()];
+    this.nodesEl.innerHTML = "";
     this.tiles = new Map();
     this.shapes = new Map();
-    for (const el of this.nodesEl.getElementsByClassName("tile")) {
-      const uuid = el.getAttribute("data-uuid");
-      if (uuid) {
-        this.tiles.set(uuid, el);
-        this.shapes.set(uuid, tileShape(gpus.get(uuid)));
-      }
-    }
-    // The tiles come first; the pods list (one button per pod, thousands on a
-    // large cluster) is drawn anew, even when empty, after they are painted.
-    this.podKeys = null;
-    this._afterPaint(() => this._renderPods());
-    // Tiles just drawn are neither highlighted nor hidden: only a selection or
-    // a filter needs a pass over all of them.
     if (this.selectedPod && !this.model.pods().has(this.selectedPod)) this.selectedPod = null;
-    if (this.selectedPod) this._applyHighlight();
-    else this.nodesEl.classList.remove("highlighting");
+    this.nodesEl.classList.toggle("highlighting", Boolean(this.selectedPod));
+    let drawn = 0;
+    const draw = (count) => {
+      const sections = this.nodesEl.children.length;
+      const html = order.slice(drawn, drawn + count).map((node) => nodeHtml(node, gpus));
+      this.nodesEl.insertAdjacentHTML("beforeend", html.join(""));
+      drawn = Math.min(order.length, drawn + count);
+      for (let i = sections; i < this.nodesEl.children.length; i++) {
+        this._registerTiles(this.nodesEl.children[i], focused);
+      }
+      // Filters set while the slices come apply to each of them.
+      if (this._filtering()) this._applyFilters();
+    };
     if (this._filtering()) {
-      this._applyFilters();
+      draw(order.length);
     } else {
       this.shownTiles = null;
       this.$("empty").hidden = true;
+      const board = this.nodesEl.parentElement;
+      // A few nodes at a time until the board's visible height is full.
+      while (drawn < order.length && this.nodesEl.offsetHeight <= board.clientHeight) draw(FILL_NODES);
     }
-    // A new picture keeps the pinned tile and the keyboard's place.
-    this.tiles.get(this.pinned)?.classList.add("pinned");
-    const keep = this.tiles.get(focused);
-    if (keep) this._focus(keep);
     const first = this.nodesEl.querySelector(".tile:not([hidden])");
     if (first && !this.nodesEl.querySelector('.tile[tabindex="0"]')) first.tabIndex = 0;
     this._renderDetails();
     this._renderStatus();
+    return new Promise((resolve) => {
+      const rest = () => {
+        if (picture !== this.pictures) return;
+        if (drawn < order.length) {
+          draw(SLICE_NODES);
+          this._afterPaint(rest);
+          return;
+        }
+        // The pods list (one button per pod, thousands on a large cluster)
+        // is drawn anew, even when empty, after the tiles.
+        this.podKeys = null;
+        this._afterPaint(() => this._renderPods());
+        resolve();
+      };
+      if (drawn < order.length) this._afterPaint(rest);
+      else rest();
+    });
+  }
+
+  // A section just drawn: its tiles in the index, with the selection, the pin and the focus.
+  _registerTiles(section, focused) {
+    for (const el of section.getElementsByClassName("tile")) {
+      const uuid = el.getAttribute("data-uuid");
+      if (!uuid) continue;
+      const entry = this.model.gpus.get(uuid);
+      this.tiles.set(uuid, el);
+      this.shapes.set(uuid, tileShape(entry));
+      if (this.selectedPod) this._highlightTile(el, entry);
+      if (uuid === this.pinned) el.classList.add("pinned");
+      if (uuid === focused) this._focus(el);
+    }
   }
 
   // Run ``fn`` once the frame being prepared has been painted.

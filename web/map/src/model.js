@@ -122,10 +122,13 @@ function errorFor(errors, node) {
 }
 
 /**
- * Why a node is down, without "agent on node 'x' " (and "unavailable: "): the
- * page already names the node and says its agent is down.
+ * Why a node is down, without the words naming it: "agent on node 'x' " (and
+ * "unavailable: "), or "on node 'x'" of a failed sampling, as ``gpugraph top``
+ * words it. The page already names the node and says its agent is down.
  */
 export function downReason(node, message) {
+  const sampling = `GPU sampling failed on node '${node}': `;
+  if (message.startsWith(sampling)) return `GPU sampling failed: ${message.slice(sampling.length)}`;
   const prefix = `agent on node '${node}' `;
   if (!message.startsWith(prefix)) return message;
   const rest = message.slice(prefix.length);
@@ -170,20 +173,22 @@ export class ClusterModel {
     return recolored;
   }
 
-  /** Replace everything with a ClusterMap query's answer. */
-  loadSnapshot(nodes) {
+  /**
+   * Replace everything with a ClusterMap query's answer: its nodes, and its
+   * errors, which say why a node's GPUs are null (its agent down or failing).
+   */
+  loadSnapshot(nodes, errors = []) {
     const previousNodes = this.nodes;
     const previousGpus = this.gpus;
     this.nodes = new Map();
     this.gpus = new Map();
     for (const node of nodes) {
-      const agent = node.agent ?? {};
-      const down = !agent.reachable || node.gpus == null;
+      const down = node.gpus == null;
       const entry = {
         name: node.name,
         capacity: node.gpuCapacity ?? 0,
         down,
-        reason: down ? downReason(node.name, agent.error || "") || "its agent did not answer" : null,
+        reason: down ? errorFor(errors, node.name) || "its agent did not answer" : null,
         gpus: [],
       };
       if (node.gpus) {
