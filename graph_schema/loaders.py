@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from aiodataloader import DataLoader
@@ -50,7 +50,8 @@ def _shielded(shared: asyncio.Future[T]) -> asyncio.Future[T]:
 
     A node's failure is an answer, not a bug: a field that gave up before it read it
     (cancelled, or its coroutine closed when the compiled plan hands over to
-    strawberry) must not leave asyncio to log it as never retrieved.
+    strawberry) must not leave asyncio to log it as never retrieved, neither in
+    the shield (watched here) nor in the loader's future (``SharedLoader``).
     """
     mine = asyncio.shield(shared)
     mine.add_done_callback(_seen)
@@ -62,7 +63,32 @@ def _seen(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-class SnapshotLoader(DataLoader[str, Received]):
+K = TypeVar("K", bound=Hashable)
+
+
+class SharedLoader(DataLoader[K, T]):
+    """A loader whose future for a key every field of the operation that asks awaits."""
+
+    def __init__(self, *, shielded: bool = True) -> None:
+        super().__init__()
+        # Whether each field gets its own shield (see ``_shielded``).
+        self.shielded = shielded
+        # The keys whose futures are watched for a failure no field read.
+        self._watched: set[K] = set()
+
+    def load(self, key: K) -> asyncio.Future[T]:
+        """The key's value, shared by every field of the operation that asks for it."""
+        shared = super().load(key)
+        if key not in self._watched:
+            self._watched.add(key)
+            # A failure is an answer, read or not: every field that asked may have given
+            # up first (cancelled, when a shield forgets its inner future; or its
+            # coroutine closed, when the plan hands over to strawberry).
+            shared.add_done_callback(_seen)
+        return _shielded(shared) if self.shielded else shared
+
+
+class SnapshotLoader(SharedLoader[str, Received]):
     """Batches snapshot reads into one concurrent ``fetch`` per distinct node."""
 
     def __init__(
@@ -73,17 +99,10 @@ class SnapshotLoader(DataLoader[str, Received]):
         *,
         shielded: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(shielded=shielded)
         self.source = source
         self.gpu_nodes = gpu_nodes
         self.freshness = freshness
-        # Whether each field gets its own shield (see ``_shielded``).
-        self.shielded = shielded
-
-    def load(self, key: str) -> asyncio.Future[Received]:
-        """The node's snapshot, shared by every field of the operation that asks for it."""
-        shared = super().load(key)
-        return _shielded(shared) if self.shielded else shared
 
     async def batch_load_fn(  # type: ignore[override]
         self, node_names: Sequence[str]
@@ -118,7 +137,7 @@ class SnapshotLoader(DataLoader[str, Received]):
 NodeGpus = Callable[[Sequence[str]], Awaitable[list[list[Gpu] | Exception]]]
 
 
-class GpuLoader(DataLoader[str, "Gpu | None"]):
+class GpuLoader(SharedLoader[str, "Gpu | None"]):
     """Finds GPUs by UUID: asks the hinted nodes first, then every visible node in one batch.
 
     ``view`` says which nodes the caller may see, so no error names another's
@@ -133,16 +152,10 @@ class GpuLoader(DataLoader[str, "Gpu | None"]):
         *,
         shielded: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(shielded=shielded)
         self.view = view
         self.hints = hints
         self.gpus_of = gpus_of
-        self.shielded = shielded
-
-    def load(self, key: str) -> asyncio.Future[Gpu | None]:
-        """The GPU with this UUID, shared by every field of the operation that asks for it."""
-        shared = super().load(key)
-        return _shielded(shared) if self.shielded else shared
 
     async def batch_load_fn(  # type: ignore[override]
         self, uuids: Sequence[str]
