@@ -124,7 +124,7 @@ FIRST_RENDER = """() => new Promise((resolve) => {
                   first_render: stats.firstRenderMs,
                   page: performance.getEntriesByType("navigation")[0].responseEnd,
                   query_sent: answer.startTime,
-                  build: window.gpugraphMap.stats.renderMs,
+                  build: stats.renderMs,
                   query: answer.responseEnd - answer.startTime,
                   answer_bytes: answer.decodedBodySize,
                   picture_painted: probe.picture, painted: probe.painted, pods: probe.pods });
