@@ -111,6 +111,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/map_bench.py --small
 	$(PY) bench/top_bench.py --small
 	$(PY) bench/scale_bench.py --small
+	$(PY) bench/request_cost_bench.py --small
 	$(PY) bench/keep_warm_bench.py --small
 	$(PY) bench/fresh_read_bench.py --small
 	$(PY) bench/occupancy_log_bench.py --small
@@ -133,6 +134,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/map_bench.py
 	$(PY) bench/top_bench.py
 	$(PY) bench/scale_bench.py
+	$(PY) bench/request_cost_bench.py
 	$(PY) bench/keep_warm_bench.py
 	$(PY) bench/fresh_read_bench.py
 	$(PY) bench/occupancy_log_bench.py
