@@ -33,6 +33,8 @@ App = Callable[
 ]
 
 WARMUP_BATCHES = 20
+# Seconds the server's Kubernetes cache may take to fill before the host gives up.
+READY_WITHIN = 120.0
 
 
 async def call(app: App, body: bytes) -> bytes:
@@ -110,8 +112,12 @@ async def serve_batches(args: argparse.Namespace) -> None:
         await asyncio.gather(*(call(app, body) for body in bodies))
 
     async with services_running(settings) as services:
-        while not services.cache.ready:
-            await asyncio.sleep(0.05)
+        try:
+            async with asyncio.timeout(READY_WITHIN):
+                while not services.cache.ready:
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise SystemExit(f"the server's cache was not ready in {READY_WITHIN:.0f} s") from None
         app: App = services.app
         for _ in range(WARMUP_BATCHES):
             await batch(app)
