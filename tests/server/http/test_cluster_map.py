@@ -71,8 +71,23 @@ def _up_gpus(demo: LiveDemo, token: str | None = None) -> dict[str, str]:
     return {g["uuid"]: n["name"] for n in body["data"]["nodes"] for g in n["gpus"] or []}
 
 
+def _tile_selector(uuid: str) -> str:
+    return f'.tile[data-uuid="{uuid}"]'
+
+
 def _tile(page: Any, uuid: str) -> Any:
-    return page.locator(f'.tile[data-uuid="{uuid}"]')
+    return page.locator(_tile_selector(uuid))
+
+
+def _pod_colours(page: Any, uuid: str) -> list[str]:
+    """The colours of a tile's pod segments, read in one evaluation (``select_all``):
+    a detached segment, redrawn by a tick meanwhile, has no computed colour."""
+    colours: list[str] = select_all(
+        page,
+        f"{_tile_selector(uuid)} .seg.pod",
+        "els => els.map(e => getComputedStyle(e).backgroundColor)",
+    )
+    return colours
 
 
 def _only_local(browser: Browser, url: str) -> None:
@@ -112,7 +127,11 @@ def test_every_gpu_of_the_up_nodes_is_a_tile_and_the_down_node_is_greyed(
         assert "UNAVAILABLE" in reason  # gRPC's own text follows, for whoever digs
         slots = down.locator(".tile")
         assert slots.count() == GPUS  # its nvidia.com/gpu capacity, as placeholders
-        assert "grayscale" in slots.first.evaluate("el => getComputedStyle(el).filter")
+        assert "grayscale" in select_all(
+            page,
+            f'section[data-node="{cluster.down_node}"] .tile',
+            "els => getComputedStyle(els[0]).filter",
+        )
         status = page.inner_text("#status")
         assert f"{NODES - 1}/{NODES} nodes up" in status and status.startswith("live")
         screenshot(page, tmp_path, "map.png")
@@ -132,11 +151,11 @@ def test_shared_gpu_shows_two_pods_and_the_orphan_is_unattributed(
     with chromium(tmp_path / "profile") as browser:
         page = _open_map(browser, demo.url)
         shared = _tile(page, shared_uuid)
-        pods = shared.locator(".seg.pod").evaluate_all("els => els.map(e => e.dataset.pod)")
-        assert pods == ["inference/chat-api-0", "inference/chat-api-1"]
-        colours = shared.locator(".seg.pod").evaluate_all(
-            "els => els.map(e => getComputedStyle(e).backgroundColor)"
+        pods = select_all(
+            page, f"{_tile_selector(shared_uuid)} .seg.pod", "els => els.map(e => e.dataset.pod)"
         )
+        assert pods == ["inference/chat-api-0", "inference/chat-api-1"]
+        colours = _pod_colours(page, shared_uuid)
         assert len(set(colours)) == 2  # one colour per pod
         assert shared.locator(".m-shared").count() == 1
 
@@ -148,8 +167,10 @@ def test_shared_gpu_shows_two_pods_and_the_orphan_is_unattributed(
         assert found is not None
         # The demo's memory moves by a few percent between the query and the page.
         assert float(found.group(1)) == pytest.approx(orphan["usedMemoryBytes"] / 1024**3, rel=0.05)
-        assert "repeating-linear-gradient" in unattributed.evaluate(
-            "el => getComputedStyle(el).backgroundImage"
+        assert "repeating-linear-gradient" in select_all(
+            page,
+            f"{_tile_selector(orphan['gpu']['uuid'])} .seg.nopod",
+            "els => getComputedStyle(els[0]).backgroundImage",
         )
         # Hover shows its processes: the orphan PID, with no pod.
         tile.hover()
@@ -158,15 +179,9 @@ def test_shared_gpu_shows_two_pods_and_the_orphan_is_unattributed(
         assert "no pod" in details.inner_text()
 
         # The same tile's colour for a pod is the same on the next load.
-        before = colours
         page.reload()
         page.wait_for_selector("html[data-rendered]", timeout=TIMEOUT_MS)
-        after = (
-            _tile(page, shared_uuid)
-            .locator(".seg.pod")
-            .evaluate_all("els => els.map(e => getComputedStyle(e).backgroundColor)")
-        )
-        assert after == before
+        assert _pod_colours(page, shared_uuid) == colours
     assert browser.blocked == [] and browser.problems == []
 
 
