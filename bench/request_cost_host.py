@@ -1,17 +1,12 @@
-"""One checkout's server in this process, its app called over ASGI: CPU per request.
+"""One checkout's server in this process, its app called over ASGI: CPU per batch.
 
-Run by ``request_cost_bench.py``, once per tree and round. It imports only
-the tree it is given (``--tree``), so two versions of the server can be
-measured against the same fleet; and only ``api.cli`` and ``api.serve``,
-the server's own wiring, so a tree from before a change runs as it shipped.
-
-Over HTTP the server's CPU per request swings by half between runs of the
-same tree on a shared machine (the clients' pace decides how many requests
-each event-loop turn serves). Here the requests come in batches of a fixed
-size, called straight into the app, one batch when the runner asks, and
-each batch's CPU is read from this process alone: what stays is the
-server's own work per request, uvicorn's HTTP parsing aside (the same in
-every tree).
+Run by ``request_cost_bench.py``, once per tree and request, beside the
+other trees' hosts (why: that module's docstring). It imports only the tree
+it is given (``--tree``), and of it only ``api.cli`` and ``api.serve``, the
+server's own wiring, so a tree from before a change runs as it shipped.
+The requests are called straight into the app by a few lines of ASGI
+rather than an HTTP client library: this process's CPU is what is measured,
+so the caller's side must cost next to nothing and the same in every tree.
 """
 
 from __future__ import annotations
@@ -37,8 +32,8 @@ WARMUP_BATCHES = 20
 READY_WITHIN = 120.0
 
 
-async def call(app: App, body: bytes) -> bytes:
-    """One POST /graphql through the app; its answer, or SystemExit if it is not a clean 200."""
+async def call(app: App, body: bytes) -> None:
+    """One POST /graphql through the app; SystemExit if its answer is not a clean 200."""
     scope: Message = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -81,7 +76,6 @@ async def call(app: App, body: bytes) -> bytes:
     answer = b"".join(chunks)
     if status != 200 or b'"errors"' in answer:
         raise SystemExit(f"not a clean answer ({status}): {answer[:300]!r}")
-    return answer
 
 
 async def serve_batches(args: argparse.Namespace) -> None:
@@ -98,7 +92,7 @@ async def serve_batches(args: argparse.Namespace) -> None:
     from api.serve import services_running
 
     flags = ["serve", "--kubeconfig", args.kubeconfig, "--agent-port", str(args.agent_port)]
-    flags += ["--log-level", "warning", "--auth", "none", "--no-graphiql"]
+    flags += ["--auth", "none", "--no-graphiql"]
     settings = settings_from_args(build_parser("serve").parse_args(flags))
     sent = 0
 
