@@ -2,14 +2,13 @@
 
 Every operation passes it, over HTTP and over a WebSocket, whichever
 executor answers it (``pipeline.py``). The cluster's sizes are measured at
-most once a second (one pass over the cached pods), not once per query.
+most once a second (the cache keeps its pod counts), not once per query.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -79,8 +78,7 @@ class SizeGauge:
 
     def _measure(self, cluster: Cluster) -> ClusterSizes:
         nodes = cluster.nodes()
-        pods = cluster.pods()
-        per_node = Counter(p.node_name for p in pods if p.node_name)
+        pods = cluster.pod_sizes()
         capacity = max((n.gpu_capacity or 0 for n in nodes), default=0)
         # What the agents' current snapshots report, not the most ever seen: a
         # node's spike leaves once its snapshot is replaced or goes unread.
@@ -90,11 +88,11 @@ class SizeGauge:
             processes = cluster.processes_per_gpu(processes, peaks.processes_per_gpu_of)
         return ClusterSizes(
             nodes=max(1, len(nodes)),
-            pods=max(1, len(pods)),
-            pods_per_node=max(1, max(per_node.values(), default=0)),
+            pods=max(1, pods.pods),
+            pods_per_node=max(1, pods.pods_per_node),
             gpus_per_node=max(1, capacity, peaks.gpus_per_node),
             processes_per_gpu=max(MIN_PROCESSES_PER_GPU, processes),
-            containers_per_pod=max(1, max((len(p.containers) for p in pods), default=0)),
+            containers_per_pod=max(1, pods.containers_per_pod),
         )
 
 

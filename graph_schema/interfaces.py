@@ -14,7 +14,7 @@ from node_resolver.gpu_events.records import EventPage, EventQuery
 from node_resolver.history.records import HistoryPage, HistoryQuery, UsageQuery, UsageRow
 from node_resolver.models import NodeSnapshot
 
-from .records import NodeRecord, PodRecord
+from .records import NodeRecord, PodRecord, PodSizes
 
 
 class Cluster(Protocol):
@@ -63,6 +63,10 @@ class Cluster(Protocol):
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         """Every cached pod called ``name``, across namespaces."""
+        ...
+
+    def pod_sizes(self) -> PodSizes:
+        """How many pods are cached, the most on one node, the most containers in one."""
         ...
 
 

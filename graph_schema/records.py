@@ -6,6 +6,8 @@ cluster of 100k pods stays small. Resolvers read them directly.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -48,6 +50,30 @@ class PodRecord:
             if container.container_id == container_id:
                 return container
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class PodSizes:
+    """How many pods a cluster (or a caller's view of it) holds, for the cost estimate."""
+
+    pods: int
+    # The most pods bound to one node.
+    pods_per_node: int
+    # The most containers in one pod.
+    containers_per_pod: int
+
+    @classmethod
+    def of(cls, pods: Iterable[PodRecord]) -> PodSizes:
+        """The sizes of ``pods``, counted one by one."""
+        count = 0
+        per_node: Counter[str] = Counter()
+        containers = 0
+        for pod in pods:
+            count += 1
+            if pod.node_name:
+                per_node[pod.node_name] += 1
+            containers = max(containers, len(pod.containers))
+        return cls(count, max(per_node.values(), default=0), containers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from .interfaces import Cluster, StalenessSource
-from .records import NodeRecord, PodRecord
+from .records import NodeRecord, PodRecord, PodSizes
 from .scalars import Bytes
 from .scope import EVERYTHING, Scope
 from .types import Gpu, GpuProcess
@@ -247,6 +247,12 @@ class VisibleCluster:
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         """Every visible cached pod called ``name``, across namespaces."""
         return self._visible_pods(self._raw.pods_named(name))
+
+    def pod_sizes(self) -> PodSizes:
+        """The sizes of the pods the caller may see."""
+        if self._scope.all_pods:
+            return self._raw.pod_sizes()
+        return PodSizes.of(self.pods())
 
     # A node's GPUs.
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from graph_schema.records import NodeRecord, PodRecord
+from graph_schema.records import NodeRecord, PodRecord, PodSizes
 
 from .dra_cache import DraCache
 from .listeners import Listeners
@@ -46,7 +47,7 @@ def _pod_sort_key(pod: PodRecord) -> tuple[str, str]:
 class _PodIndex:
     """Every pod, indexed; mutated only under the cache's lock."""
 
-    __slots__ = ("by_container", "by_namespace", "by_node", "by_uid", "count")
+    __slots__ = ("by_container", "by_namespace", "by_node", "by_uid", "container_counts", "count")
 
     def __init__(self) -> None:
         self.by_namespace: dict[str, dict[str, PodRecord]] = {}
@@ -54,6 +55,8 @@ class _PodIndex:
         self.by_node: dict[str, dict[str, PodRecord]] = {}
         self.by_container: dict[str, PodRecord] = {}
         self.count = 0
+        # Pods by how many containers they have: the most is read per query's estimate.
+        self.container_counts: Counter[int] = Counter()
 
     @classmethod
     def build(cls, pods: Iterable[PodRecord]) -> _PodIndex:
@@ -61,6 +64,11 @@ class _PodIndex:
         for pod in pods:
             index.put(pod)
         return index
+
+    def sizes(self) -> PodSizes:
+        # Over the nodes and the distinct container counts, not the pods: read per query.
+        most_on_a_node = max(map(len, self.by_node.values()), default=0)
+        return PodSizes(self.count, most_on_a_node, max(self.container_counts, default=0))
 
     def get(self, namespace: str, name: str) -> PodRecord | None:
         names = self.by_namespace.get(namespace)
@@ -74,6 +82,7 @@ class _PodIndex:
             self.count += 1
         self.by_namespace.setdefault(pod.namespace, {})[pod.name] = pod
         self.by_uid[pod.uid] = pod
+        self.container_counts[len(pod.containers)] += 1
         if pod.node_name is not None:
             self.by_node.setdefault(pod.node_name, {})[pod.uid] = pod
         for container in pod.containers:
@@ -98,6 +107,12 @@ class _PodIndex:
         # newer pod may already own the UID or container ID.
         if self.by_uid.get(pod.uid) is pod:
             del self.by_uid[pod.uid]
+        containers = len(pod.containers)
+        left = self.container_counts[containers] - 1
+        if left:
+            self.container_counts[containers] = left
+        else:
+            del self.container_counts[containers]
         if pod.node_name is not None:
             on_node = self.by_node.get(pod.node_name)
             if on_node is not None and on_node.get(pod.uid) is pod:
@@ -190,8 +205,11 @@ class ClusterCache:
         """Cached pods, optionally filtered by namespace and node, sorted by namespace/name."""
         key = (namespace, node_name)
         with self._lock:
-            found = self._sorted_pods.get(key)
+            sorted_pods = self._sorted_pods
+            found = sorted_pods.pop(key, None)
             if found is not None:
+                # Last used goes last: the limit evicts the least recently used first.
+                sorted_pods[key] = found
                 return found
             version = self._version
             index = self._pods
@@ -211,10 +229,18 @@ class ClusterCache:
             # Cached only if nothing changed meanwhile; a change would have
             # invalidated it before it was stored.
             if self._version == version:
-                if len(self._sorted_pods) >= _SORTED_CACHE_LIMIT:
-                    self._sorted_pods.clear()
-                self._sorted_pods[key] = result
+                sorted_pods = self._sorted_pods
+                if len(sorted_pods) >= _SORTED_CACHE_LIMIT:
+                    # One listing per node is asked for as each node's snapshot is joined:
+                    # at thousands of nodes those must not push out the whole cluster's.
+                    del sorted_pods[next(iter(sorted_pods))]
+                sorted_pods[key] = result
         return result
+
+    def pod_sizes(self) -> PodSizes:
+        """How many pods are cached, the most on one node, the most containers in one."""
+        with self._lock:
+            return self._pods.sizes()
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         """Every cached pod called ``name``, across namespaces, sorted by namespace."""

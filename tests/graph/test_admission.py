@@ -63,7 +63,11 @@ def test_each_request_view_of_one_scope_shares_one_measurement_per_ttl() -> None
     first = gauge.sizes(VisibleCluster(cluster, tenant))
     for _ in range(5):
         assert gauge.sizes(VisibleCluster(cluster, tenant)) == first
+    listings = cluster.listings
     everything = gauge.sizes(VisibleCluster(cluster, EVERYTHING))
+    # The whole cluster's sizes come from the cache's own counts, not a listing of its pods.
+    assert cluster.listings == listings
+    assert (everything.pods_per_node, everything.containers_per_pod) == (4, 1)
     # The tenant's sizes count only what it sees; each scope was measured once.
     assert (first.pods, everything.pods) == (3, 4)
     listings = cluster.listings

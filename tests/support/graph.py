@@ -19,7 +19,7 @@ from strawberry.types import ExecutionResult
 
 from graph_schema.context import GraphContext
 from graph_schema.interfaces import AgentUnavailableError, Received
-from graph_schema.records import ContainerRecord, NodeRecord, PodRecord
+from graph_schema.records import ContainerRecord, NodeRecord, PodRecord, PodSizes
 from graph_schema.schema import GraphSchema, build_schema
 from node_resolver.models import (
     ContainerRef,
@@ -105,6 +105,9 @@ class MemoryCluster:
 
     def pods_named(self, name: str) -> Sequence[PodRecord]:
         return [p for (_, n), p in sorted(self._pods.items()) if n == name]
+
+    def pod_sizes(self) -> PodSizes:
+        return PodSizes.of(self._pods.values())
 
 
 class MemorySnapshots:

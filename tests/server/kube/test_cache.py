@@ -16,7 +16,7 @@ from api.kube import cache as cache_module
 from api.kube.cache import ClusterCache
 from api.kube.parse import pod_record
 from graph_schema.interfaces import Cluster
-from graph_schema.records import NodeRecord, PodRecord
+from graph_schema.records import NodeRecord, PodRecord, PodSizes
 from tests.support import graph
 from tests.support.graph import node_record
 
@@ -148,6 +148,19 @@ def test_cached_sorted_results_follow_changes() -> None:
     assert [n.name for n in cache.nodes()] == ["n0", "n1"]
 
 
+def test_listings_of_every_node_leave_the_whole_clusters_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cache_module, "_SORTED_CACHE_LIMIT", 8)
+    cache = ready_cache([pod(f"p{i}", node=f"n{i}") for i in range(20)])
+    whole = cache.pods()
+    for i in range(20):
+        # As joining each node's snapshot asks for its pods, more nodes than the limit.
+        assert [p.name for p in cache.pods(node_name=f"n{i}")] == [f"p{i}"]
+        # The whole cluster's listing, asked for again in between, is the one sorted first.
+        assert cache.pods() is whole
+
+
 def test_pods_are_sorted_outside_the_lock_and_a_change_meanwhile_is_not_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -265,6 +278,8 @@ def test_indexes_match_a_plain_model_after_any_sequence_of_writes(
         expected = sorted(model.values(), key=lambda p: (p.namespace, p.name))
         assert list(cache.pods()) == expected
         assert cache.pod_count == len(model)
+        # Kept as pods come and go, and what counting them one by one says.
+        assert cache.pod_sizes() == PodSizes.of(model.values())
         for (ns, name), record in model.items():
             assert cache.pod(ns, name) is record
             assert cache.pod_by_uid(record.uid) is record
