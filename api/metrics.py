@@ -55,7 +55,20 @@ class KeepWarmReport(Protocol):
         ...
 
 
-__all__ = ["CONTENT_TYPE_LATEST", "KeepWarmReport", "Metrics"]
+class PodNamesReport(Protocol):
+    """What the pod-name pusher (api.agents.pod_names.PodNamePusher) tells /metrics."""
+
+    @property
+    def pushed(self) -> int:
+        """Pod names the agents acknowledged so far."""
+        ...
+
+    def pending_nodes(self) -> int:
+        """Nodes whose names are waiting to be pushed or being pushed now."""
+        ...
+
+
+__all__ = ["CONTENT_TYPE_LATEST", "KeepWarmReport", "Metrics", "PodNamesReport"]
 
 # prometheus_client adds a *_created series (the Unix time it was made) beside every
 # counter and histogram: a second series per label set that no dashboard or alert
@@ -156,6 +169,10 @@ class Metrics:
         """Export what the keep-warm policy decides and what it costs, read at each scrape."""
         self.registry.register(_KeepWarmCollector(policy))
 
+    def watch_pod_names(self, pusher: PodNamesReport) -> None:
+        """Export how far pushing pod names to the agents has got, read at each scrape."""
+        self.registry.register(_PodNamesCollector(pusher))
+
     def forget_node(self, node_name: str) -> None:
         """Drop the node's series (it left the cluster), so they do not pile up."""
         for outcome in _AGENT_CALL_OUTCOMES:
@@ -198,4 +215,25 @@ class _KeepWarmCollector(Collector):
             "The share of one core background refreshes may use (--snapshot-refresh-budget); "
             "0 when refreshing is off or fixed by --snapshot-keep-warm.",
             value=policy.budget if policy.mode == "adaptive" else 0.0,
+        )
+
+
+class _PodNamesCollector(Collector):
+    """The pod-name pusher's backlog: after a start or a relist every node waits its turn."""
+
+    def __init__(self, pusher: PodNamesReport) -> None:
+        self._pusher = pusher
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        """Nodes waiting for names, and names pushed."""
+        yield GaugeMetricFamily(
+            "gpugraph_pod_names_pending_nodes",
+            "Nodes whose agents are waiting for pod names from this server (every node "
+            "after a start or a relist, a slice at a time during a resync, and changes).",
+            value=float(self._pusher.pending_nodes()),
+        )
+        yield CounterMetricFamily(
+            "gpugraph_pod_names_pushed",
+            "Pod names the agents acknowledged (their occupancy logs keep them).",
+            value=float(self._pusher.pushed),
         )

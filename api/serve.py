@@ -170,6 +170,7 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
     # Agents learn their pods' names from the watch, so their history names pods; and the
     # shares of the DRA devices their claims consume, which the agents' accounting weighs.
     pod_names = PodNamePusher(cache, pool, asyncio.get_running_loop(), claims=cache.dra)
+    metrics.watch_pod_names(pod_names)
     stop_naming = cache.subscribe(pod_names.on_change)
     stop_sharing = cache.dra.subscribe(pod_names.on_claims_change)
     pod_names.start()

@@ -5,8 +5,11 @@ still names its pod after the pod is gone. The server holds no state of its
 own for this: a pod added or changed in the cache is pushed to its node's
 agent within about a second (batched per node), and every node's full set is
 pushed again after a relist and every ``resync_seconds``, which also covers an
-agent that restarted or was down. Several replicas pushing the same names is
-harmless: PutPodNames is an idempotent upsert.
+agent that restarted or was down. The periodic resync goes out a slice of the
+nodes at a time across the period: at thousands of nodes one burst of every
+node's names would hold the event loop from the queries for many seconds.
+Several replicas pushing the same names is harmless: PutPodNames is an
+idempotent upsert.
 
 A pod's name carries the share of each DRA device its claims consume (consumable
 capacity), which only the server can compute (the claim and the device's slice):
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
@@ -34,13 +38,15 @@ from node_resolver.pod_names import DeviceShareKey, PodName
 
 from .pool import AgentClientLike, AgentPool
 
-__all__ = ["PodNamePusher", "PodNameWriter", "pod_name_of"]
+__all__ = ["PodNamePusher", "PodNameWriter", "pod_name_of", "resync_slices"]
 
 log = logging.getLogger(__name__)
 
 # How long changes gather before a push: pods start in bursts.
 BATCH_SECONDS = 0.5
 RESYNC_SECONDS = 300.0
+# A resync marks a slice of the nodes about this often.
+RESYNC_STEP_SECONDS = 1.0
 # A node whose push failed is tried again (its full set) after this long.
 RETRY_SECONDS = 3.0
 # Nodes pushed to at once.
@@ -113,6 +119,13 @@ def _device_shares(pod: PodRecord, claims: ClaimShares) -> dict[DeviceShareKey, 
     return shares
 
 
+def resync_slices(nodes: list[str], period: float, step: float) -> list[list[str]]:
+    """``nodes`` in slices to push one per ``period / len(slices)`` seconds: one slice per
+    ``step`` (fewer when there are fewer nodes), every node in exactly one."""
+    count = max(1, min(len(nodes), math.ceil(period / step)))
+    return [nodes[i::count] for i in range(count)]
+
+
 class PodNamePusher:
     """Pushes pod names to agents; ``on_change`` is a ClusterCache listener (any thread)."""
 
@@ -138,6 +151,14 @@ class PodNamePusher:
         self._tasks: list[asyncio.Task[None]] = []
         # Names the agents acknowledged so far; tests and the demo wait on it.
         self.pushed = 0
+        # Nodes taken from ``_dirty`` whose push has not ended, and nodes whose push
+        # failed, waiting to be tried again.
+        self._pushing = 0
+        self._retrying: set[str] = set()
+
+    def pending_nodes(self) -> int:
+        """Nodes whose names are waiting to be pushed, being pushed, or tried again later."""
+        return len(self._dirty.keys() | self._retrying) + self._pushing
 
     def on_change(self, kind: str, change: str, record: PodRecord | NodeRecord | None) -> None:
         """Note which nodes need names pushed, on the watch thread; the loop pushes."""
@@ -181,10 +202,17 @@ class PodNamePusher:
             self._dirty.setdefault(node, set()).add(key)  # type: ignore[union-attr]
         self._wake.set()
 
+    def _retry(self, node: str) -> None:
+        self._retrying.discard(node)
+        self._mark(node, None)
+
     def _mark_all(self) -> None:
-        # From the pods, not the nodes: after the first pod list the nodes may not be listed yet.
-        for node in {p.node_name for p in self._cluster.pods() if p.node_name}:
+        for node in self._nodes_with_pods():
             self._mark(node, None)
+
+    def _nodes_with_pods(self) -> list[str]:
+        # From the pods, not the nodes: after the first pod list the nodes may not be listed yet.
+        return sorted({p.node_name for p in self._cluster.pods() if p.node_name})
 
     def start(self) -> None:
         """Start pushing (on the running loop)."""
@@ -203,9 +231,13 @@ class PodNamePusher:
         self._tasks = []
 
     async def _resync_loop(self) -> None:
+        period = self._resync_seconds
         while True:
-            await asyncio.sleep(self._resync_seconds)
-            self._mark_all()
+            slices = resync_slices(self._nodes_with_pods(), period, RESYNC_STEP_SECONDS)
+            for nodes in slices:
+                await asyncio.sleep(period / len(slices))
+                for node in nodes:
+                    self._mark(node, None)
 
     async def _push_loop(self) -> None:
         while True:
@@ -221,9 +253,13 @@ class PodNamePusher:
         limit = asyncio.Semaphore(CONCURRENCY)
 
         async def one(node: str, keys: set[tuple[str, str]] | None) -> None:
-            async with limit:
-                await self._push(node, keys)
+            try:
+                async with limit:
+                    await self._push(node, keys)
+            finally:
+                self._pushing -= 1
 
+        self._pushing += len(dirty)
         await asyncio.gather(*(one(node, keys) for node, keys in dirty.items()))
 
     async def _push(self, node: str, keys: set[tuple[str, str]] | None) -> None:
@@ -246,6 +282,7 @@ class PodNamePusher:
             await self._pool.call(node, put, what="PutPodNames")
         except AgentUnavailableError as exc:
             log.debug("pod names not pushed, retrying in %gs: %s", RETRY_SECONDS, exc)
-            self._loop.call_later(RETRY_SECONDS, self._mark, node, None)
+            self._retrying.add(node)
+            self._loop.call_later(RETRY_SECONDS, self._retry, node)
             return
         self.pushed += len(names)

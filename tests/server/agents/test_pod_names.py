@@ -7,7 +7,7 @@ from collections.abc import Awaitable
 
 import pytest
 
-from api.agents.pod_names import PodNamePusher
+from api.agents.pod_names import PodNamePusher, resync_slices
 from api.agents.pool import AgentPool
 from api.demo.cluster.dra_manifests import (
     ClaimDevice,
@@ -19,6 +19,7 @@ from api.demo.cluster.manifests import make_pod, pod_uid_for
 from api.kube.cache import ClusterCache
 from api.kube.parse import claim_record, slice_record
 from api.kube.parse import pod_record as parse_pod
+from api.metrics import Metrics
 from graph_schema.records import ResourceSliceRecord
 from node_resolver.pod_names import PodName
 from tests.support.graph import pod_record
@@ -104,6 +105,59 @@ async def test_a_failed_push_is_retried(
     await eventually_async(lambda: pusher.pushed == 0 and "node-1" not in agents.names)
     agents.failing.clear()
     await eventually_async(lambda: "node-1" in agents.names, what="the retry")
+    await pusher.stop()
+
+
+def test_a_resync_goes_out_a_slice_of_the_nodes_at_a_time() -> None:
+    nodes = [f"node-{i}" for i in range(1000)]
+    slices = resync_slices(nodes, 300.0, 1.0)
+    # One slice a second across the period: 1,000 nodes go out 3 or 4 at a time.
+    assert len(slices) == 300
+    assert {len(s) for s in slices} == {3, 4}
+    assert sorted(n for s in slices for n in s) == sorted(nodes)
+    # Fewer nodes than steps: one node per slice; none: one empty slice (the loop waits).
+    assert resync_slices(["a", "b"], 300.0, 1.0) == [["a"], ["b"]]
+    assert resync_slices([], 300.0, 1.0) == [[]]
+
+
+async def test_every_nodes_names_go_out_again_at_the_resync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import api.agents.pod_names as module
+
+    monkeypatch.setattr(module, "RESYNC_STEP_SECONDS", 0.05)
+    cache = ClusterCache()
+    agents = Agents()
+    pool = AgentPool(Addresses(), client_factory=agents)  # type: ignore[arg-type]
+    cache.replace_pods([pod_record("ml", f"p{i}", f"node-{i}") for i in range(3)])
+    pusher = PodNamePusher(
+        cache, pool, asyncio.get_running_loop(), batch_seconds=0.01, resync_seconds=0.2
+    )
+    # No watch events heard: only the resync can name these pods.
+    pusher.start()
+    try:
+        await eventually_async(lambda: len(agents.names) == 3, what="every node named")
+        agents.names.clear()
+        await eventually_async(lambda: len(agents.names) == 3, what="named again")
+    finally:
+        await pusher.stop()
+        await pool.close()
+
+
+async def test_a_node_whose_push_failed_waits_counted_on_metrics(
+    world: tuple[ClusterCache, Agents, PodNamePusher],
+) -> None:
+    cache, agents, pusher = world
+    metrics = Metrics()
+    metrics.watch_pod_names(pusher)
+    agents.failing.add("node-2")
+    cache.replace_pods([pod_record("ml", "a", "node-1"), pod_record("ml", "b", "node-2")])
+    await eventually_async(lambda: "node-1" in agents.names, what="node-1 named")
+    # node-2's agent refused: it waits for its retry, and the series say so.
+    await eventually_async(lambda: pusher.pending_nodes() == 1, what="node-2 pending")
+    text = metrics.render().decode()
+    assert "gpugraph_pod_names_pending_nodes 1.0" in text
+    assert "gpugraph_pod_names_pushed_total 1.0" in text
     await pusher.stop()
 
 
