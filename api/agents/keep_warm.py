@@ -30,6 +30,7 @@ import logging
 import math
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -71,7 +72,17 @@ MAX_PERIOD = 300.0
 LINGER_PERIODS = 3.0
 # Until a refresh has been measured: what one cost where it was first measured.
 INITIAL_COST = 0.0006
-# Weight of the newest read gap and the newest refresh cost in their running means.
+# A refresh's cost is the mean of the last this many: refreshes held up by the
+# collector or by a busy loop (a whole-cluster query, ten times the usual) must not
+# swing the plan from spacing refreshes out to dropping nodes and back, as it did at
+# 10,000 nodes every few seconds; there this is about ten seconds' worth.
+COST_WINDOW = 4096
+# A new plan keeps the interval it stretched refreshes to while the one worked out
+# anew is within this share of it: a new interval moves every node's place on its
+# refresh grid, and a node moved earlier is refreshed twice within one interval
+# (costs that moved by 2% took refreshing 22% past its budget).
+INTERVAL_SLACK = 0.05
+# Weight of the newest read gap in the running mean of a node's read period.
 _SMOOTHING = 0.3
 # The share of the budget a plan spends: refreshes cost what the last ones did, give
 # or take, and nodes read repeatedly since the plan are refreshed before the next.
@@ -134,7 +145,7 @@ class KeepWarm:
             "off" if ttl <= 0 or window == 0 else "adaptive" if window is None else "fixed"
         )
         self._reads: dict[str, _Reads] = {}
-        self.cost = INITIAL_COST
+        self._costs: deque[float] = deque(maxlen=COST_WINDOW)
         # CPU seconds every measured refresh took, in all (the /metrics counter).
         self.spent_seconds = 0.0
         self._plan = Plan("idle", 0, self.base_interval, 0.0)
@@ -197,7 +208,13 @@ class KeepWarm:
     def spent(self, seconds: float) -> None:
         """A background refresh took ``seconds`` of CPU."""
         self.spent_seconds += seconds
-        self.cost += _SMOOTHING * (seconds - self.cost)
+        self._costs.append(seconds)
+
+    @property
+    def cost(self) -> float:
+        """What a refresh costs: the mean of the last ``COST_WINDOW`` measured."""
+        costs = self._costs
+        return sum(costs) / len(costs) if costs else INITIAL_COST
 
     def forget(self, node_name: str) -> None:
         """The node left the cluster."""
@@ -326,6 +343,9 @@ class KeepWarm:
         # Space out the shortest intervals first (water-filling): with ``floor`` as the
         # shortest, node i refreshes every max(wanted[i], floor).
         floor = _floor_for(wanted, cost, budget)
+        held = self._plan
+        if held.regime == "stretched" and abs(held.interval / floor - 1) <= INTERVAL_SLACK:
+            floor = held.interval
         if floor <= MAX_STRETCH:
             return Plan("stretched", len(live), floor, budget)
         # Even at MAX_STRETCH the budget does not cover them: keep the most often read.
