@@ -64,7 +64,7 @@ class PodNamesReport(Protocol):
         ...
 
     def pending_nodes(self) -> int:
-        """Nodes whose names are waiting to be pushed or being pushed now."""
+        """Nodes whose names are waiting to be pushed, being pushed, or tried again later."""
         ...
 
 
