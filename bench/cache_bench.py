@@ -9,7 +9,11 @@ managedFields included) over ``--nodes`` nodes. The bench then:
 2. fetches the raw JSON of ``--compare-pods`` pods once and, from those same
    bytes, times and sizes (a) orjson plus slim records plus the cache's
    indexes, as the watcher does it, with the garbage collector paused per
-   page and without, and (b) ``ApiClient().deserialize`` into ``V1PodList``.
+   page and without, and (b) ``ApiClient().deserialize`` into ``V1PodList``;
+3. times one measurement of the whole cluster's sizes for the cost estimate
+   (``SizeGauge``, from the cache's own counts) beside counting every cached
+   pod one by one, as the gauge did before (``PodSizes.of``), after every
+   node's pods were listed once, as joining each node's snapshot lists them.
 
 Memory figures: "RSS" is the process's resident set growth (``VmRSS``), and
 "peak" its high-water mark (``VmHWM``, reset before each step through
@@ -42,7 +46,11 @@ from api.kube.cache import ClusterCache
 from api.kube.parse import pod_record
 from api.kube.watcher import ClusterWatcher
 from api.lifecycle.gc_tuning import gc_paused
-from graph_schema.records import PodRecord
+from graph_schema.admission import SizeGauge
+from graph_schema.records import PodRecord, PodSizes
+from graph_schema.scope import EVERYTHING
+from graph_schema.views import ViewCache
+from graph_schema.visibility import VisibleCluster
 
 TARGET_FILL_S = 10.0
 TARGET_BYTES_PER_POD = 1024
@@ -195,6 +203,35 @@ def traced(step: Callable[[], Any]) -> int:
     return size
 
 
+def size_measurements(cache: ClusterCache, rounds: int = 20) -> tuple[float, float]:
+    """Seconds of CPU per measurement of the whole cluster's sizes: the gauge's, and
+    counting every pod of the sorted listing, each median of ``rounds``."""
+    gauge = SizeGauge(ViewCache(), ttl=0.0)
+    for node in cache.nodes():
+        cache.pods(node_name=node.name)
+    view = VisibleCluster(cache, EVERYTHING)
+
+    def counted() -> None:
+        PodSizes.of(cache.pods())
+
+    def cpu(step: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(rounds):
+            started = time.process_time()
+            step()
+            times.append(time.process_time() - started)
+        return sorted(times)[rounds // 2]
+
+    measured, expected = gauge.sizes(view), PodSizes.of(cache.pods())
+    if (measured.pods, measured.pods_per_node, measured.containers_per_pod) != (
+        expected.pods,
+        expected.pods_per_node,
+        expected.containers_per_pod,
+    ):
+        raise RuntimeError("the gauge's sizes differ from the pods counted")
+    return cpu(lambda: gauge.sizes(view)), cpu(counted)
+
+
 def verdict(met: bool, judged: bool) -> str:
     """How a figure compares with its target."""
     if not judged:
@@ -233,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stub API server ready in {time.perf_counter() - started:.1f}s at {url}")
     try:
         fill_s, fill_rss, cache = fill(url, args.pods)
+        gauge_s, counted_s = size_measurements(cache)
         del cache
         gc.collect()
         pages = fetch_pages(url, compare)
@@ -304,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{model_peak / max(slim_peak, 1):.1f}x less peak memory"
     )
     print(f"garbage collector paused vs left on: {gc_on_s / slim_s:.1f}x faster")
+    print(
+        f"the cost estimate's sizes of all {args.pods} pods: {gauge_s * 1000:.2f} ms "
+        f"from the cache's counts, {counted_s * 1000:.1f} ms counting every pod "
+        f"({counted_s / max(gauge_s, 1e-9):,.0f}x)"
+    )
     fill_at_100k = fill_s * 100_000 / args.pods
     print()
     full_size = args.pods >= 100_000 and compare >= 10_000
