@@ -248,7 +248,7 @@ class _WireSample(NodeSample):
     read the messages. Equal to a NodeSample with the same fields.
     """
 
-    __slots__ = ("_messages", "_records")
+    __slots__ = ("_messages", "_records", "_uuids")
 
     def __init__(
         self,
@@ -261,6 +261,8 @@ class _WireSample(NodeSample):
         # After the base's __init__, whose ``gpus`` went through the setter below.
         self._records: list[GpuSample] | None = None
         self._messages: Sequence[agent_pb2.Gpu] | None = messages
+        # Every query that reads the node asks for them: read from the messages once.
+        self._uuids: list[str] | None = None
 
     @property
     def gpus(self) -> list[GpuSample]:
@@ -291,7 +293,9 @@ class _WireSample(NodeSample):
         messages = self._messages
         if messages is None:
             return NodeSample.gpu_uuids(self)
-        return [gpu.uuid for gpu in messages]
+        if self._uuids is None:
+            self._uuids = [gpu.uuid for gpu in messages]
+        return list(self._uuids)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, NodeSample):
