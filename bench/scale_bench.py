@@ -14,7 +14,10 @@ Side by side in one run:
    nodes warm), with single-worker walks between the polls; the map's first
    query and ``top``'s; ``/metrics``; each step's peak RSS (``VmHWM``, started
    over before it). ``--baseline-tree DIR`` first runs the same against a
-   server from another checkout (the tree before a change), same fleet.
+   server from another checkout (the tree before a change), same fleet. With
+   ``--serve-flags=--no-metrics-gpu-series`` the server's ``/metrics`` is its
+   own series alone, and each timed poll is bracketed by two reads of them:
+   the server's own execution time, and how many agents the poll called.
 3. At 4 nodes x 8 GPUs of the fleet, 100 HTTP clients sending queries that all
    differ (``bench/http_load.py``: lean clients, so the server is what is
    measured), beside ``/healthz`` and an empty answer: this machine's ceiling.
@@ -663,12 +666,22 @@ async def fleet_server(
                 print(f"full, first read: {out['first_full'] * 1000:,.1f} ms", flush=True)
                 reset_peak_rss(server.pid)
                 next_poll = time.perf_counter() + POLL_EVERY
+                # Without the GPU series, /metrics is the server's own: cheap to read
+                # around each timed poll.
+                series = "--no-metrics-gpu-series" in server_flags
                 for n in range(warmup + repeat):
                     await asyncio.sleep(max(0.0, next_poll - time.perf_counter()))
                     next_poll = max(next_poll + POLL_EVERY, time.perf_counter())
+                    before = await _own_series(http) if series and n >= warmup else None
                     start = time.perf_counter()
                     body = await post(FULL_QUERY)
                     took = time.perf_counter() - start
+                    if before is not None:
+                        after = await _own_series(http)
+                        for key, value in after.items():
+                            out.setdefault("series", {}).setdefault(key, []).append(
+                                value - before[key]
+                            )
                     record("full" if n >= warmup else "full_warmup", took, body)
                     kind = "full" if n >= warmup else "full (warm-up)"
                     print(f"{kind}: {took * 1000:,.1f} ms, {len(body):,} bytes", flush=True)
@@ -710,6 +723,23 @@ async def fleet_server(
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
     return out
+
+
+# The server's own series read around a timed poll: its execution, agents it called.
+_OWN_SERIES = {
+    "execution": "gpugraph_query_seconds_sum",
+    "called": 'gpugraph_snapshot_requests_total{source="called"}',
+}
+
+
+async def _own_series(http: httpx.AsyncClient) -> dict[str, float]:
+    values = dict.fromkeys(_OWN_SERIES, 0.0)
+    for line in (await _get(http, "/metrics")).decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        for key, series in _OWN_SERIES.items():
+            if name == series:
+                values[key] = float(value)
+    return values
 
 
 async def _get(http: httpx.AsyncClient, path: str) -> bytes:
@@ -803,6 +833,21 @@ def report_fleet(f: dict[str, Any]) -> None:
         if key in ("first_full", "full", "metrics", "map", "top"):
             what = "… peak RSS over all the polls" if key == "full" else "… its peak RSS"
             row(what, functools.partial(_peak_of, key=key))
+        if key == "full":
+            row("… the server's own execution of each (its series), p50", _execution)
+            row("… agents it called (nodes not kept warm), p50", _called)
+
+
+def _execution(s: dict[str, Any]) -> str:
+    if "series" not in s:
+        return "not measured (needs --no-metrics-gpu-series)"
+    return f"{ms(statistics.median(s['series']['execution']))} ms"
+
+
+def _called(s: dict[str, Any]) -> str:
+    if "series" not in s:
+        return "not measured"
+    return f"{statistics.median(s['series']['called']):,.0f}"
 
 
 def _peak_of(s: dict[str, Any], key: str) -> str:
