@@ -144,7 +144,7 @@ async def test_every_nodes_names_go_out_again_at_the_resync(
         await pool.close()
 
 
-async def test_a_node_whose_push_failed_waits_counted_on_metrics(
+async def test_a_node_whose_push_failed_counts_as_pending_on_metrics(
     world: tuple[ClusterCache, Agents, PodNamePusher],
 ) -> None:
     cache, agents, pusher = world
