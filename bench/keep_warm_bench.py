@@ -84,8 +84,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def series(text: str, name: str) -> float:
-    """One unlabelled sample of the server's Prometheus text; NaN when absent."""
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    """One sample of the server's Prometheus text, by its name (and labels, as written);
+    NaN when absent."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(found.group(1)) if found else float("nan")
 
 

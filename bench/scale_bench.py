@@ -67,6 +67,7 @@ from cluster_bench import (  # noqa: E402
 )
 from fleet import build_fleet  # noqa: E402
 from http_load import Request, process_cpu_seconds, run_load  # noqa: E402
+from keep_warm_bench import series  # noqa: E402
 from strawberry.http import process_result  # noqa: E402
 
 from api.agents.discovery import NodeIpDiscovery  # noqa: E402
@@ -733,13 +734,8 @@ _OWN_SERIES = {
 
 
 async def _own_series(http: httpx.AsyncClient) -> dict[str, float]:
-    values = dict.fromkeys(_OWN_SERIES, 0.0)
-    for line in (await _get(http, "/metrics")).decode().splitlines():
-        name, _, value = line.rpartition(" ")
-        for key, series in _OWN_SERIES.items():
-            if name == series:
-                values[key] = float(value)
-    return values
+    text = (await _get(http, "/metrics")).decode()
+    return {key: series(text, name) for key, name in _OWN_SERIES.items()}
 
 
 async def _get(http: httpx.AsyncClient, path: str) -> bytes:
