@@ -6,9 +6,10 @@ One cluster: the stub API server and real agents (``bench/agent_host.py``,
 Part 1, in this process, rounds interleaved, CPU per node (every thread of
 the process, so gRPC's own threads count), medians:
 
-- ``call``: the gRPC call alone, every node at once, the reply left as bytes,
-  over channels with the pool's options (``CHANNEL_OPTIONS``), and the same
-  with gRPC's own flow control (its bandwidth-delay probe: no fixed window);
+- ``call``: a GetSnapshot call alone, every node at once, over channels with
+  the pool's options (``CHANNEL_OPTIONS``): the reply left as bytes, and
+  decoded; beside it ``stream``, a read on the client's long-lived stream
+  (``AgentClient.get_snapshot``, as the pool reads), the reply decoded;
 - ``records + objects``: the reply decoded into records at once
   (``snapshot_from_proto``), then the graph's objects built from them
   (``ViewCache.gpus``), as the server did before its client took
@@ -69,12 +70,11 @@ from api.agents.pool import CHANNEL_OPTIONS, AgentPool  # noqa: E402
 from api.demo.cluster import write_kubeconfig  # noqa: E402
 from api.lifecycle.gc_tuning import tune_gc_for_serving  # noqa: E402
 from graph_schema.views import ViewCache  # noqa: E402
+from node_resolver.client import AgentClient  # noqa: E402
 from node_resolver.codec import snapshot_from_proto, snapshot_from_wire  # noqa: E402
-from node_resolver.generated import agent_pb2  # noqa: E402
+from node_resolver.generated import agent_pb2, agent_pb2_grpc  # noqa: E402
 
 GET_SNAPSHOT = "/gpugraph.agent.v1.NodeAgent/GetSnapshot"
-# The pool's channels as they were before they fixed their receive window.
-PROBING = (("grpc.use_local_subchannel_pool", 1),)
 AGENT_TIMEOUT = 10.0
 # A poll reads every node afresh when it comes later than the snapshot TTL (1 s).
 POLL_GAP = 1.25
@@ -88,17 +88,21 @@ async def part1(cluster: Cluster, rounds: int) -> dict[str, list[float]]:
     names = [n.name for n in cache.nodes()]
     targets = {n.name: f"{n.internal_ip}:{cluster.port}" for n in cache.nodes()}
     channels = [aio.insecure_channel(t, options=list(CHANNEL_OPTIONS)) for t in targets.values()]
-    probing = [aio.insecure_channel(t, options=list(PROBING)) for t in targets.values()]
-    request = agent_pb2.GetSnapshotRequest().SerializeToString()
+    clients = [AgentClient(t, options=CHANNEL_OPTIONS) for t in targets.values()]
+    request = agent_pb2.GetSnapshotRequest()
     replies: list[bytes] = []
+    raw_calls = [c.unary_unary(GET_SNAPSHOT, None, None) for c in channels]
+    decoded_calls = [agent_pb2_grpc.NodeAgentStub(c).GetSnapshot for c in channels]
 
-    def caller(over: list[aio.Channel]) -> Step:
-        calls = [c.unary_unary(GET_SNAPSHOT, None, None) for c in over]
+    async def call() -> None:
+        wire = request.SerializeToString()
+        replies[:] = await asyncio.gather(*(c(wire, timeout=AGENT_TIMEOUT) for c in raw_calls))
 
-        async def call() -> None:
-            replies[:] = await asyncio.gather(*(c(request, timeout=AGENT_TIMEOUT) for c in calls))
+    async def call_decoded() -> None:
+        await asyncio.gather(*(c(request, timeout=AGENT_TIMEOUT) for c in decoded_calls))
 
-        return call
+    async def stream() -> None:
+        await asyncio.gather(*(c.get_snapshot(timeout=AGENT_TIMEOUT) for c in clients))
 
     records_views, wire_views = ViewCache(), ViewCache()
 
@@ -127,8 +131,9 @@ async def part1(cluster: Cluster, rounds: int) -> dict[str, list[float]]:
         orjson.dumps(process_result(result))
 
     steps: dict[str, Step] = {
-        "call, gRPC's flow control": caller(probing),
-        "call": caller(channels),
+        "call": call,
+        "call, decoded": call_decoded,
+        "stream, decoded": stream,
         "records + objects": records,
         "wire + objects": wire,
         "fetch": fetch,
@@ -140,7 +145,7 @@ async def part1(cluster: Cluster, rounds: int) -> dict[str, list[float]]:
         seconds = await alternate(steps, rounds, time.process_time)
     finally:
         await pool.close()
-        await asyncio.gather(*(c.close(None) for c in channels + probing))
+        await asyncio.gather(*(c.close(None) for c in channels), *(c.close() for c in clients))
     return {name: [s / len(names) for s in each] for name, each in seconds.items()}
 
 

@@ -2,6 +2,7 @@
 
 Discovery, retries, backoff and connection reuse across nodes belong to the
 caller (the server's agent pool); this class only speaks the wire protocol.
+Snapshots are read on one long-lived stream (``snapshot_stream``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .history_codec import (
 )
 from .models import NodeSnapshot
 from .pod_names import PodName
+from .snapshot_stream import SnapshotStream
 
 _REQUEST = agent_pb2.GetSnapshotRequest()
 
@@ -48,12 +50,18 @@ class AgentClient:
         self._metadata = bearer_metadata(token) if token else None
         self._channel = aio.insecure_channel(target, options=list(options))
         self._stub = agent_pb2_grpc.NodeAgentStub(self._channel)
+        self._snapshots = SnapshotStream(self._open_snapshots, self._unary_snapshot)
 
     async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
         """The agent's latest snapshot (its GPU records decoded when first read); raises
         grpc.aio.AioRpcError on failure."""
-        reply = await self._stub.GetSnapshot(_REQUEST, timeout=timeout, metadata=self._metadata)
-        return snapshot_from_wire(reply)
+        return snapshot_from_wire(await self._snapshots.read(timeout=timeout))
+
+    def _open_snapshots(self) -> Any:
+        return self._stub.StreamSnapshots(metadata=self._metadata)
+
+    def _unary_snapshot(self, timeout: float) -> Any:
+        return self._stub.GetSnapshot(_REQUEST, timeout=timeout, metadata=self._metadata)
 
     async def get_history(
         self, query: HistoryQuery, *, page_token: str = "", timeout: float
@@ -93,6 +101,7 @@ class AgentClient:
 
     async def close(self) -> None:
         """Close the channel, cancelling calls in flight."""
+        self._snapshots.close()
         await self._channel.close(None)
 
     async def __aenter__(self) -> AgentClient:

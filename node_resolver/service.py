@@ -1,7 +1,8 @@
 """The agent's gRPC server: NodeAgent, the standard health service and reflection.
 
-Every GetSnapshot call is answered from the sampler's latest snapshot, which
-is encoded once per scan; a call only copies it and stamps its age. History
+Every GetSnapshot call, and every read on a StreamSnapshots stream, is
+answered from the sampler's latest snapshot, which is encoded once per scan; a
+reply only copies it and stamps its age. History
 calls read the occupancy log in a worker thread, never on the event loop, as
 many at once as the log has readers; usage sums may take all of them but one,
 so a page of records never waits behind a flood of sums.
@@ -14,7 +15,7 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -108,8 +109,10 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         self.pod_names = pod_names if pod_names is not None else PodNames()
         # The last snapshot and its encoding, or None when it could not be encoded.
         self._encoded: tuple[NodeSnapshot, agent_pb2.Snapshot | None] | None = None
-        # Calls answered so far; tests and benchmarks read it.
+        # Snapshots answered so far (calls and stream reads); tests and benchmarks read it.
         self.calls_served = 0
+        # Whether a call's metadata still carries a valid token; None when no token is set.
+        self.authorized: Callable[[Any], bool] | None = None
         # Waiting for a reader happens here, not in a worker thread that would sit idle.
         self._reads = asyncio.Semaphore(READERS)
         self._usage_reads = asyncio.Semaphore(max(1, READERS - 1))
@@ -269,6 +272,24 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         self, request: agent_pb2.GetSnapshotRequest, context: aio.ServicerContext[Any, Any]
     ) -> agent_pb2.Snapshot:
         """The latest snapshot, with its age at the time of the reply."""
+        return await self._reply(context)
+
+    async def StreamSnapshots(
+        self,
+        request_iterator: AsyncIterator[agent_pb2.GetSnapshotRequest],
+        context: aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[agent_pb2.Snapshot]:
+        """GetSnapshot's answer for each request on the stream."""
+        async for _ in request_iterator:
+            # The token was checked when the stream opened; a stream outlives a rotation,
+            # so each read checks it again and a retired token reads nothing more.
+            if self.authorized is not None and not self.authorized(context.invocation_metadata()):
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED, "the bearer token is no longer valid"
+                )
+            yield await self._reply(context)
+
+    async def _reply(self, context: aio.ServicerContext[Any, Any]) -> agent_pb2.Snapshot:
         snapshot = self._sampler.latest()
         if snapshot is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "no GPU sample taken yet")
@@ -309,7 +330,11 @@ class AgentServer:
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         # The token check first: an unauthenticated call is refused before its payload
         # is decoded at all; then undecodable payloads are INVALID_ARGUMENT, not tracebacks.
-        interceptors: list[aio.ServerInterceptor] = [BearerTokenInterceptor(token)] if token else []
+        interceptors: list[aio.ServerInterceptor] = []
+        if token:
+            guard = BearerTokenInterceptor(token)
+            self.servicer.authorized = guard.authorized
+            interceptors.append(guard)
         interceptors.append(MalformedRequestGuard())
         self._server = aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
         agent_pb2_grpc.add_NodeAgentServicer_to_server(self.servicer, self._server)
@@ -326,7 +351,7 @@ class AgentServer:
 
     @property
     def calls_served(self) -> int:
-        """GetSnapshot calls answered so far."""
+        """Snapshots answered so far: GetSnapshot calls and StreamSnapshots reads."""
         return self.servicer.calls_served
 
     async def start(self, listen: str) -> str:

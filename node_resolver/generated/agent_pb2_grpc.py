@@ -40,6 +40,11 @@ class NodeAgentStub:
                 request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.SerializeToString,
                 response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.FromString,
                 _registered_method=True)
+        self.StreamSnapshots = channel.stream_stream(
+                '/gpugraph.agent.v1.NodeAgent/StreamSnapshots',
+                request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.SerializeToString,
+                response_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.FromString,
+                _registered_method=True)
         self.GetHistory = channel.unary_unary(
                 '/gpugraph.agent.v1.NodeAgent/GetHistory',
                 request_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetHistoryRequest.SerializeToString,
@@ -67,6 +72,14 @@ class NodeAgentServicer:
 
     def GetSnapshot(self, request, context):
         """Returns the latest background snapshot; never waits on NVML.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamSnapshots(self, request_iterator, context):
+        """The same answer, once for each request on one long-lived stream: a reader that
+        reads the node again and again (the server) pays for a call's setup once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,6 +122,11 @@ def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetSnapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSnapshot,
+                    request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.FromString,
+                    response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.SerializeToString,
+            ),
+            'StreamSnapshots': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamSnapshots,
                     request_deserializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.FromString,
                     response_serializer=gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.SerializeToString,
             ),
@@ -158,6 +176,33 @@ class NodeAgent:
             request,
             target,
             '/gpugraph.agent.v1.NodeAgent/GetSnapshot',
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.SerializeToString,
+            gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamSnapshots(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/gpugraph.agent.v1.NodeAgent/StreamSnapshots',
             gpugraph_dot_agent_dot_v1_dot_agent__pb2.GetSnapshotRequest.SerializeToString,
             gpugraph_dot_agent_dot_v1_dot_agent__pb2.Snapshot.FromString,
             options,

@@ -164,6 +164,31 @@ def test_an_unauthenticated_garbage_payload_is_refused_before_it_is_parsed(
     assert secured.server.calls_served == 0
 
 
+def test_a_garbage_message_on_a_snapshot_stream_ends_it_without_a_traceback(
+    secured: AgentThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    method = f"/{SERVICE}/StreamSnapshots"
+    good = agent_pb2.GetSnapshotRequest().SerializeToString()
+    garbage = b"\xff\x00\x12" * 300  # not a GetSnapshotRequest
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with caplog.at_level(logging.DEBUG), grpc.insecure_channel(secured.address) as channel:
+        raw = channel.stream_stream(method, request_serializer=None, response_deserializer=None)
+        answered: list[agent_pb2.Snapshot] = []
+        with pytest.raises(grpc.RpcError) as caught:
+            for reply in raw(iter([good, garbage, good]), metadata=metadata, timeout=10):
+                answered.append(agent_pb2.Snapshot.FromString(reply))
+        # Without the token the stream is refused before a message is decoded.
+        with pytest.raises(grpc.RpcError) as refused:
+            list(raw(iter([garbage]), timeout=10))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed request" in (caught.value.details() or "")
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert not [r for r in caplog.records if r.exc_info], "no traceback for a malformed message"
+    # The good message before the garbage was answered; none after it.
+    assert len(answered) == 1 and answered[0].gpus
+    assert secured.server.calls_served == 1
+
+
 def test_the_bearer_scheme_is_matched_in_any_case(secured: AgentThread) -> None:
     request = agent_pb2.GetSnapshotRequest()
     with grpc.insecure_channel(secured.address) as channel:
@@ -241,6 +266,7 @@ def test_reflection_lists_the_service(agent: AgentThread) -> None:
     assert described.package == "gpugraph.agent.v1"
     assert [m.name for m in described.service[0].method] == [
         "GetSnapshot",
+        "StreamSnapshots",
         "GetHistory",
         "GetUsage",
         "PutPodNames",
