@@ -735,6 +735,47 @@ async def test_background_refreshes_run_a_bounded_number_at_a_time() -> None:
         await pool.close()
 
 
+async def test_a_refresh_stuck_on_a_hung_agent_holds_up_no_other_node() -> None:
+    nodes = [f"node-{i}" for i in range(REFRESH_CONCURRENCY * 4)]
+    cluster = graph.MemoryCluster()
+    for i, name in enumerate(nodes):
+        cluster.add_node(graph.node_record(name, ip=f"10.0.0.{i + 1}"))
+    hung = asyncio.Event()
+
+    class HungClient(FakeClient):
+        async def get_snapshot(self, *, timeout: float) -> NodeSnapshot:
+            self.calls += 1
+            if self.calls == 1:
+                return self.snapshot
+            hung.set()
+            await asyncio.Event().wait()  # never answers; cancelled when the pool closes
+            raise AssertionError("unreachable")
+
+    clients = {
+        f"{node.internal_ip}:50051": (HungClient if node.name == nodes[0] else FakeClient)(
+            graph.snapshot(node.name, [])
+        )
+        for node in cluster.nodes()
+    }
+    pool = AgentPool(
+        NodeIpDiscovery(cluster, 50051),
+        ttl=0.05,
+        keep_warm=60.0,
+        timeout=60.0,
+        client_factory=lambda target, token: clients[target],
+    )
+    refreshed: set[str] = set()
+    pool.on_refreshed(lambda node_name, snapshot: refreshed.add(node_name))
+    try:
+        await asyncio.gather(*(pool.fetch(name) for name in nodes))
+        await hung.wait()
+        # Every other node is refreshed, in turns of the few slots, while one stays stuck.
+        await eventually_async(lambda: refreshed >= set(nodes[1:]))
+        assert nodes[0] not in refreshed
+    finally:
+        await pool.close()
+
+
 def test_keep_warm_must_not_be_negative() -> None:
     with pytest.raises(SettingsError, match="snapshot-keep-warm"):
         Settings(snapshot_keep_warm=-1)
