@@ -690,10 +690,17 @@ async def fleet_server(
                     if "walk" not in steps or n < warmup:
                         continue
                     await asyncio.sleep(max(0.0, next_poll - POLL_EVERY / 2 - time.perf_counter()))
+                    before = await _own_series(http) if series else None
                     for _ in range(WALKS_PER_POLL):
                         start = time.perf_counter()
                         walked = await post(TRAVERSAL_QUERY, worker())
                         record("walk", time.perf_counter() - start, walked)
+                    if before is not None:
+                        after = await _own_series(http)
+                        for key, value in after.items():
+                            out.setdefault("walk_series", {}).setdefault(key, []).append(
+                                (value - before[key]) / WALKS_PER_POLL
+                            )
                 peaks["full"] = _peak_rss(server.pid)
                 out["rss_after"] = rss_bytes(server.pid)
             if "walk" in steps and "walk" not in timings:
@@ -829,21 +836,29 @@ def report_fleet(f: dict[str, Any]) -> None:
         if key in ("first_full", "full", "metrics", "map", "top"):
             what = "… peak RSS over all the polls" if key == "full" else "… its peak RSS"
             row(what, functools.partial(_peak_of, key=key))
-        if key == "full":
-            row("… the server's own execution of each (its series), p50", _execution)
-            row("… agents it called (nodes not kept warm), p50", _called)
+        if key in ("full", "walk"):
+            # Walks are read in threes: the mean of each three.
+            which = "series" if key == "full" else "walk_series"
+            row(
+                "… the server's own execution of each (its series), p50",
+                functools.partial(_execution, which=which),
+            )
+            row(
+                "… agents it called (nodes not kept warm), p50",
+                functools.partial(_called, which=which),
+            )
 
 
-def _execution(s: dict[str, Any]) -> str:
-    if "series" not in s:
+def _execution(s: dict[str, Any], which: str) -> str:
+    if which not in s:
         return "not measured (needs --no-metrics-gpu-series)"
-    return f"{ms(statistics.median(s['series']['execution']))} ms"
+    return f"{ms(statistics.median(s[which]['execution']))} ms"
 
 
-def _called(s: dict[str, Any]) -> str:
-    if "series" not in s:
+def _called(s: dict[str, Any], which: str) -> str:
+    if which not in s:
         return "not measured"
-    return f"{statistics.median(s['series']['called']):,.0f}"
+    return f"{statistics.median(s[which]['called']):,.1f}"
 
 
 def _peak_of(s: dict[str, Any], key: str) -> str:

@@ -1,10 +1,10 @@
 """One long-lived StreamSnapshots stream to an agent: a read is one message each way.
 
-A unary GetSnapshot costs its caller about twice the CPU of a round trip on a
-stream that is already open (gRPC's Python builds a call, a task, metadata and
-a deadline for each call; bench/README.md, section 25), and the server reads
-every node again and again: each fresh read, each kept-warm refresh. So a
-client keeps one stream to its agent and writes a request on it per read.
+A unary GetSnapshot costs its caller more than a round trip on a stream that
+is already open (gRPC's Python builds a call, a task, metadata and a deadline
+for each call; bench/README.md, section 25), and the server reads every node
+again and again: each fresh read, each kept-warm refresh. So a client keeps
+one stream to its agent and writes a request on it per read.
 
 Each read has its own deadline. A read that times out, is cancelled or fails
 ends the stream, since its reply could still come and would answer the next
