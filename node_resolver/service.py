@@ -113,6 +113,9 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         self.calls_served = 0
         # Whether a call's metadata still carries a valid token; None when no token is set.
         self.authorized: Callable[[Any], bool] | None = None
+        # The tasks serving snapshot streams, which a stop ends at once.
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._stopping = False
         # Waiting for a reader happens here, not in a worker thread that would sit idle.
         self._reads = asyncio.Semaphore(READERS)
         self._usage_reads = asyncio.Semaphore(max(1, READERS - 1))
@@ -280,14 +283,34 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         context: aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[agent_pb2.Snapshot]:
         """GetSnapshot's answer for each request on the stream."""
-        async for _ in request_iterator:
-            # The token was checked when the stream opened; a stream outlives a rotation,
-            # so each read checks it again and a retired token reads nothing more.
-            if self.authorized is not None and not self.authorized(context.invocation_metadata()):
-                await context.abort(
-                    grpc.StatusCode.UNAUTHENTICATED, "the bearer token is no longer valid"
-                )
-            yield await self._reply(context)
+        task = asyncio.current_task()
+        assert task is not None
+        self._streams.add(task)
+        try:
+            async for _ in request_iterator:
+                # The token was checked when the stream opened; a stream outlives a
+                # rotation, so each read checks it again: a retired token reads no more.
+                if self.authorized is not None and not self.authorized(
+                    context.invocation_metadata()
+                ):
+                    await context.abort(
+                        grpc.StatusCode.UNAUTHENTICATED, "the bearer token is no longer valid"
+                    )
+                yield await self._reply(context)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            # Ended by ``end_streams``: a status tells the reader, and ends the call now.
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the agent is stopping")
+        finally:
+            self._streams.discard(task)
+
+    def end_streams(self) -> None:
+        """End every snapshot stream (UNAVAILABLE): a reader's stream never ends on its
+        own, and a stop would otherwise wait its whole grace for them."""
+        self._stopping = True
+        for task in list(self._streams):
+            task.cancel()
 
     async def _reply(self, context: aio.ServicerContext[Any, Any]) -> agent_pb2.Snapshot:
         snapshot = self._sampler.latest()
@@ -393,4 +416,5 @@ class AgentServer:
             self._ready_task.cancel()
         self.serving = False
         await self.health.enter_graceful_shutdown()
+        self.servicer.end_streams()
         await self._server.stop(grace)

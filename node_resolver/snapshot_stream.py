@@ -73,7 +73,7 @@ class SnapshotStream:
 
     async def _exchange(self, deadline: float) -> agent_pb2.Snapshot:
         async with self._turn:
-            for attempt in (1, 2):
+            for _ in range(2):
                 if self._closed:
                     raise asyncio.CancelledError("the agent client was closed")
                 opened = self._call is None or self._call.done()
@@ -94,7 +94,8 @@ class SnapshotStream:
                     if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                         self._unsupported = True
                         return await self._unary(_left(deadline))
-                    if opened or attempt == 2 or exc.code() not in _BROKEN:
+                    # Only a reused stream that broke gets a second try, on a new one.
+                    if opened or exc.code() not in _BROKEN:
                         raise
                 except BaseException:
                     self._end()
