@@ -82,10 +82,10 @@ log = logging.getLogger(__name__)
 
 # Background refreshes in flight at once. Refreshes that land together run their
 # decoding and their graph objects' building back to back on the event loop, and a
-# query's next step waits behind the whole batch: at 10,000 nodes kept warm, a
-# single-worker walk took 56 ms with 32, 14 with 8, 7-8 with 4 or 2 (bench/README.md,
-# section 25). A refresh stuck on a hung agent holds its place for at most
-# --agent-timeout, and refreshes take a few milliseconds each: four keep up.
+# query's next step waits behind the whole batch, so the batches are kept small
+# (bench/README.md, section 25: two did no better than four). A refresh stuck on a
+# hung agent holds its place for at most --agent-timeout, and refreshes take a few
+# milliseconds each: four keep up.
 REFRESH_CONCURRENCY = 4
 
 # Told of each snapshot a background refresh brought: (node name, snapshot).

@@ -24,6 +24,7 @@ from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.generated import agent_pb2
 from node_resolver.sampler import Sampler
 from tests.support.agents import AllAliveResolver, gpu_json, nvml_json, start_agent_thread
+from tests.support.polling import eventually_async
 
 SERVICE = "gpugraph.agent.v1.NodeAgent"
 
@@ -117,8 +118,7 @@ async def test_a_cancelled_read_ends_its_stream() -> None:
     async with AgentClient(f"127.0.0.1:{port}") as client:
         agent.hold = asyncio.Event()
         read = asyncio.create_task(client.get_snapshot(timeout=30))
-        while agent.streams == 0:
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: agent.streams == 1)
         read.cancel()
         with pytest.raises(asyncio.CancelledError):
             await read
