@@ -113,6 +113,7 @@ bench-small: install-dev web-if-npm
 	$(PY) bench/scale_bench.py --small
 	$(PY) bench/request_cost_bench.py --small
 	$(PY) bench/keep_warm_bench.py --small
+	$(PY) bench/keep_warm_plan_bench.py --small
 	$(PY) bench/fresh_read_bench.py --small
 	$(PY) bench/occupancy_log_bench.py --small
 	$(PY) bench/allocation_bench.py --small
@@ -136,6 +137,7 @@ bench: install-dev web-if-npm
 	$(PY) bench/scale_bench.py
 	$(PY) bench/request_cost_bench.py
 	$(PY) bench/keep_warm_bench.py
+	$(PY) bench/keep_warm_plan_bench.py
 	$(PY) bench/fresh_read_bench.py
 	$(PY) bench/occupancy_log_bench.py
 	$(PY) bench/allocation_bench.py

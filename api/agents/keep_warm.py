@@ -30,10 +30,12 @@ import logging
 import math
 import time
 import zlib
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Literal, TypeVar
 
 __all__ = [
@@ -313,42 +315,50 @@ class KeepWarm:
         return period is not None and now - reads.last <= LINGER_PERIODS * period
 
     def _work_out(self, now: float) -> Plan:
-        stale = [
-            name
-            for name, reads in self._reads.items()
-            if reads.period is not None and not self._live(reads, now)
-        ] + [
-            name
-            for name, reads in self._reads.items()
-            if reads.period is None and now - reads.last > MAX_PERIOD
-        ]
+        # One pass over the reads, and the nodes' names sorted only where the budget
+        # drops some: at 10,000 nodes this runs on the event loop every REPLAN_EVERY.
+        periods: list[float] = []
+        stale: list[str] = []
+        for name, reads in self._reads.items():
+            period = reads.period
+            if period is None:
+                if now - reads.last > MAX_PERIOD:
+                    stale.append(name)
+            elif now - reads.last <= LINGER_PERIODS * period:
+                periods.append(period)
+            else:
+                stale.append(name)
         for name in stale:
             del self._reads[name]
-        live = sorted(
-            (reads.period, name)
-            for name, reads in self._reads.items()
-            if reads.period is not None and self._live(reads, now)
-        )
         base = self.base_interval
-        if not live:
+        if not periods:
             return Plan("idle", 0, base, 0.0)
         cost = self.cost
         # Each node's refresh interval as its reads ask: its period, but no shorter
-        # than what keeps it within the TTL.
-        wanted = [max(base, period) for period, _ in live]
-        demand = sum(cost / r for r in wanted)
+        # than what keeps it within the TTL; ascending.
+        periods.sort()
+        wanted = [max(base, period) for period in periods]
+        # tails[k]: what the nodes from the k-th on cost per second at their wanted interval.
+        tails = list(accumulate(cost / w for w in reversed(wanted)))
+        tails.reverse()
+        tails.append(0.0)
+        demand = tails[0]
         budget = self.budget * PLANNED_SHARE
         if demand <= budget:
-            return Plan("within-ttl", len(live), base, demand)
+            return Plan("within-ttl", len(wanted), base, demand)
         # Space out the shortest intervals first (water-filling): with ``floor`` as the
         # shortest, node i refreshes every max(wanted[i], floor).
-        floor = _floor_for(wanted, cost, budget)
+        floor = _floor_for(wanted, tails, cost, budget)
         held = self._plan
         if held.regime == "stretched" and abs(held.interval / floor - 1) <= INTERVAL_SLACK:
             floor = held.interval
         if floor <= MAX_STRETCH:
-            return Plan("stretched", len(live), floor, budget)
+            return Plan("stretched", len(wanted), floor, budget)
         # Even at MAX_STRETCH the budget does not cover them: keep the most often read.
+        # Every node left in the reads is live now; names break ties between equal periods.
+        live = sorted(
+            (reads.period, name) for name, reads in self._reads.items() if reads.period is not None
+        )
         chosen: list[str] = []
         spend = 0.0
         cutoff = 0.0
@@ -406,19 +416,15 @@ def _kept(plan: Plan, node_name: str, period: float) -> bool:
     return period < plan.cutoff or node_name in plan.chosen
 
 
-def _floor_for(wanted: list[float], cost: float, budget: float) -> float:
-    """The shortest interval F with sum(cost / max(w, F)) == budget; ``wanted`` ascending."""
-    # With the first k intervals raised to F: k * cost / F + tail == budget.
-    tail = sum(cost / w for w in wanted)
-    for k in range(1, len(wanted) + 1):
-        tail -= cost / wanted[k - 1]
-        room = budget - tail
-        if room > 0:
-            floor = k * cost / room
-            upper = wanted[k] if k < len(wanted) else math.inf
-            if floor <= upper:
-                return max(floor, wanted[k - 1])
-    return math.inf
+def _floor_for(wanted: list[float], tails: list[float], cost: float, budget: float) -> float:
+    """The shortest interval F with sum(cost / max(w, F)) == budget; ``wanted`` ascending,
+    ``tails[k]`` the sum of cost / w over ``wanted[k:]``."""
+    # With the first k intervals raised to F: k * cost / F + tails[k] == budget, for the
+    # first k whose F is no longer than wanted[k]; that holds for every k after it too
+    # (the total at F = wanted[k] only falls as k grows), so k is found by bisection.
+    n = len(wanted)
+    k = bisect_left(range(1, n), True, key=lambda k: k * cost / wanted[k] + tails[k] <= budget) + 1
+    return max(k * cost / (budget - tails[k]), wanted[k - 1])
 
 
 class OwnCpu:

@@ -218,6 +218,33 @@ def test_the_budget_holds_and_answers_say_how_old_they_are(nodes: int, budget: f
     assert TTL < oldest <= plan.interval + TIMEOUT
 
 
+def test_the_most_often_read_nodes_are_spaced_out_first_to_spend_the_budget_exactly() -> None:
+    clock = ManualClock()
+    budget = 0.25
+    cost = 0.0005
+    policy = adaptive(clock, budget)
+    policy.spent(cost)
+    # 1,000 nodes read every second, 1,000 every 5 s, 1,000 every 30 s: 0.62 of a core
+    # at the rates they are read. Spacing out only the first thousand, to every 4.6 s,
+    # spends the planned budget; the others keep their own rates.
+    periods = {f"fast-{i}": 1.0 for i in range(1000)}
+    periods |= {f"mid-{i}": 5.0 for i in range(1000)}
+    periods |= {f"slow-{i}": 30.0 for i in range(1000)}
+    # Read for a minute, as the queries that read them would.
+    reads = sorted(
+        (k * period, node) for node, period in periods.items() for k in range(int(60 / period) + 1)
+    )
+    for when, node in reads:
+        clock.now = when
+        policy.read(node)
+    plan = policy.plan()
+    assert plan.regime == "stretched"
+    assert plan.kept == 3000
+    spent = sum(cost / max(period, plan.interval) for period in periods.values())
+    assert spent == pytest.approx(budget * PLANNED_SHARE)
+    assert 1.0 < plan.interval < 5.0
+
+
 def test_past_the_longest_stretch_the_least_read_nodes_are_dropped() -> None:
     clock = ManualClock()
     budget = 0.01
