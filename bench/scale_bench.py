@@ -11,7 +11,9 @@ Side by side in one run:
    ``gpugraph serve`` in its own process against the stub API server and a
    fleet of real agents: cache fill time and RSS; the full-cluster query read
    once, then polled every 2 s as a dashboard does (default flags keep the
-   nodes warm), with single-worker walks between the polls; the map's first
+   nodes warm), with single-worker walks between the polls (three half way
+   from one poll's start to the next, which at 10,000 nodes is as the poll's
+   answer ends, and three half way through the gap left after it); the map's first
    query and ``top``'s; ``/metrics``; each step's peak RSS (``VmHWM``, started
    over before it). ``--baseline-tree DIR`` first runs the same against a
    server from another checkout (the tree before a change), same fleet. With
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import gc
 import os
@@ -47,6 +50,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -66,7 +70,7 @@ from cluster_bench import (  # noqa: E402
     start_cluster,
 )
 from fleet import build_fleet  # noqa: E402
-from http_load import Request, process_cpu_seconds, run_load  # noqa: E402
+from http_load import Request, frame, process_cpu_seconds, read_response, run_load  # noqa: E402
 from keep_warm_bench import series  # noqa: E402
 from strawberry.http import process_result  # noqa: E402
 
@@ -524,7 +528,8 @@ def rss_bytes(pid: int) -> int:
 STEPS = ("full", "walk", "map", "top", "metrics", "top_cli")
 # A dashboard's poll of the whole cluster in part 2: the issue's cadence, one client.
 POLL_EVERY = 2.0
-# Single-worker walks between two polls (half way), while the server keeps nodes warm.
+# Single-worker walks between two polls, at each of two moments, while the server keeps
+# nodes warm.
 WALKS_PER_POLL = 3
 
 
@@ -689,22 +694,31 @@ async def fleet_server(
                     del body
                     if "walk" not in steps or n < warmup:
                         continue
+                    # Half way from the poll's start to the next: where a poll takes
+                    # most of the period (10,000 nodes), that is as its answer ends.
+                    # Then half way through what is left of the gap, the poll done.
                     await asyncio.sleep(max(0.0, next_poll - POLL_EVERY / 2 - time.perf_counter()))
-                    before = await _own_series(http) if series else None
-                    for _ in range(WALKS_PER_POLL):
-                        start = time.perf_counter()
-                        walked = await post(TRAVERSAL_QUERY, worker())
-                        record("walk", time.perf_counter() - start, walked)
-                    if before is not None:
-                        after = await _own_series(http)
-                        for key, value in after.items():
-                            out.setdefault("walk_series", {}).setdefault(key, []).append(
-                                (value - before[key]) / WALKS_PER_POLL
-                            )
+                    for key in ("walk", "walk_gap"):
+                        if key == "walk_gap":
+                            left = next_poll - time.perf_counter()
+                            await asyncio.sleep(max(0.0, left / 2))
+                        before = await _own_series(http) if series else None
+                        async with Walker(base) as walker:
+                            for _ in range(WALKS_PER_POLL):
+                                start = time.perf_counter()
+                                walked = await walker.post(TRAVERSAL_QUERY, worker())
+                                record(key, time.perf_counter() - start, walked)
+                        if before is not None:
+                            after = await _own_series(http)
+                            for name, value in after.items():
+                                out.setdefault(f"{key}_series", {}).setdefault(name, []).append(
+                                    (value - before[name]) / WALKS_PER_POLL
+                                )
                 peaks["full"] = _peak_rss(server.pid)
                 out["rss_after"] = rss_bytes(server.pid)
             if "walk" in steps and "walk" not in timings:
-                await measure("walk", lambda: post(TRAVERSAL_QUERY, worker()), 30)
+                async with Walker(base) as walker:
+                    await measure("walk", lambda: walker.post(TRAVERSAL_QUERY, worker()), 30)
             await measure("map", lambda: post(SNAPSHOT_QUERY), 3)
             await measure("top", lambda: post(TOP_QUERY, {"withPods": False}), 3)
             # One scrape, after the GraphQL steps: at full size it fetches every agent and
@@ -738,6 +752,37 @@ _OWN_SERIES = {
     "execution": "gpugraph_query_seconds_sum",
     "called": 'gpugraph_snapshot_requests_total{source="called"}',
 }
+
+
+class Walker:
+    """A single worker's queries on one kept-alive connection, framed by hand as
+    ``http_load`` frames them: httpx spends several times the server's CPU on a small
+    request (bench/README.md, section 13, run 3), and a walk is timed for the server's
+    sake. Opened per batch of walks: uvicorn closes a connection idle for 5 s."""
+
+    def __init__(self, base: str) -> None:
+        url = urlsplit(base)
+        assert url.hostname is not None and url.port is not None
+        self._address = (url.hostname, url.port)
+        self._host = url.netloc
+
+    async def __aenter__(self) -> Walker:
+        self._reader, self._writer = await asyncio.open_connection(*self._address)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+
+    async def post(self, query: str, variables: dict[str, Any] | None = None) -> bytes:
+        """The answer's body; RuntimeError on a status other than 200."""
+        body = {"query": query, "variables": variables}
+        self._writer.write(frame(self._host, "POST", "/graphql", body))
+        status, answer = await read_response(self._reader)
+        if status != 200:
+            raise RuntimeError(f"the walk got HTTP {status}: {answer[:200]!r}")
+        return answer
 
 
 async def _own_series(http: httpx.AsyncClient) -> dict[str, float]:
@@ -826,7 +871,8 @@ def report_fleet(f: dict[str, Any]) -> None:
         ("first_full", "full-cluster query, first read (every node fetched)"),
         ("full_warmup", f"full-cluster query, the first polls (every {POLL_EVERY:g} s), p50"),
         ("full", f"full-cluster query, polled every {POLL_EVERY:g} s after those, p50"),
-        ("walk", "single-worker walk between those polls, p50"),
+        ("walk", "single-worker walk half way between those polls' starts, p50"),
+        ("walk_gap", "… half way through the gap between a poll's end and the next, p50"),
         ("map", "the map's first query, p50"),
         ("top", "top's query, p50"),
         ("metrics", "server /metrics, one scrape"),
@@ -836,9 +882,9 @@ def report_fleet(f: dict[str, Any]) -> None:
         if key in ("first_full", "full", "metrics", "map", "top"):
             what = "… peak RSS over all the polls" if key == "full" else "… its peak RSS"
             row(what, functools.partial(_peak_of, key=key))
-        if key in ("full", "walk"):
+        if key in ("full", "walk", "walk_gap"):
             # Walks are read in threes: the mean of each three.
-            which = "series" if key == "full" else "walk_series"
+            which = "series" if key == "full" else f"{key}_series"
             row(
                 "… the server's own execution of each (its series), p50",
                 functools.partial(_execution, which=which),
