@@ -641,7 +641,7 @@ async def fleet_server(
                     start = time.perf_counter()
                     try:
                         body = await run()
-                    except (httpx.HTTPError, subprocess.SubprocessError, OSError) as exc:
+                    except (httpx.HTTPError, WalkError, subprocess.SubprocessError, OSError) as exc:
                         out[f"{name}_failed"] = f"{type(exc).__name__}: {exc}"
                         print(f"{name}: failed: {exc!r}", flush=True)
                         return
@@ -754,6 +754,10 @@ _OWN_SERIES = {
 }
 
 
+class WalkError(Exception):
+    """A walk the server did not answer with 200, or whose connection ended mid-answer."""
+
+
 class Walker:
     """A single worker's queries on one kept-alive connection, framed by hand as
     ``http_load`` frames them: httpx spends several times the server's CPU on a small
@@ -776,12 +780,15 @@ class Walker:
             await self._writer.wait_closed()
 
     async def post(self, query: str, variables: dict[str, Any] | None = None) -> bytes:
-        """The answer's body; RuntimeError on a status other than 200."""
+        """The answer's body; WalkError on a status other than 200 or a cut answer."""
         body = {"query": query, "variables": variables}
         self._writer.write(frame(self._host, "POST", "/graphql", body))
-        status, answer = await read_response(self._reader)
+        try:
+            status, answer = await read_response(self._reader)
+        except asyncio.IncompleteReadError as exc:
+            raise WalkError(f"the connection ended mid-answer ({len(exc.partial)} bytes)") from None
         if status != 200:
-            raise RuntimeError(f"the walk got HTTP {status}: {answer[:200]!r}")
+            raise WalkError(f"the walk got HTTP {status}: {answer[:200]!r}")
         return answer
 
 

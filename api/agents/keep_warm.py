@@ -324,7 +324,7 @@ class KeepWarm:
             if period is None:
                 if now - reads.last > MAX_PERIOD:
                     stale.append(name)
-            elif now - reads.last <= LINGER_PERIODS * period:
+            elif self._live(reads, now):
                 periods.append(period)
             else:
                 stale.append(name)
