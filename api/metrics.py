@@ -68,7 +68,21 @@ class PodNamesReport(Protocol):
         ...
 
 
-__all__ = ["CONTENT_TYPE_LATEST", "KeepWarmReport", "Metrics", "PodNamesReport"]
+class GcReport(Protocol):
+    """What the collector's record (api.lifecycle.GcPauses) tells /metrics."""
+
+    @property
+    def collections(self) -> list[int]:
+        """Collections so far, by generation (0, 1, 2)."""
+        ...
+
+    @property
+    def seconds(self) -> list[float]:
+        """Seconds they held the interpreter, by generation."""
+        ...
+
+
+__all__ = ["CONTENT_TYPE_LATEST", "GcReport", "KeepWarmReport", "Metrics", "PodNamesReport"]
 
 # prometheus_client adds a *_created series (the Unix time it was made) beside every
 # counter and histogram: a second series per label set that no dashboard or alert
@@ -173,6 +187,10 @@ class Metrics:
         """Export how far pushing pod names to the agents has got, read at each scrape."""
         self.registry.register(_PodNamesCollector(pusher))
 
+    def watch_gc(self, pauses: GcReport) -> None:
+        """Export the cyclic garbage collector's runs and pauses, read at each scrape."""
+        self.registry.register(_GcCollector(pauses))
+
     def forget_node(self, node_name: str) -> None:
         """Drop the node's series (it left the cluster), so they do not pile up."""
         for outcome in _AGENT_CALL_OUTCOMES:
@@ -216,6 +234,35 @@ class _KeepWarmCollector(Collector):
             "0 when refreshing is off or fixed by --snapshot-keep-warm.",
             value=policy.budget if policy.mode == "adaptive" else 0.0,
         )
+
+
+class _GcCollector(Collector):
+    """The collector's pauses: every thread of the server waits while one runs."""
+
+    def __init__(self, pauses: GcReport) -> None:
+        self._pauses = pauses
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        """Collections and the seconds they took, by generation."""
+        collections = CounterMetricFamily(
+            "gpugraph_gc_collections",
+            "Runs of Python's cyclic garbage collector in the server since it started, by "
+            "generation (0 young, 1 middle, 2 full).",
+            labels=["generation"],
+        )
+        seconds = CounterMetricFamily(
+            "gpugraph_gc_pause_seconds",
+            "Seconds those runs held the server's interpreter (no query, refresh or "
+            "scrape moves meanwhile), by generation.",
+            labels=["generation"],
+        )
+        for generation, (count, spent) in enumerate(
+            zip(self._pauses.collections, self._pauses.seconds, strict=True)
+        ):
+            collections.add_metric([str(generation)], float(count))
+            seconds.add_metric([str(generation)], spent)
+        yield collections
+        yield seconds
 
 
 class _PodNamesCollector(Collector):

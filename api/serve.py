@@ -32,7 +32,7 @@ from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
 from .kube.watcher import ClusterWatcher
 from .lifecycle.departures import DepartedNodes
-from .lifecycle.gc_tuning import tune_gc_for_serving
+from .lifecycle.gc_tuning import gc_pauses_recorded, tune_gc_for_serving
 from .lifecycle.open_files import raise_open_files_limit
 from .metrics import Metrics
 from .settings import Settings, SettingsError
@@ -177,7 +177,9 @@ async def services_running(settings: Settings) -> AsyncIterator[Services]:
     _tune_gc_once_ready(cache)
     watcher.start()
     try:
-        yield Services(cache, watcher, pool, metrics, app, state, pod_names)
+        with gc_pauses_recorded() as pauses:
+            metrics.watch_gc(pauses)
+            yield Services(cache, watcher, pool, metrics, app, state, pod_names)
     finally:
         log.info("shutting down: closing agent channels and the Kubernetes watch")
         stop_naming()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
 import platform
@@ -273,13 +274,19 @@ def start_cluster(nodes: int, pods: int, down: int = 0) -> Cluster:
 
 
 def serve_process(
-    kubeconfig: str, agent_port: int, *flags: str, tree: Path = ROOT
+    kubeconfig: str,
+    agent_port: int,
+    *flags: str,
+    tree: Path = ROOT,
+    cpus: set[int] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """A real ``gpugraph serve`` in its own process, open (``--auth none``); it and its URL.
 
-    ``tree``: the checkout whose code it runs (another one, to compare two versions).
+    ``tree``: the checkout whose code it runs (another one, to compare two versions);
+    ``cpus``: the only CPUs it may run on (set before it starts, so its threads inherit it).
     """
     port = free_port()
+    pin = None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus)
     server = subprocess.Popen(
         [
             sys.executable,
@@ -299,6 +306,8 @@ def serve_process(
             *flags,
         ],
         cwd=tree,
+        # One C call between fork and exec, which is what ``preexec_fn`` is safe for.
+        preexec_fn=pin,
     )
     return server, f"http://127.0.0.1:{port}"
 

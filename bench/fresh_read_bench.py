@@ -14,8 +14,10 @@ the process, so gRPC's own threads count), medians:
   (``snapshot_from_proto``), then the graph's objects built from them
   (``ViewCache.gpus``), as the server did before its client took
   ``snapshot_from_wire``;
-- ``wire + objects``: the server's own decoding (``snapshot_from_wire``), the
-  graph's objects built straight from the agent's message;
+- ``wire, rows``: the server's own decoding (``snapshot_from_wire``), every GPU's
+  fields and its processes' rows read from the agent's message, no object built;
+- ``wire + objects``: the same, the graph's objects built straight from the
+  agent's message (``ViewCache.gpus``);
 - ``fetch``: ``AgentPool.fetch`` of every node (TTL 0): the call, the decoding,
   the pool;
 - ``query``: the full-cluster query through the schema and the plan over that
@@ -111,6 +113,12 @@ async def part1(cluster: Cluster, rounds: int) -> dict[str, list[float]]:
             pb = agent_pb2.Snapshot.FromString(reply)
             records_views.gpus(name, snapshot_from_proto(pb), cache)
 
+    async def wire_rows() -> None:
+        for reply in replies:
+            sample = snapshot_from_wire(agent_pb2.Snapshot.FromString(reply)).sample
+            for _ in sample.gpu_rows():
+                pass
+
     async def wire() -> None:
         for name, reply in zip(names, replies, strict=True):
             pb = agent_pb2.Snapshot.FromString(reply)
@@ -135,6 +143,7 @@ async def part1(cluster: Cluster, rounds: int) -> dict[str, list[float]]:
         "call, decoded": call_decoded,
         "stream, decoded": stream,
         "records + objects": records,
+        "wire, rows": wire_rows,
         "wire + objects": wire,
         "fetch": fetch,
         "query": query,

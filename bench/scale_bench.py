@@ -20,6 +20,9 @@ Side by side in one run:
    ``--serve-flags=--no-metrics-gpu-series`` the server's ``/metrics`` is its
    own series alone, and each timed poll is bracketed by two reads of them:
    the server's own execution time, and how many agents the poll called.
+   ``--server-cpu N`` runs each server on CPU N alone and the agents and this
+   process on the others, as a server has its own cores where the agents run
+   on the GPU nodes.
 3. At 4 nodes x 8 GPUs of the fleet, 100 HTTP clients sending queries that all
    differ (``bench/http_load.py``: lean clients, so the server is what is
    measured), beside ``/healthz`` and an empty answer: this machine's ceiling.
@@ -34,6 +37,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import math
 import os
 import platform
 import random
@@ -550,9 +554,11 @@ async def fleet(
     steps: tuple[str, ...] = STEPS,
     trees: dict[str, Path] | None = None,
     warmup: int = 0,
+    server_cpus: set[int] | None = None,
 ) -> dict[str, Any]:
     """Part 2: the real server over a whole fleet; one server per checkout in ``trees``
-    (this one alone by default), one after the other against the same fleet."""
+    (this one alone by default), one after the other against the same fleet; each
+    server on ``server_cpus`` alone when given."""
     started = time.perf_counter()
     cluster = start_fleet(nodes, pods)
     out: dict[str, Any] = {
@@ -560,6 +566,7 @@ async def fleet(
         "pods": max(pods, nodes),
         "setup": time.perf_counter() - started,
         "servers": {},
+        "server_cpus": server_cpus,
     }
     tmp = tempfile.mkdtemp(prefix="gpugraph-scale-")
     kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), cluster.stub.url)
@@ -567,7 +574,16 @@ async def fleet(
         for label, tree in (trees or {"this tree": ROOT}).items():
             print(f"\n{label} ({tree}):", flush=True)
             out["servers"][label] = await fleet_server(
-                cluster, kubeconfig, nodes, pods, repeat, server_flags, steps, tree, warmup
+                cluster,
+                kubeconfig,
+                nodes,
+                pods,
+                repeat,
+                server_flags,
+                steps,
+                tree,
+                warmup,
+                server_cpus,
             )
     finally:
         cluster.stop()
@@ -585,6 +601,7 @@ async def fleet_server(
     steps: tuple[str, ...],
     tree: Path,
     warmup: int,
+    server_cpus: set[int] | None,
 ) -> dict[str, Any]:
     """One server over the fleet: fill, RSS, and each step's time and peak RSS."""
     begin = time.perf_counter()
@@ -600,6 +617,7 @@ async def fleet_server(
         "60",
         *server_flags,
         tree=tree,
+        cpus=server_cpus,
     )
     out: dict[str, Any] = {}
     try:
@@ -747,10 +765,20 @@ async def fleet_server(
     return out
 
 
-# The server's own series read around a timed poll: its execution, agents it called.
+# The server's own series read around a timed poll: its execution, agents it called,
+# and the garbage collector's runs and pauses by generation.
+_GENERATIONS = ("young", "middle", "full")
 _OWN_SERIES = {
     "execution": "gpugraph_query_seconds_sum",
     "called": 'gpugraph_snapshot_requests_total{source="called"}',
+    **{
+        f"gc_seconds_{g}": f'gpugraph_gc_pause_seconds_total{{generation="{g}"}}'
+        for g in range(len(_GENERATIONS))
+    },
+    **{
+        f"gc_runs_{g}": f'gpugraph_gc_collections_total{{generation="{g}"}}'
+        for g in range(len(_GENERATIONS))
+    },
 }
 
 
@@ -861,6 +889,9 @@ def report_fleet(f: dict[str, Any]) -> None:
     servers: dict[str, dict[str, Any]] = f["servers"]
     print(f"\n## 2. The real server over {f['nodes']:,} nodes and {f['pods']:,} pods\n")
     print(f"Fleet set-up (stub API server, agents): {f['setup']:.1f} s.\n")
+    if f["server_cpus"] is not None:
+        cpus = ", ".join(map(str, sorted(f["server_cpus"])))
+        print(f"Each server ran on CPU {cpus} alone; the agents and this benchmark on the rest.\n")
     print(f"| measure | {' | '.join(servers)} |")
     print(f"|---|{'---|' * len(servers)}")
 
@@ -900,12 +931,26 @@ def report_fleet(f: dict[str, Any]) -> None:
                 "… agents it called (nodes not kept warm), p50",
                 functools.partial(_called, which=which),
             )
+        if key == "full":
+            row("… the garbage collector's pauses in them (its series)", _gc_pauses)
 
 
 def _execution(s: dict[str, Any], which: str) -> str:
     if which not in s:
         return "not measured (needs --no-metrics-gpu-series)"
     return f"{ms(statistics.median(s[which]['execution']))} ms"
+
+
+def _gc_pauses(s: dict[str, Any]) -> str:
+    if "series" not in s:
+        return "not measured (needs --no-metrics-gpu-series)"
+    d = s["series"]
+    if any(math.isnan(v) for v in d["gc_seconds_0"]):
+        return "not served by this tree"
+    polls = len(d["gc_seconds_0"])
+    per_poll = sum(sum(d[f"gc_seconds_{g}"]) for g in range(len(_GENERATIONS))) / polls
+    runs = ", ".join(f"{sum(d[f'gc_runs_{g}']):.0f} {name}" for g, name in enumerate(_GENERATIONS))
+    return f"{ms(per_poll)} ms a poll, mean ({runs} in {polls} polls)"
 
 
 def _called(s: dict[str, Any], which: str) -> str:
@@ -974,6 +1019,13 @@ def main() -> None:
         help="another checkout (e.g. the commit before a change): part 2 runs its server "
         "first, then this tree's, against the same fleet, side by side",
     )
+    parser.add_argument(
+        "--server-cpu",
+        type=int,
+        default=None,
+        help="part 2's servers on this CPU alone, the fleet's agents and this process on the "
+        "others: a server with a core of its own, as where agents run on the GPU nodes",
+    )
     parser.add_argument("--small", action="store_true", help="CI size: 20 nodes")
     args = parser.parse_args()
     if args.small:
@@ -987,6 +1039,16 @@ def main() -> None:
     budget = args.max_result_items
     flags: tuple[str, ...] = () if budget is None else ("--max-result-items", str(budget))
     flags += tuple(shlex.split(args.serve_flags))
+    server_cpus = None if args.server_cpu is None else {args.server_cpu}
+    if server_cpus is not None:
+        allowed = os.sched_getaffinity(0)
+        others = allowed - server_cpus
+        if not server_cpus <= allowed or not others:
+            parser.error(
+                f"--server-cpu takes one of CPUs {sorted(allowed)} and leaves another one "
+                "for the fleet and this process"
+            )
+        os.sched_setaffinity(0, others)  # the fleet's agents, started later, inherit it
     trees = {"this tree": ROOT}
     if args.baseline_tree is not None:
         trees = {"baseline": args.baseline_tree.resolve(), **trees}
@@ -1002,6 +1064,7 @@ def main() -> None:
                 tuple(args.steps.split(",")),
                 trees,
                 args.warmup_polls,
+                server_cpus,
             )
         )
     )

@@ -162,6 +162,28 @@ async def test_snapshots_kept_warm_get_their_graph_objects_before_a_query_reads_
         }
 
 
+async def test_metrics_show_the_collectors_runs_and_how_long_they_held_the_server(
+    cluster: GraphTestCluster,
+) -> None:
+    def full_collections(exposition: str) -> tuple[float, float]:
+        runs = seconds = None
+        for line in exposition.splitlines():
+            if line.startswith('gpugraph_gc_collections_total{generation="2"} '):
+                runs = float(line.rsplit(" ", 1)[1])
+            if line.startswith('gpugraph_gc_pause_seconds_total{generation="2"} '):
+                seconds = float(line.rsplit(" ", 1)[1])
+        assert runs is not None and seconds is not None, exposition
+        return runs, seconds
+
+    async with serving(cluster.settings()) as server:
+        runs, seconds = full_collections((await server.client.get("/metrics")).text)
+        # The server runs in this process: this collection is one of its own.
+        gc.collect()
+        runs_after, seconds_after = full_collections((await server.client.get("/metrics")).text)
+    assert runs_after >= runs + 1
+    assert seconds_after > seconds
+
+
 def test_an_open_server_says_so_at_start(caplog: pytest.LogCaptureFixture) -> None:
     from api.serve import warn_if_open
     from api.settings import Settings
