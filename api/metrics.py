@@ -237,7 +237,7 @@ class _KeepWarmCollector(Collector):
 
 
 class _GcCollector(Collector):
-    """The collector's pauses: every thread of the server waits while one runs."""
+    """The collector's pauses: the server's Python threads wait while one runs."""
 
     def __init__(self, pauses: GcReport) -> None:
         self._pauses = pauses
@@ -252,8 +252,8 @@ class _GcCollector(Collector):
         )
         seconds = CounterMetricFamily(
             "gpugraph_gc_pause_seconds",
-            "Seconds those runs held the server's interpreter (no query, refresh or "
-            "scrape moves meanwhile), by generation.",
+            "Seconds those runs took, during which they blocked the server's Python "
+            "threads (queries, refreshes, scrapes), by generation.",
             labels=["generation"],
         )
         for generation, (count, spent) in enumerate(

@@ -15,7 +15,7 @@ the process, so gRPC's own threads count), medians:
   (``ViewCache.gpus``), as the server did before its client took
   ``snapshot_from_wire``;
 - ``wire, rows``: the server's own decoding (``snapshot_from_wire``), every GPU's
-  fields and its processes' rows read from the agent's message, no object built;
+  fields and its processes' rows read from the agent's message, no graph object built;
 - ``wire + objects``: the same, the graph's objects built straight from the
   agent's message (``ViewCache.gpus``);
 - ``fetch``: ``AgentPool.fetch`` of every node (TTL 0): the call, the decoding,

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -976,6 +976,19 @@ def _step(s: dict[str, Any], key: str) -> str:
     return f"{ms(t[key])} ms{size}"
 
 
+@contextlib.contextmanager
+def _off_cpus(cpus: set[int] | None) -> Iterator[None]:
+    """This process, and what it starts meanwhile (the fleet's agents), kept off ``cpus``
+    until the block ends: part 3 measures the whole machine again."""
+    allowed = os.sched_getaffinity(0)
+    if cpus is not None:
+        os.sched_setaffinity(0, allowed - cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1048,26 +1061,26 @@ def main() -> None:
                 f"--server-cpu takes one of CPUs {sorted(allowed)} and leaves another one "
                 "for the fleet and this process"
             )
-        os.sched_setaffinity(0, others)  # the fleet's agents, started later, inherit it
     trees = {"this tree": ROOT}
     if args.baseline_tree is not None:
         trees = {"baseline": args.baseline_tree.resolve(), **trees}
-    full = (
-        None
-        if args.skip_fleet
-        else asyncio.run(
-            fleet(
-                args.nodes,
-                args.pods,
-                args.repeat,
-                flags,
-                tuple(args.steps.split(",")),
-                trees,
-                args.warmup_polls,
-                server_cpus,
+    with _off_cpus(server_cpus):
+        full = (
+            None
+            if args.skip_fleet
+            else asyncio.run(
+                fleet(
+                    args.nodes,
+                    args.pods,
+                    args.repeat,
+                    flags,
+                    tuple(args.steps.split(",")),
+                    trees,
+                    args.warmup_polls,
+                    server_cpus,
+                )
             )
         )
-    )
     distinct = (
         None
         if args.skip_distinct

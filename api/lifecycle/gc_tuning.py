@@ -13,9 +13,9 @@ from typing import Any
 __all__ = ["GcPauses", "gc_paused", "gc_pauses_recorded", "tune_gc_for_serving"]
 
 # Allocations (minus frees) between young-generation collections; CPython's default is 700.
-# Above what a whole-cluster answer holds alive while it is built at 10,000 nodes
-# (some 100k-150k objects: coroutines, frames, dicts, fragments), so that polls do not
-# set collections off (bench/README.md, section 27).
+# Above what a whole-cluster answer holds alive while it is built at 10,000 nodes (its
+# coroutines, frames, dicts and fragments), so that polls do not set collections off
+# (bench/README.md, section 27).
 YOUNG_THRESHOLD = 500_000
 
 
@@ -44,17 +44,21 @@ class GcPauses:
     def __init__(self) -> None:
         self.collections = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
-        self._started = 0.0
+        self._started: float | None = None
 
     def on_collection(self, phase: str, info: dict[str, Any]) -> None:
         """``gc.callbacks``' hook: the start and the end of one collection."""
-        # A collection runs on one thread holding the interpreter: starts and stops pair up.
+        # One collection runs at a time, so a stop ends the last start; but the hook
+        # may be added while another thread's collection runs, whose stop comes alone.
         if phase == "start":
             self._started = time.perf_counter()
             return
+        started, self._started = self._started, None
+        if started is None:
+            return
         generation = info["generation"]
         self.collections[generation] += 1
-        self.seconds[generation] += time.perf_counter() - self._started
+        self.seconds[generation] += time.perf_counter() - started
 
 
 @contextlib.contextmanager

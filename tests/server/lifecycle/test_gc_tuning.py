@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from api.lifecycle.gc_tuning import gc_pauses_recorded
+from api.lifecycle.gc_tuning import GcPauses, gc_pauses_recorded
 
 
 @pytest.fixture
@@ -41,3 +41,16 @@ def test_the_record_stops_with_its_block_and_leaves_no_hook_behind() -> None:
     gc.collect(1)
     assert pauses.collections == [0, 0, 0]
     assert gc.callbacks == hooks
+
+
+def test_a_collection_under_way_when_the_record_starts_is_not_counted() -> None:
+    # Another thread's collection began before the hook was added: only its end is seen.
+    pauses = GcPauses()
+    pauses.on_collection("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    assert pauses.collections == [0, 0, 0] and pauses.seconds == [0.0, 0.0, 0.0]
+    pauses.on_collection("start", {"generation": 0})
+    pauses.on_collection("stop", {"generation": 0, "collected": 0, "uncollectable": 0})
+    assert pauses.collections == [1, 0, 0]
+    # A lone stop after a pair is not one more.
+    pauses.on_collection("stop", {"generation": 0, "collected": 0, "uncollectable": 0})
+    assert pauses.collections == [1, 0, 0]
