@@ -1053,14 +1053,12 @@ def main() -> None:
     flags: tuple[str, ...] = () if budget is None else ("--max-result-items", str(budget))
     flags += tuple(shlex.split(args.serve_flags))
     server_cpus = None if args.server_cpu is None else {args.server_cpu}
-    if server_cpus is not None:
-        allowed = os.sched_getaffinity(0)
-        others = allowed - server_cpus
-        if not server_cpus <= allowed or not others:
-            parser.error(
-                f"--server-cpu takes one of CPUs {sorted(allowed)} and leaves another one "
-                "for the fleet and this process"
-            )
+    allowed = os.sched_getaffinity(0)
+    if server_cpus is not None and not server_cpus < allowed:
+        parser.error(
+            f"--server-cpu takes one of CPUs {sorted(allowed)} and leaves another one "
+            "for the fleet and this process"
+        )
     trees = {"this tree": ROOT}
     if args.baseline_tree is not None:
         trees = {"baseline": args.baseline_tree.resolve(), **trees}

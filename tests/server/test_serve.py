@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from grpc import aio
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.demo.cluster.manifests import make_node
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
@@ -166,14 +167,15 @@ async def test_metrics_show_the_collectors_runs_and_how_long_they_held_the_serve
     cluster: GraphTestCluster,
 ) -> None:
     def full_collections(exposition: str) -> tuple[float, float]:
-        runs = seconds = None
-        for line in exposition.splitlines():
-            if line.startswith('gpugraph_gc_collections_total{generation="2"} '):
-                runs = float(line.rsplit(" ", 1)[1])
-            if line.startswith('gpugraph_gc_pause_seconds_total{generation="2"} '):
-                seconds = float(line.rsplit(" ", 1)[1])
-        assert runs is not None and seconds is not None, exposition
-        return runs, seconds
+        samples = {
+            (sample.name, sample.labels.get("generation")): sample.value
+            for family in text_string_to_metric_families(exposition)
+            for sample in family.samples
+        }
+        return (
+            samples["gpugraph_gc_collections_total", "2"],
+            samples["gpugraph_gc_pause_seconds_total", "2"],
+        )
 
     async with serving(cluster.settings()) as server:
         runs, seconds = full_collections((await server.client.get("/metrics")).text)
