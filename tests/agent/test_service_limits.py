@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
 from node_resolver.generated import agent_pb2
-from node_resolver.log_limits import TracebackRateLimit
+from node_resolver.log_limits import AGENT_LOGGERS, TracebackRateLimit, limit_tracebacks
 from node_resolver.models import NodeSample
 from node_resolver.service import MAX_REQUEST_BYTES, MAX_STREAMS_PER_CONNECTION
 from tests.support.agents import (
@@ -245,7 +245,44 @@ class FailingSource:
         pass
 
 
+@pytest.fixture
+def no_traceback_limit() -> Iterator[None]:
+    """Takes the process-wide limit off the agent's loggers for one test, then puts it back.
+
+    The limit is shared by every agent in the process, so its window may have been
+    opened by an earlier test and close in the middle of this one.
+    """
+    removed = [
+        (logger, existing)
+        for logger in map(logging.getLogger, AGENT_LOGGERS)
+        for existing in logger.filters
+        if isinstance(existing, TracebackRateLimit)
+    ]
+    for logger, existing in removed:
+        logger.removeFilter(existing)
+    yield
+    for logger in map(logging.getLogger, AGENT_LOGGERS):
+        for existing in [f for f in logger.filters if isinstance(f, TracebackRateLimit)]:
+            logger.removeFilter(existing)
+    for logger, existing in removed:
+        logger.addFilter(existing)
+
+
+@pytest.mark.usefixtures("no_traceback_limit")
+def test_an_agent_puts_one_traceback_limit_on_each_of_its_loggers() -> None:
+    with start_agent_thread(FailingSource(), interval=60.0, wait_serving=False):
+        limits = [
+            [f for f in logging.getLogger(name).filters if isinstance(f, TracebackRateLimit)]
+            for name in AGENT_LOGGERS
+        ]
+    assert all(len(found) == 1 for found in limits), limits
+    assert len({id(found[0]) for found in limits}) == 1, "one limit shared by every logger"
+
+
+@pytest.mark.usefixtures("no_traceback_limit")
 def test_a_flood_of_agent_tracebacks_is_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
+    # One window for the whole test: the clock stands still.
+    limit = limit_tracebacks(AGENT_LOGGERS, TracebackRateLimit(clock=lambda: 0.0))
     source = FailingSource()
     with (
         caplog.at_level(logging.ERROR, logger="node_resolver.sampler"),
@@ -254,5 +291,6 @@ def test_a_flood_of_agent_tracebacks_is_rate_limited(caplog: pytest.LogCaptureFi
         eventually(lambda: source.scans >= 30)
     failures = [r for r in caplog.records if r.getMessage().startswith("GPU scan failed")]
     assert len(failures) >= 30, "every failure is still logged"
-    assert len([r for r in failures if r.exc_info]) <= TracebackRateLimit().burst
-    assert "traceback left out" in failures[-1].getMessage()
+    assert len([r for r in failures if r.exc_info]) == limit.burst
+    assert all("traceback left out" in r.getMessage() for r in failures[limit.burst :])
+    assert limit.suppressed == len(failures) - limit.burst
