@@ -253,11 +253,12 @@ def report(
             f"| {name} | {micro(statistics.median(values))} | {micro(min(values))} "
             f"| {micro(max(values))} |"
         )
-    print(
-        "\n| part 2: `gpugraph serve`, every node read afresh | server CPU per node per poll "
-        "(mean) | median | min | max | poll p50 | answer | polls | errors |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    if two:
+        print(
+            "\n| part 2: `gpugraph serve`, every node read afresh | server CPU per node per "
+            "poll (mean) | median | min | max | poll p50 | answer | polls | errors |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
     for name, r in two.items():
         cpu = r["cpu"]
         print(
@@ -287,7 +288,7 @@ async def run(nodes: int, pods: int, rounds: int, polls: int, revisions: list[st
             name: ROOT if name == "." else tree_at(name, tmp / f"tree-{i}")
             for i, name in enumerate(revisions)
         }
-        two = await part2(cluster, kubeconfig, trees, polls)
+        two = await part2(cluster, kubeconfig, trees, polls) if polls else {}
     finally:
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -302,7 +303,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=10, help="part 1's rounds (0: none)")
-    parser.add_argument("--polls", type=int, default=15, help="part 2's polls of each server")
+    parser.add_argument(
+        "--polls", type=int, default=15, help="part 2's polls of each server (0: none)"
+    )
     parser.add_argument(
         "--trees",
         default=".",
