@@ -283,12 +283,14 @@ async def run(nodes: int, pods: int, rounds: int, polls: int, revisions: list[st
         # As ``gpugraph serve`` does once its cache is ready.
         tune_gc_for_serving()
         one = await part1(cluster, rounds) if rounds else {}
-        kubeconfig = write_kubeconfig(str(tmp / "kubeconfig"), cluster.stub.url)
-        trees = {
-            name: ROOT if name == "." else tree_at(name, tmp / f"tree-{i}")
-            for i, name in enumerate(revisions)
-        }
-        two = await part2(cluster, kubeconfig, trees, polls) if polls else {}
+        two: dict[str, dict[str, Any]] = {}
+        if polls:
+            kubeconfig = write_kubeconfig(str(tmp / "kubeconfig"), cluster.stub.url)
+            trees = {
+                name: ROOT if name == "." else tree_at(name, tmp / f"tree-{i}")
+                for i, name in enumerate(revisions)
+            }
+            two = await part2(cluster, kubeconfig, trees, polls)
     finally:
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
