@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from api.http.cluster_map import assets_present as map_assets_present
+from api.http.graphiql import BUILD_COMMAND, assets_present
 from tests.support.demo_process import (
     GPUS,
     NODES,
@@ -83,7 +85,11 @@ def test_banner_names_graphiql_and_three_queries(demo: RunningDemo) -> None:
     assert re.search(r"^  no pod +PID 48213 on gpu-node-0\b", text, flags=re.M)
     assert len(re.findall(r"^--- example \d ---$", text, flags=re.M)) == 4
     page = httpx.get(f"{demo.url}/graphql", headers={"accept": "text/html"}, timeout=10)
-    assert page.status_code == 200 and "graphiql" in page.text.lower()
+    if assets_present():
+        assert page.status_code == 200 and "graphiql" in page.text.lower()
+    else:
+        # Built without npm: the address the banner names says how to build what it lacks.
+        assert page.status_code == 503 and BUILD_COMMAND in page.text
 
 
 def test_kubectl_with_the_printed_kubeconfig_lists_the_demos_pods(
@@ -205,7 +211,11 @@ def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
         running.process.send_signal(signal.SIGINT)
         assert running.process.wait(STOP_TIMEOUT) == 0, running.text()
         output = running.all_output()
-        assert "WARNING" not in output, output
+        warnings = [line for line in output.splitlines() if "WARNING" in line]
+        if not (assets_present() and map_assets_present()):
+            # Built without npm: the demo says at start which pages' assets are missing.
+            warnings = [line for line in warnings if "assets missing from" not in line]
+        assert warnings == [], output
         assert output.rstrip().endswith("gpugraph demo stopped; temporary files removed")
         # Nothing left behind: no process of its session, no temp files.
         deadline = time.monotonic() + 10
