@@ -19,7 +19,7 @@ from node_resolver.history.records import OccupancyRecord
 
 from ..errors import BadUserInputError
 
-__all__ = ["MAX_CURSOR_LENGTH", "Position", "merged_order"]
+__all__ = ["MAX_CURSOR_LENGTH", "Order", "Position", "merged_order"]
 
 # The cursor's whole text: it is read only when it has exactly this shape, checked on a
 # string of bounded length, so a forged one costs no more than a real one to turn down.
@@ -33,8 +33,11 @@ _CURSOR_TEXT = re.compile(
 _LAST_ROW = (1 << 63) - 1
 _NOT_A_CURSOR = "after is not a cursor this server gave out"
 
+# An entry's key in the merged order of several nodes' logs: its time, its node, its row.
+Order = tuple[float, str, int]
 
-def merged_order(record: OccupancyRecord, node_name: str) -> tuple[float, str, int]:
+
+def merged_order(record: OccupancyRecord, node_name: str) -> Order:
     """A record's key in the merged order: each agent pages its log by (first seen,
     row), and nodes interleave by name."""
     return record.first_seen, node_name, record.id

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from node_resolver.gpu_events.records import EventPage, EventQuery, GpuEvent
 
 from ..errors import GraphUserError
-from ..interfaces import AgentUnavailableError, EventSource, HistorySource
-from .cursor import Position
+from ..interfaces import EventSource, HistorySource
+from .cursor import Order, Position
 from .fan_out import (
     HISTORY_LIST_LIMIT,
-    Failures,
-    HistoryUnavailableError,
-    bounded,
+    MergedPage,
+    merged_page,
+    read_node,
     unusable,
 )
 
@@ -63,43 +63,26 @@ class NodeEvent:
     event: GpuEvent
     node_name: str
 
-    def position(self) -> Position:
-        """Its place in the merged order: time, node, sequence."""
-        return Position(self.event.time, self.node_name, self.event.id)
+    def order(self) -> Order:
+        """Its key in the merged order: time, node, sequence."""
+        return self.event.time, self.node_name, self.event.id
 
 
 async def node_events(
     source: EventSource, node_name: str, query: EventQuery, *, limit: int = HISTORY_LIST_LIMIT
 ) -> tuple[list[NodeEvent], bool]:
     """Up to ``limit`` events of one node, oldest first, and whether more were left."""
-    found: list[NodeEvent] = []
-    token = ""
-    while True:
-        ask = min(_AGENT_PAGE, limit - len(found) + 1)
-        page = await source.gpu_events(node_name, dataclasses.replace(query, limit=ask), token)
-        broken = unusable(node_name, page.status)
-        if broken is not None:
-            raise broken
-        found += [NodeEvent(event, node_name) for event in page.events]
-        if len(found) > limit:
-            return found[:limit], True
-        if not page.next_page_token:
-            return found, False
-        token = page.next_page_token
+
+    def read(ask: int, token: str) -> Awaitable[EventPage]:
+        return source.gpu_events(node_name, dataclasses.replace(query, limit=ask), token)
+
+    def entries(page: EventPage) -> list[NodeEvent]:
+        return [NodeEvent(event, node_name) for event in page.events]
+
+    return await read_node(node_name, read, entries, limit=limit)
 
 
-@dataclass(slots=True)
-class EventPageOfNodes:
-    """One page of the merged, oldest-first events of several nodes."""
-
-    events: list[NodeEvent]
-    has_next_page: bool
-    end_cursor: str | None
-    errors: list[str]
-
-    def cursor_after(self, index: int) -> str:
-        """The cursor that resumes right after event ``index`` of this page."""
-        return self.events[index].position().encode()
+EventPageOfNodes = MergedPage[NodeEvent]
 
 
 async def event_page(
@@ -117,36 +100,16 @@ async def event_page(
     events the caller may see; ``named`` says which nodes a failure may name.
     """
 
-    def fetch(node: str) -> Callable[[], Awaitable[EventPage]]:
-        # One event past the page, so whether another page follows is known, not guessed.
+    def read(node: str) -> Awaitable[EventPage]:
         resume = None if after is None else after.resume(node)
-        asked = dataclasses.replace(query, limit=first + 1, after=resume)
-        return lambda: source.gpu_events(node, asked)
+        return source.gpu_events(node, dataclasses.replace(query, limit=first + 1, after=resume))
 
-    answers = await bounded([fetch(n) for n in nodes])
-    merged: list[NodeEvent] = []
-    more = False
-    failures = Failures("GPU events", named)
-    for node, answer in zip(nodes, answers, strict=True):
-        if isinstance(answer, AgentUnavailableError | HistoryUnavailableError):
-            failures.add(node, answer)
-            continue
-        if isinstance(answer, BaseException):
-            raise answer
-        broken = unusable(node, answer.status)
-        if broken is not None:
-            failures.add(node, broken)
-        merged += [NodeEvent(e, node) for e in answer.events]
-        more = more or bool(answer.next_page_token)
-    merged.sort(key=lambda found: _order(found))
-    taken = merged[:first]
-    has_next = more or len(merged) > first
-    end = taken[-1].position().encode() if taken else None
-    return EventPageOfNodes(taken, has_next, end, failures.messages())
+    def entries(node: str, page: EventPage) -> list[NodeEvent]:
+        return [NodeEvent(event, node) for event in page.events]
 
-
-def _order(found: NodeEvent) -> tuple[float, str, int]:
-    return found.event.time, found.node_name, found.event.id
+    return await merged_page(
+        nodes, read, entries, NodeEvent.order, first=first, what="GPU events", named=named
+    )
 
 
 async def follow(

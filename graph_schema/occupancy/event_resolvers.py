@@ -15,18 +15,16 @@ import asyncio
 import contextlib
 import datetime
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 
 import strawberry
-from graphql import GraphQLError
 from strawberry.types import Info
 
 from node_resolver.gpu_events.records import EventQuery
 
-from ..errors import history_nodes, named_nodes, require_ready
+from ..errors import named_nodes, require_ready
 from ..interfaces import AgentUnavailableError, ClusterView
 from ..operation import Operation
-from .cursor import Position
 from .event_fan_out import NodeEvent, event_page, event_source, follow, node_events
 from .events import GpuEventConnection, GpuEventEdge, GpuEventKind, GpuEventObject, event_object
 from .fan_out import (
@@ -36,10 +34,18 @@ from .fan_out import (
     HistoryUnavailableError,
     agent_namespaces,
     partial,
-    unseen_failure,
 )
-from .resolvers import Window, page_size, window
-from .types import PageInfo, operation_of
+from .resolvers import (
+    GpuLike,
+    NodeLike,
+    PodLike,
+    Window,
+    connection_args,
+    node_list,
+    page_info,
+    window,
+)
+from .types import operation_of
 
 __all__ = [
     "EVENT_STREAM_DESCRIPTION",
@@ -80,65 +86,36 @@ async def _read(info: Info, node_name: str, span: Window, **filters: Any) -> lis
         return []
     source = event_source(ctx.history)
     await ctx.pace()
-    try:
-        found, truncated = await node_events(source, node_name, _query(span, namespaces, **filters))
-    except (AgentUnavailableError, HistoryUnavailableError):
-        # Node.gpuEvents of a node the caller no longer sees, reached from an event of its
-        # own: the gap is said, its agent's address and state are not.
-        if ctx.cluster.sees_node(node_name):
-            raise
-        raise unseen_failure("GPU events") from None
-    if truncated:
-        ctx.partial_errors.append(
-            GraphQLError(
-                f"more than {HISTORY_LIST_LIMIT} GPU events on node {node_name!r}; the oldest "
-                "are shown: narrow since and until, or page with gpuEvents",
-                path=info.path.as_list(),
-            )
-        )
+    read = node_events(source, node_name, _query(span, namespaces, **filters))
+    found = await node_list(
+        info, node_name, read, what="GPU events", items="GPU events", root="gpuEvents"
+    )
     shown = visible_events(ctx.cluster, found)
     ctx.charge(len(shown))
     return shown
 
 
-class _NodeLike(Protocol):
-    name: str
-
-
-class _GpuLike(Protocol):
-    uuid: str
-    node_name: str
-
-
-class _PodLike(Protocol):
-    @property
-    def uid(self) -> str: ...
-
-    @property
-    def node_name(self) -> str | None: ...
-
-
 async def _node_gpu_events(
-    self: _NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    self: NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
 ) -> list[GpuEventObject]:
     return await _read(info, self.name, window(since, until))
 
 
 async def _gpu_events(
-    self: _GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    self: GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
 ) -> list[GpuEventObject]:
     return await _read(info, self.node_name, window(since, until), gpu_uuids=(self.uuid,))
 
 
 async def _pod_gpu_events(
-    self: _PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    self: PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
 ) -> list[GpuEventObject]:
     if not self.node_name:
         return []
     return await _read(info, self.node_name, window(since, until), pod_uids=(str(self.uid),))
 
 
-async def _node_gpu_event_status(self: _NodeLike, info: Info) -> str | None:
+async def _node_gpu_event_status(self: NodeLike, info: Info) -> str | None:
     try:
         snapshot = await operation_of(info).snapshot(self.name)
     except Exception:
@@ -174,13 +151,6 @@ node_gpu_event_status: Any = strawberry.field(
 # -- the root and the subscription ---------------------------------------------------
 
 
-def _nothing() -> GpuEventConnection:
-    page = PageInfo(
-        has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
-    )
-    return GpuEventConnection(edges=[], page_info=page)
-
-
 async def _gpu_event_connection(
     self: object,
     info: Info,
@@ -193,43 +163,27 @@ async def _gpu_event_connection(
     after: str | None = None,
 ) -> GpuEventConnection:
     ctx = operation_of(info)
-    require_ready(ctx.cluster)
-    count = page_size(first)
-    span = window(since, until)
-    start = Position.decode(after)
-    # A node the caller may not see answers as one that does not exist, as for gpus; without
-    # nodeName, every node whose log may hold events of the caller's pods, seen or not.
-    nodes = history_nodes(ctx.cluster, node_name)
-    namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
-    if namespaces is None:
-        # Nothing the caller may see (as for a namespace that does not exist).
-        return _nothing()
+    args = connection_args(ctx, since, until, namespace, node_name, first, after)
+    if args.namespaces is None:
+        return GpuEventConnection(edges=[], page_info=page_info(after, None))
     source = event_source(ctx.history)
     kinds = () if kind is None else (kind.recorded(),)
     await ctx.pace()
     page = await event_page(
         source,
-        nodes,
-        _query(span, namespaces, kinds=kinds),
-        first=count,
-        after=start,
+        args.nodes,
+        _query(args.span, args.namespaces, kinds=kinds),
+        first=args.first,
+        after=args.after,
         named=ctx.cluster.sees_node,
     )
     ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
     edges: list[GpuEventEdge] = []
-    for index, found in enumerate(page.events):
+    for index, found in enumerate(page.entries):
         for shown in visible_events(ctx.cluster, [found]):
             edges.append(GpuEventEdge(node=shown, page=page, index=index))
     ctx.charge(len(edges))
-    return GpuEventConnection(
-        edges=edges,
-        page_info=PageInfo(
-            has_next_page=page.has_next_page,
-            has_previous_page=after is not None,
-            start_cursor=after,
-            end_cursor=page.end_cursor,
-        ),
-    )
+    return GpuEventConnection(edges=edges, page_info=page_info(after, page))
 
 
 gpu_event_connection: Any = strawberry.field(

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from graphql import GraphQLError
 
@@ -29,7 +30,7 @@ from node_resolver.history.records import (
 
 from ..errors import GraphUserError
 from ..interfaces import AgentUnavailableError, HistorySource
-from .cursor import Position, merged_order
+from .cursor import Order, Position, merged_order
 
 __all__ = [
     "DEFAULT_FIRST",
@@ -39,13 +40,16 @@ __all__ = [
     "ConnectionPage",
     "Failures",
     "HistoryUnavailableError",
+    "MergedPage",
     "Occupancy",
     "agent_namespaces",
     "bounded",
     "connection_page",
+    "merged_page",
     "node_history",
     "owner_of",
     "partial",
+    "read_node",
     "unseen_failure",
     "unusable",
     "usage_rows",
@@ -154,6 +158,44 @@ def unseen_failure(what: str, count: int = 1) -> GraphUserError:
     return GraphUserError(f"{what} unavailable from {count} node(s) this caller cannot see")
 
 
+class AgentPage(Protocol):
+    """What every paged answer of an agent's log says besides its entries."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def next_page_token(self) -> str: ...
+
+
+P = TypeVar("P", bound=AgentPage)
+E = TypeVar("E")
+
+
+async def read_node(
+    node_name: str,
+    read: Callable[[int, str], Awaitable[P]],
+    entries: Callable[[P], list[E]],
+    *,
+    limit: int = HISTORY_LIST_LIMIT,
+) -> tuple[list[E], bool]:
+    """Up to ``limit`` entries of one node's log, oldest first, and whether more were left:
+    ``read(limit, page_token)`` reads one page of it, ``entries`` takes a page's entries."""
+    found: list[E] = []
+    token = ""
+    while True:
+        page = await read(min(_AGENT_PAGE, limit - len(found) + 1), token)
+        broken = unusable(node_name, page.status)
+        if broken is not None:
+            raise broken
+        found += entries(page)
+        if len(found) > limit:
+            return found[:limit], True
+        if not page.next_page_token:
+            return found, False
+        token = page.next_page_token
+
+
 async def node_history(
     source: HistorySource,
     node_name: str,
@@ -162,41 +204,71 @@ async def node_history(
     limit: int = HISTORY_LIST_LIMIT,
 ) -> tuple[list[Occupancy], bool]:
     """Up to ``limit`` records of one node, oldest first, and whether more were left."""
-    found: list[Occupancy] = []
-    token = ""
-    while True:
-        ask = min(_AGENT_PAGE, limit - len(found) + 1)
-        page = await source.history_page(node_name, _limited(query, ask), token)
-        broken = unusable(node_name, page.status)
-        if broken is not None:
-            raise broken
-        found += [Occupancy(record, node_name) for record in page.records]
-        if len(found) > limit:
-            return found[:limit], True
-        if not page.next_page_token:
-            return found, False
-        token = page.next_page_token
 
+    def read(ask: int, token: str) -> Awaitable[HistoryPage]:
+        return source.history_page(node_name, dataclasses.replace(query, limit=ask), token)
 
-def _limited(
-    query: HistoryQuery, limit: int, after: tuple[float, int] | None = None
-) -> HistoryQuery:
-    return dataclasses.replace(query, limit=limit, after=after)
+    def entries(page: HistoryPage) -> list[Occupancy]:
+        return [Occupancy(record, node_name) for record in page.records]
+
+    return await read_node(node_name, read, entries, limit=limit)
 
 
 @dataclass(slots=True)
-class ConnectionPage:
-    """One page of the merged, oldest-first records of several nodes."""
+class MergedPage(Generic[E]):
+    """One page of the merged, oldest-first entries of several nodes' logs."""
 
-    records: list[Occupancy]
+    entries: list[E]
     has_next_page: bool
     end_cursor: str | None
     errors: list[str]
+    order: Callable[[E], Order]
 
     def cursor_after(self, index: int) -> str:
-        """The cursor that resumes right after record ``index`` of this page."""
-        occupancy = self.records[index]
-        return Position.of(occupancy.record, occupancy.node_name).encode()
+        """The cursor that resumes right after entry ``index`` of this page."""
+        return Position(*self.order(self.entries[index])).encode()
+
+
+async def merged_page(
+    nodes: Sequence[str],
+    read: Callable[[str], Awaitable[P]],
+    entries: Callable[[str, P], list[E]],
+    order: Callable[[E], Order],
+    *,
+    first: int,
+    what: str,
+    named: Callable[[str], bool],
+) -> MergedPage[E]:
+    """The first ``first`` entries, in ``order``, of every node's page (``read(node)``, which
+    asks for one entry past the page, so whether another page follows is known, not guessed).
+
+    A node that cannot answer is reported by ``named`` (as ``what`` unavailable) on every
+    page it fails; the walk goes on without it, and picks it up where the walk is, should
+    it come back.
+    """
+    answers = await bounded([functools.partial(read, n) for n in nodes])
+    merged: list[E] = []
+    more = False
+    failures = Failures(what, named)
+    for node, answer in zip(nodes, answers, strict=True):
+        if isinstance(answer, AgentUnavailableError | HistoryUnavailableError):
+            failures.add(node, answer)
+            continue
+        if isinstance(answer, BaseException):
+            raise answer
+        broken = unusable(node, answer.status)
+        if broken is not None:
+            failures.add(node, broken)
+        merged += entries(node, answer)
+        more = more or bool(answer.next_page_token)
+    merged.sort(key=order)
+    taken = merged[:first]
+    has_next = more or len(merged) > first
+    end = Position(*order(taken[-1])).encode() if taken else None
+    return MergedPage(taken, has_next, end, failures.messages(), order)
+
+
+ConnectionPage = MergedPage[Occupancy]
 
 
 async def connection_page(
@@ -215,33 +287,19 @@ async def connection_page(
     says which nodes a failure may be reported by name.
     """
 
-    def fetch(node: str) -> Callable[[], Awaitable[HistoryPage]]:
-        # One record past the page, so whether another page follows is known, not guessed.
-        asked = _limited(query, first + 1, None if after is None else after.resume(node))
-        return lambda: source.history_page(node, asked)
+    def read(node: str) -> Awaitable[HistoryPage]:
+        resume = None if after is None else after.resume(node)
+        asked = dataclasses.replace(query, limit=first + 1, after=resume)
+        return source.history_page(node, asked)
 
-    answers = await bounded([fetch(n) for n in nodes])
-    merged: list[Occupancy] = []
-    more = False
-    failures = Failures("history", named)
-    for node, answer in zip(nodes, answers, strict=True):
-        # A node that cannot answer is reported on every page it fails; the walk goes on
-        # without it (and picks it up where the walk is, should it come back).
-        if isinstance(answer, AgentUnavailableError | HistoryUnavailableError):
-            failures.add(node, answer)
-            continue
-        if isinstance(answer, BaseException):
-            raise answer
-        broken = unusable(node, answer.status)
-        if broken is not None:
-            failures.add(node, broken)
-        merged += [Occupancy(r, node) for r in answer.records]
-        more = more or bool(answer.next_page_token)
-    merged.sort(key=lambda o: merged_order(o.record, o.node_name))
-    taken = merged[:first]
-    has_next = more or len(merged) > first
-    end = Position.of(taken[-1].record, taken[-1].node_name).encode() if taken else None
-    return ConnectionPage(taken, has_next, end, failures.messages())
+    def entries(node: str, page: HistoryPage) -> list[Occupancy]:
+        return [Occupancy(record, node) for record in page.records]
+
+    return await merged_page(nodes, read, entries, _order, first=first, what="history", named=named)
+
+
+def _order(occupancy: Occupancy) -> Order:
+    return merged_order(occupancy.record, occupancy.node_name)
 
 
 async def usage_rows(

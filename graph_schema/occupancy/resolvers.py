@@ -14,8 +14,9 @@ import dataclasses
 import datetime
 import math
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import strawberry
 from graphql import GraphQLError
@@ -32,6 +33,7 @@ from .fan_out import (
     HISTORY_LIST_LIMIT,
     MAX_FIRST,
     HistoryUnavailableError,
+    MergedPage,
     Occupancy,
     agent_namespaces,
     connection_page,
@@ -52,12 +54,19 @@ from .types import (
 )
 
 __all__ = [
+    "ConnectionArgs",
+    "GpuLike",
+    "NodeLike",
+    "PodLike",
     "Window",
+    "connection_args",
     "gpu_hidden_history_count",
     "gpu_history",
     "gpu_history_connection",
     "gpu_usage",
     "node_gpu_history",
+    "node_list",
+    "page_info",
     "page_size",
     "pod_gpu_history",
     "window",
@@ -106,19 +115,111 @@ def history_source(ctx: Operation[Any]) -> HistorySource:
     return source
 
 
+E = TypeVar("E")
+
+
+async def node_list(
+    info: Info,
+    node_name: str,
+    read: Awaitable[tuple[list[E], bool]],
+    *,
+    what: str,
+    items: str,
+    root: str,
+) -> list[E]:
+    """One node's list of ``items`` (``read``: up to HISTORY_LIST_LIMIT of them, and whether
+    more were left), the cut said in the response's errors, pointing at ``root`` to page.
+
+    A node the caller no longer sees, reached from an entry of its own, fails saying only
+    that the list is missing: not its agent's address, nor its state.
+    """
+    ctx = operation_of(info)
+    try:
+        found, truncated = await read
+    except (AgentUnavailableError, HistoryUnavailableError):
+        if ctx.cluster.sees_node(node_name):
+            raise
+        raise unseen_failure(what) from None
+    if truncated:
+        ctx.partial_errors.append(
+            GraphQLError(
+                f"more than {HISTORY_LIST_LIMIT} {items} on node {node_name!r}; the oldest are "
+                f"shown: narrow since and until, or page with {root}",
+                path=info.path.as_list(),
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionArgs:
+    """A connection root's arguments, checked: the page's size, range, start, the nodes to
+    ask and the namespaces to send them (None: the caller may see nothing, ask nobody)."""
+
+    first: int
+    span: Window
+    after: Position | None
+    nodes: list[str]
+    namespaces: tuple[str, ...] | None
+
+
+def connection_args(
+    ctx: Operation[Any],
+    since: datetime.datetime,
+    until: datetime.datetime | None,
+    namespace: str | None,
+    node_name: str | None,
+    first: int | None,
+    after: str | None,
+) -> ConnectionArgs:
+    """The checked arguments of gpuHistory and gpuEvents; GraphUserError for bad ones."""
+    require_ready(ctx.cluster)
+    count = page_size(first)
+    span = window(since, until)
+    start = Position.decode(after)
+    # A node the caller may not see answers as one that does not exist, as for gpus; without
+    # nodeName, every node whose log may hold the caller's entries, seen or not.
+    nodes = history_nodes(ctx.cluster, node_name)
+    # The agents read only what the caller may see: a filter naming another tenant's pods
+    # answers as one naming none, with nothing counted or positioned.
+    namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
+    return ConnectionArgs(count, span, start, nodes, namespaces)
+
+
+def page_info(after: str | None, page: MergedPage[Any] | None) -> PageInfo:
+    """Relay's PageInfo of ``page``, asked for after ``after``; None: the empty page of a
+    caller who may see nothing."""
+    if page is None:
+        return PageInfo(
+            has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
+        )
+    return PageInfo(
+        has_next_page=page.has_next_page,
+        has_previous_page=after is not None,
+        start_cursor=after,
+        end_cursor=page.end_cursor,
+    )
+
+
 # -- the history fields of Node, Gpu and Pod -------------------------------------------
 
 
-class _NodeLike(Protocol):
+class NodeLike(Protocol):
+    """A Node, as its history and event fields read it."""
+
     name: str
 
 
-class _GpuLike(Protocol):
+class GpuLike(Protocol):
+    """A Gpu, as its history and event fields read it."""
+
     uuid: str
     node_name: str
 
 
-class _PodLike(Protocol):
+class PodLike(Protocol):
+    """A Pod, as its history and event fields read it."""
+
     @property
     def uid(self) -> str: ...
 
@@ -131,7 +232,7 @@ def _query(span: Window, **filters: Any) -> HistoryQuery:
 
 
 async def _gpu_records(
-    info: Info, gpu: _GpuLike, span: Window, *, everyone: bool
+    info: Info, gpu: GpuLike, span: Window, *, everyone: bool
 ) -> tuple[list[Occupancy], int]:
     ctx = operation_of(info)
     # A GPU's records, read once for history and hiddenHistoryCount where both read
@@ -166,22 +267,10 @@ async def _read(info: Info, node_name: str, query: HistoryQuery) -> tuple[list[O
     ctx = operation_of(info)
     source = history_source(ctx)
     await ctx.pace()
-    try:
-        found, truncated = await node_history(source, node_name, query)
-    except (AgentUnavailableError, HistoryUnavailableError):
-        # Node.gpuHistory of a node the caller no longer sees, reached from a record of its
-        # own: the gap is said, its agent's address and state are not.
-        if ctx.cluster.sees_node(node_name):
-            raise
-        raise unseen_failure("history") from None
-    if truncated:
-        ctx.partial_errors.append(
-            GraphQLError(
-                f"more than {HISTORY_LIST_LIMIT} records on node {node_name!r}; the oldest are "
-                "shown: narrow since and until, or page with gpuHistory",
-                path=info.path.as_list(),
-            )
-        )
+    read = node_history(source, node_name, query)
+    found = await node_list(
+        info, node_name, read, what="history", items="records", root="gpuHistory"
+    )
     shown, hidden = ctx.cluster.split_owned(found, owner_of)
     return shown, len(hidden)
 
@@ -192,28 +281,28 @@ def _occupancies(info: Info, shown: list[Occupancy]) -> list[GpuOccupancy]:
 
 
 async def _node_gpu_history(
-    self: _NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    self: NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
 ) -> list[GpuOccupancy]:
     shown, _ = await _callers_records(info, self.name, _query(window(since, until)))
     return _occupancies(info, shown)
 
 
 async def _gpu_history(
-    self: _GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    self: GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
 ) -> list[GpuOccupancy]:
     shown, _ = await _gpu_records(info, self, window(since, until), everyone=False)
     return _occupancies(info, shown)
 
 
 async def _gpu_hidden_history_count(
-    self: _GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    self: GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
 ) -> int:
     _, hidden = await _gpu_records(info, self, window(since, until), everyone=True)
     return hidden
 
 
 async def _pod_gpu_history(
-    self: _PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
+    self: PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
 ) -> list[GpuOccupancy]:
     if not self.node_name:
         return []
@@ -260,51 +349,30 @@ async def _gpu_history_connection(
     after: str | None = None,
 ) -> GpuHistoryConnection:
     ctx = operation_of(info)
-    require_ready(ctx.cluster)
-    count = page_size(first)
-    span = window(since, until)
-    start = Position.decode(after)
-    # A node the caller may not see answers as one that does not exist, as for gpus; without
-    # nodeName, every node whose log may hold the caller's records, seen or not.
-    nodes = history_nodes(ctx.cluster, node_name)
-    # The agents read only what the caller may see: a pod name of another tenant's
-    # answers as one that does not exist, with no record counted or positioned.
-    namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
-    if namespaces is None:
-        # Nothing the caller may see (as for a namespace that does not exist).
-        nothing = PageInfo(
-            has_next_page=False, has_previous_page=False, start_cursor=None, end_cursor=None
-        )
-        return GpuHistoryConnection(edges=[], page_info=nothing)
+    args = connection_args(ctx, since, until, namespace, node_name, first, after)
+    if args.namespaces is None:
+        return GpuHistoryConnection(edges=[], page_info=page_info(after, None))
     source = history_source(ctx)
     query = HistoryQuery(
-        since=span.since,
-        until=span.until,
-        namespaces=namespaces,
+        since=args.span.since,
+        until=args.span.until,
+        namespaces=args.namespaces,
         pod_names=(pod_name,) if pod_name is not None else (),
     )
     await ctx.pace()
     page = await connection_page(
-        source, nodes, query, first=count, after=start, named=ctx.cluster.sees_node
+        source, args.nodes, query, first=args.first, after=args.after, named=ctx.cluster.sees_node
     )
     ctx.partial_errors.extend(partial(info.path.as_list(), page.errors))
-    shown, _ = ctx.cluster.split_owned(page.records, owner_of)
+    shown, _ = ctx.cluster.split_owned(page.entries, owner_of)
     visible = {id(o) for o in shown}
     edges = [
         GpuHistoryEdge(node=GpuOccupancy.of(o.record, o.node_name), page=page, index=i)
-        for i, o in enumerate(page.records)
+        for i, o in enumerate(page.entries)
         if id(o) in visible
     ]
     ctx.charge(len(edges))
-    return GpuHistoryConnection(
-        edges=edges,
-        page_info=PageInfo(
-            has_next_page=page.has_next_page,
-            has_previous_page=after is not None,
-            start_cursor=after,
-            end_cursor=page.end_cursor,
-        ),
-    )
+    return GpuHistoryConnection(edges=edges, page_info=page_info(after, page))
 
 
 async def _gpu_usage(

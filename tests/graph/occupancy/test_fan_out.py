@@ -51,11 +51,11 @@ def test_paging_across_nodes_with_tied_starts_shows_each_record_once_in_order(
                 agents, nodes, query, first=first, after=after, named=lambda _: True
             )
             assert page.errors == []
-            pages.append([(o.node_name, o.record.pid) for o in page.records])
+            pages.append([(o.node_name, o.record.pid) for o in page.entries])
             if not page.has_next_page:
-                assert page.end_cursor is None or page.records
+                assert page.end_cursor is None or page.entries
                 return pages
-            assert page.end_cursor == page.cursor_after(len(page.records) - 1)
+            assert page.end_cursor == page.cursor_after(len(page.entries) - 1)
             after = Position.decode(page.end_cursor)
 
     pages = asyncio.run(walk())
