@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
+from graph_schema.shared_futures import shielded
+
 __all__ = ["CallCancelledError", "Keep", "SharedCalls", "Source", "being_cancelled"]
 
 K = TypeVar("K", bound=Hashable)
@@ -125,7 +127,7 @@ class SharedCalls(Generic[K, V]):
         try:
             # Shielded: a caller that goes away (client gone, time limit hit) must
             # not cancel the call the other callers share.
-            return await asyncio.shield(task)
+            return await shielded(task)
         except asyncio.CancelledError:
             if being_cancelled() or not task.cancelled():
                 raise

@@ -104,7 +104,7 @@ class GraphContext:
         self._gpu_loader: GpuLoader | None = None
         # graphql-core cancels a failed object's other fields, so each field awaits the
         # loaders' shared futures through a shield; the compiled plan cancels none, and
-        # runs in a context without them (loaders.py ``_shielded``).
+        # runs in a context without them (``shared_futures.shielded``).
         self.shielded = shielded
         # History records read once per operation (or subscription tick) where two
         # fields ask the same (history and hiddenHistoryCount): what they read -> the read.

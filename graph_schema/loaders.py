@@ -6,13 +6,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiodataloader import DataLoader
 
 from .errors import GpuNotFoundError
 from .gather import gather_inline
 from .interfaces import AgentUnavailableError, ClusterView, Received, SnapshotSource
+from .shared_futures import seen, shielded
 from .types import Gpu
 
 logger = logging.getLogger(__name__)
@@ -37,32 +38,6 @@ class Freshness:
 T = TypeVar("T")
 
 
-def _shielded(shared: asyncio.Future[T]) -> asyncio.Future[T]:
-    """``shared`` (a loader's future, awaited by several fields) as one field awaits it.
-
-    graphql-core cancels the other fields of an object when one of them fails in a
-    non-null position; a field cancelled while it awaits the loader's own future would
-    cancel that future under every other field awaiting it, which then sees a
-    CancelledError it did not ask for (and it escapes the operation). The shield
-    keeps a cancellation to the field it was meant for. The compiled plan cancels no
-    field (only a whole operation), so its loaders skip the shields, which cost a
-    future and two callbacks per load.
-
-    A node's failure is an answer, not a bug: a field that gave up before it read it
-    (cancelled, or its coroutine closed when the compiled plan hands over to
-    strawberry) must not leave asyncio to log it as never retrieved, neither in
-    the shield (watched here) nor in the loader's future (``SharedLoader``).
-    """
-    mine = asyncio.shield(shared)
-    mine.add_done_callback(_seen)
-    return mine
-
-
-def _seen(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
 K = TypeVar("K", bound=Hashable)
 
 
@@ -71,7 +46,12 @@ class SharedLoader(DataLoader[K, T]):
 
     def __init__(self, *, shielded: bool = True) -> None:
         super().__init__()
-        # Whether each field gets its own shield (see ``_shielded``).
+        # Whether each field gets its own shield (``shared_futures.shielded``):
+        # graphql-core cancels the other fields of an object when one of them fails in
+        # a non-null position, and a field cancelled while it awaits the loader's own
+        # future would cancel it under every other field awaiting it. The compiled plan
+        # cancels no field (only a whole operation), so its loaders skip the shields,
+        # which cost a future and two callbacks per load.
         self.shielded = shielded
         # The keys whose futures are watched for a failure no field read.
         self._watched: set[K] = set()
@@ -84,8 +64,8 @@ class SharedLoader(DataLoader[K, T]):
             # A failure is an answer, read or not: every field that asked may have given
             # up first (cancelled, when a shield forgets its inner future; or its
             # coroutine closed, when the plan hands over to strawberry).
-            shared.add_done_callback(_seen)
-        return _shielded(shared) if self.shielded else shared
+            shared.add_done_callback(seen)
+        return shielded(shared) if self.shielded else shared
 
 
 class SnapshotLoader(SharedLoader[str, Received]):

@@ -36,6 +36,7 @@ from .fan_out import (
     partial,
 )
 from .resolvers import (
+    UNANSWERED,
     GpuLike,
     NodeLike,
     PodLike,
@@ -97,19 +98,19 @@ async def _read(info: Info, node_name: str, span: Window, **filters: Any) -> lis
 
 async def _node_gpu_events(
     self: NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-) -> list[GpuEventObject]:
+) -> list[GpuEventObject] | None:
     return await _read(info, self.name, window(since, until))
 
 
 async def _gpu_events(
     self: GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-) -> list[GpuEventObject]:
+) -> list[GpuEventObject] | None:
     return await _read(info, self.node_name, window(since, until), gpu_uuids=(self.uuid,))
 
 
 async def _pod_gpu_events(
     self: PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-) -> list[GpuEventObject]:
+) -> list[GpuEventObject] | None:
     if not self.node_name:
         return []
     return await _read(info, self.node_name, window(since, until), pod_uids=(str(self.uid),))
@@ -127,19 +128,19 @@ node_gpu_events: Any = strawberry.field(
     resolver=_node_gpu_events,
     description="Health events on this node's GPUs between since and until (default: now), "
     f"oldest first, as this caller may see them; at most {HISTORY_LIST_LIMIT} (gpuEvents "
-    "pages past that).",
+    "pages past that)." + UNANSWERED,
 )
 gpu_events: Any = strawberry.field(
     resolver=_gpu_events,
     description="Health events on this GPU (or its MIG devices) between since and until "
     "(default: now), oldest first, each with who was on it; an event is shown when one of "
     "this caller's pods was on the GPU or allocated it then (or to callers who may list pods "
-    f"cluster-wide). At most {HISTORY_LIST_LIMIT}.",
+    f"cluster-wide). At most {HISTORY_LIST_LIMIT}." + UNANSWERED,
 )
 pod_gpu_events: Any = strawberry.field(
     resolver=_pod_gpu_events,
     description="Health events on GPUs while this pod's processes were on them, between "
-    f"since and until (default: now), oldest first; at most {HISTORY_LIST_LIMIT}.",
+    f"since and until (default: now), oldest first; at most {HISTORY_LIST_LIMIT}." + UNANSWERED,
 )
 node_gpu_event_status: Any = strawberry.field(
     resolver=_node_gpu_event_status,

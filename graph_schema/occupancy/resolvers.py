@@ -27,6 +27,7 @@ from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, 
 from ..errors import GraphUserError, history_nodes, require_ready
 from ..interfaces import AgentUnavailableError, HistorySource
 from ..operation import Operation
+from ..shared_futures import shielded
 from .cursor import Position
 from .fan_out import (
     DEFAULT_FIRST,
@@ -54,6 +55,7 @@ from .types import (
 )
 
 __all__ = [
+    "UNANSWERED",
     "ConnectionArgs",
     "GpuLike",
     "NodeLike",
@@ -203,6 +205,10 @@ def page_info(after: str | None, page: MergedPage[Any] | None) -> PageInfo:
 
 # -- the history fields of Node, Gpu and Pod -------------------------------------------
 
+# Each of those fields is nullable, as Node.gpus is: one node that cannot answer nulls its
+# own field, not the list of nodes or pods around it.
+UNANSWERED = " Null where the node's agent or its log cannot answer (the errors say why)."
+
 
 class NodeLike(Protocol):
     """A Node, as its history and event fields read it."""
@@ -248,7 +254,7 @@ async def _gpu_records(
     task = reads.get(key)
     if task is None:
         task = reads[key] = asyncio.ensure_future(_read(info, gpu.node_name, asked))
-    shown, hidden = await asyncio.shield(task)
+    shown, hidden = await shielded(task)
     return shown, hidden
 
 
@@ -282,28 +288,28 @@ def _occupancies(info: Info, shown: list[Occupancy]) -> list[GpuOccupancy]:
 
 async def _node_gpu_history(
     self: NodeLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-) -> list[GpuOccupancy]:
+) -> list[GpuOccupancy] | None:
     shown, _ = await _callers_records(info, self.name, _query(window(since, until)))
     return _occupancies(info, shown)
 
 
 async def _gpu_history(
     self: GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-) -> list[GpuOccupancy]:
+) -> list[GpuOccupancy] | None:
     shown, _ = await _gpu_records(info, self, window(since, until), everyone=False)
     return _occupancies(info, shown)
 
 
 async def _gpu_hidden_history_count(
     self: GpuLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-) -> int:
+) -> int | None:
     _, hidden = await _gpu_records(info, self, window(since, until), everyone=True)
     return hidden
 
 
 async def _pod_gpu_history(
     self: PodLike, info: Info, since: datetime.datetime, until: datetime.datetime | None = None
-) -> list[GpuOccupancy]:
+) -> list[GpuOccupancy] | None:
     if not self.node_name:
         return []
     query = _query(window(since, until), pod_uids=(str(self.uid),))
@@ -314,23 +320,23 @@ async def _pod_gpu_history(
 node_gpu_history: Any = strawberry.field(
     resolver=_node_gpu_history,
     description="Who held this node's GPUs between since and until (default: now), oldest "
-    f"first; at most {HISTORY_LIST_LIMIT} records (gpuHistory pages past that).",
+    f"first; at most {HISTORY_LIST_LIMIT} records (gpuHistory pages past that)." + UNANSWERED,
 )
 gpu_history: Any = strawberry.field(
     resolver=_gpu_history,
     description="Who held this GPU between since and until (default: now), oldest first: "
     "one record per process lifetime, kept after the pod is gone. Other tenants' records "
-    f"are withheld (see hiddenHistoryCount); at most {HISTORY_LIST_LIMIT} records.",
+    f"are withheld (see hiddenHistoryCount); at most {HISTORY_LIST_LIMIT} records." + UNANSWERED,
 )
 gpu_hidden_history_count: Any = strawberry.field(
     resolver=_gpu_hidden_history_count,
     description="Records of this GPU between since and until withheld from this caller "
-    "(other tenants' processes, or processes in no pod).",
+    "(other tenants' processes, or processes in no pod)." + UNANSWERED,
 )
 pod_gpu_history: Any = strawberry.field(
     resolver=_pod_gpu_history,
     description="Its processes' lifetimes on its node's GPUs between since and until "
-    f"(default: now), oldest first; at most {HISTORY_LIST_LIMIT} records.",
+    f"(default: now), oldest first; at most {HISTORY_LIST_LIMIT} records." + UNANSWERED,
 )
 
 

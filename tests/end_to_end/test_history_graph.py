@@ -4,6 +4,7 @@ server's reviews. Two tenants share a GPU; a host process sits on another."""
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import time
 import tracemalloc
@@ -207,6 +208,51 @@ async def test_history_off_and_a_corrupt_log_are_reported_while_live_data_works(
     assert body["data"]["nodes"][0]["gpus"][0]["processes"] == [{"pid": 11}]
     messages = " ".join(e["message"] for e in body["errors"])
     assert "file is not a database" in messages and "history is off on node 'node-1'" in messages
+
+
+EACH_NODES_LISTS = f"""{{
+  nodes {{ name gpuHistory(since: "{SINCE}") {{ pid }} gpuEvents(since: "{SINCE}") {{ kind }}
+    gpus {{ uuid processes {{ pid }} history(since: "{SINCE}") {{ pid }}
+      hiddenHistoryCount(since: "{SINCE}") events(since: "{SINCE}") {{ kind }} }} }}
+  pods {{ name gpuHistory(since: "{SINCE}") {{ pid }} gpuEvents(since: "{SINCE}") {{ kind }} }}
+}}"""
+
+
+async def test_a_node_that_cannot_answer_nulls_only_its_own_history_and_event_lists(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # node-0 answers; node-1 keeps no log; node-2's agent is down. Node.gpus is nullable so
+    # that a down node leaves the other nodes standing; so are the lists read from its log.
+    cluster = two_tenants(tmp_path)
+    cluster.agents["node-1"].history_dir = None
+    cluster.add_node("node-2", gpus=[Gpu(0, "GPU-2-0")])
+    cluster.add_pod("idle", "ml", "node-2", gpu_limit=1)
+    await cluster.start()
+    try:
+        await cluster.agents["node-2"].stop()
+        async with serving(cluster.settings()) as server:
+            body = await ask(server, EACH_NODES_LISTS)
+            gc.collect()
+    finally:
+        await cluster.stop()
+    nodes = {n["name"]: n for n in body["data"]["nodes"]}
+    pods = {p["name"]: p for p in body["data"]["pods"]}
+    assert [p["pid"] for p in nodes["node-0"]["gpuHistory"]] == [11, 12, 13]
+    assert nodes["node-0"]["gpuEvents"] == [] and pods["job-a"]["gpuHistory"] == [{"pid": 11}]
+    for name in ("node-1", "node-2"):
+        assert (nodes[name]["gpuHistory"], nodes[name]["gpuEvents"]) == (None, None)
+    # node-1's GPUs answer; only what its missing log would say is null.
+    (gpu,) = nodes["node-1"]["gpus"]
+    assert gpu["processes"] == [{"pid": 21}]
+    assert (gpu["history"], gpu["hiddenHistoryCount"], gpu["events"]) == (None, None, None)
+    assert nodes["node-2"]["gpus"] is None
+    for name in ("solo", "idle"):
+        assert (pods[name]["gpuHistory"], pods[name]["gpuEvents"]) == (None, None)
+    failed = {tuple(e["path"][:2]) for e in body["errors"]}
+    assert ("nodes", 1) in failed and ("nodes", 2) in failed
+    assert all("node-0" not in e["message"] for e in body["errors"])
+    # Each failure is in the answer, and none is left as a traceback in the server's log.
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 async def test_a_process_naming_another_nodes_pod_borrows_neither_its_name_nor_its_pod(

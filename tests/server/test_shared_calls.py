@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 
 import pytest
@@ -159,6 +160,30 @@ async def test_a_caller_that_goes_away_does_not_cancel_the_shared_call() -> None
     # The call ran to its end and its answer is kept for the callers after.
     assert await shared.get("k", calls, keep_for(60)) == 1
     assert calls.runs == 1
+
+
+async def test_a_caller_closed_before_the_call_failed_leaves_no_unread_failure() -> None:
+    # The compiled plan drives its fields' coroutines itself, and closes those it hands
+    # over to strawberry: a failure that lands after is an answer, not a traceback.
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    shared: SharedCalls[str, int] = SharedCalls()
+    gate = asyncio.Event()
+
+    async def failing() -> int:
+        await gate.wait()
+        raise RuntimeError("agent down")
+
+    field = shared.get("k", failing, keep_for(60))
+    awaited = field.send(None)  # the field now waits on the call...
+    field.close()  # ...and is handed over, never to resume
+    gate.set()
+    with pytest.raises(RuntimeError, match="agent down"):
+        await shared.get("k", failing, keep_for(60))
+    del awaited
+    gc.collect()
+    assert [c["message"] for c in reported] == []
 
 
 async def test_a_caller_past_its_own_time_limit_times_out_and_the_call_runs_on() -> None:

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { historyStripHtml, stripSegments } from "../../web/map/src/history.js";
+import { historyStripHtml, historyUnavailableHtml, stripSegments } from "../../web/map/src/history.js";
 
 const HOUR = 3600_000;
 const SINCE = Date.parse("2026-12-02T12:00:00Z");
@@ -65,4 +65,11 @@ test("holders of the GPU get distinct colours, and one holder keeps one colour",
   assert.equal(colours.length, 3);
   assert.notEqual(colours[0], colours[1]);
   assert.equal(colours[0], colours[2]);
+});
+
+test("a node that could not answer for its log is said so, not drawn as a day of nobody", () => {
+  const html = historyUnavailableHtml([{ message: "history is off on node '<n>'" }]);
+  assert.ok(html.includes("history unavailable: history is off on node &#39;&lt;n&gt;&#39;"));
+  assert.ok(!html.includes("nobody") && !html.includes("history-strip"));
+  assert.ok(historyUnavailableHtml(undefined).includes("the node did not answer"));
 });

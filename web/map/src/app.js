@@ -5,7 +5,7 @@ import { ago, count, esc } from "./format.js";
 import { ClusterModel, idleOf, setIdleAllocations } from "./model.js";
 import { detailsHtml, podsHtml } from "./panel.js";
 import { EVENT_HOURS, eventsByGpu, eventsHtml } from "./events.js";
-import { STRIP_HOURS, historyStripHtml } from "./history.js";
+import { STRIP_HOURS, historyStripHtml, historyUnavailableHtml } from "./history.js";
 import { nodeHtml, nodeStatus, tileInner, tileLabel, tileShape, updateTile } from "./tiles.js";
 
 const SKELETON = `
@@ -555,9 +555,13 @@ export class MapApp {
     query(this.config.graphqlPath, historyQuery, "GpuHistory", variables)
       .then((body) => {
         const gpu = body.data?.gpu;
-        const html = gpu
-          ? historyStripHtml(gpu.history ?? [], since, now, gpu.hiddenHistoryCount ?? 0)
-          : "";
+        let html = "";
+        if (gpu && gpu.history === null) {
+          // Its node's agent or log did not answer: said, not drawn as an empty day.
+          html = historyUnavailableHtml(body.errors);
+        } else if (gpu) {
+          html = historyStripHtml(gpu.history, since, now, gpu.hiddenHistoryCount ?? 0);
+        }
         this.histories.set(uuid, { at: now, html });
         const shown = details.querySelector(`.history[data-uuid="${CSS.escape(uuid)}"]`);
         if (shown) shown.innerHTML = html;

@@ -52,3 +52,9 @@ export function historyStripHtml(records, sinceMs, untilMs, hidden = 0) {
   const note = hidden ? `<p class="hidden-note">${hidden} record(s) of other tenants are not shown to you.</p>` : "";
   return `<h3>Last ${STRIP_HOURS} h</h3><div class="history-strip" role="img" aria-label="who held this GPU in the last ${STRIP_HOURS} hours">${bars}</div>${legend}${note}`;
 }
+
+/** The strip's place where the GPU's node could not answer for its log (``history`` null). */
+export function historyUnavailableHtml(errors) {
+  const reason = (errors ?? []).map((e) => e.message).join("; ") || "the node did not answer";
+  return `<h3>Last ${STRIP_HOURS} h</h3><p class="history-legend">history unavailable: ${esc(reason)}</p>`;
+}
