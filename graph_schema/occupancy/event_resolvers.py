@@ -33,6 +33,7 @@ from .fan_out import (
     MAX_FIRST,
     HistoryUnavailableError,
     agent_namespaces,
+    check_name,
     partial,
 )
 from .resolvers import (
@@ -234,6 +235,7 @@ async def event_stream(
     caller's namespaces read (``batch_of`` shows each as the caller may see it then)."""
     require_ready(ctx.cluster)
     nodes = named_nodes(ctx.cluster, node_name)
+    check_name("namespace", namespace)
     namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
     if namespaces is None:
         # Nothing the caller may see: a stream that never yields, as gpuEvents answers empty.

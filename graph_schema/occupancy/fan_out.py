@@ -28,7 +28,7 @@ from node_resolver.history.records import (
     UsageRow,
 )
 
-from ..errors import GraphUserError
+from ..errors import BadUserInputError, GraphUserError
 from ..interfaces import AgentUnavailableError, HistorySource
 from .cursor import Order, Position, merged_order
 
@@ -37,6 +37,7 @@ __all__ = [
     "FAN_OUT",
     "HISTORY_LIST_LIMIT",
     "MAX_FIRST",
+    "NAME_LIMITS",
     "ConnectionPage",
     "Failures",
     "HistoryUnavailableError",
@@ -44,6 +45,7 @@ __all__ = [
     "Occupancy",
     "agent_namespaces",
     "bounded",
+    "check_name",
     "connection_page",
     "merged_page",
     "node_history",
@@ -80,6 +82,19 @@ class Occupancy:
 def owner_of(occupancy: Occupancy) -> str | None:
     """The namespace that owns a record, for the visibility seam; None: no (named) pod."""
     return occupancy.record.pod_namespace or None
+
+
+# Kubernetes' own limits: a namespace is a DNS-1123 label, a pod's name a DNS-1123 subdomain.
+# A longer filter names nothing, and is refused rather than sent to every agent (whose
+# message limit would refuse it as if each agent were down).
+NAME_LIMITS = {"namespace": 63, "podName": 253}
+
+
+def check_name(argument: str, value: str | None) -> None:
+    """BadUserInputError when the filter argument ``argument``'s ``value`` is past its limit."""
+    limit = NAME_LIMITS[argument]
+    if value is not None and len(value) > limit:
+        raise BadUserInputError(f"{argument} is at most {limit} characters, as in Kubernetes")
 
 
 def agent_namespaces(namespaces: frozenset[str] | None) -> tuple[str, ...] | None:

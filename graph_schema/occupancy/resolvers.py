@@ -37,6 +37,7 @@ from .fan_out import (
     MergedPage,
     Occupancy,
     agent_namespaces,
+    check_name,
     connection_page,
     node_history,
     owner_of,
@@ -184,6 +185,7 @@ def connection_args(
     nodes = history_nodes(ctx.cluster, node_name)
     # The agents read only what the caller may see: a filter naming another tenant's pods
     # answers as one naming none, with nothing counted or positioned.
+    check_name("namespace", namespace)
     namespaces = agent_namespaces(ctx.cluster.owner_namespaces(namespace))
     return ConnectionArgs(count, span, start, nodes, namespaces)
 
@@ -356,6 +358,7 @@ async def _gpu_history_connection(
 ) -> GpuHistoryConnection:
     ctx = operation_of(info)
     args = connection_args(ctx, since, until, namespace, node_name, first, after)
+    check_name("podName", pod_name)
     if args.namespaces is None:
         return GpuHistoryConnection(edges=[], page_info=page_info(after, None))
     source = history_source(ctx)
