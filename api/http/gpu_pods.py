@@ -43,6 +43,8 @@ from .responses import json_response
 __all__ = ["gpu_pods_endpoint", "gpu_pods_response"]
 
 MIB = 1024 * 1024
+# The query parameters /gpu-pods reads, each at most once.
+_PARAMETERS = ("worker_id", "namespace")
 
 
 def _error(status: int, message: str, **details: object) -> Response:
@@ -128,6 +130,11 @@ def gpu_pods_endpoint(
 
     async def gpu_pods(request: Request) -> Response:
         cluster = view_of(request)
+        for name in _PARAMETERS:
+            given = len(request.query_params.getlist(name))
+            if given > 1:
+                # Not the last one silently: which pod was meant is the caller's to say.
+                return _error(400, f"query parameter {name} given {given} times; give it once")
         worker_id = request.query_params.get("worker_id", "").strip()
         if not worker_id:
             return _error(400, "missing query parameter worker_id (the worker pod's name)")

@@ -138,9 +138,18 @@ async def test_missing_unknown_unscheduled_and_ambiguous_pods(server: Served) ->
     assert body["namespaces"] == ["ml", "other"]
     assert "ml, other" in body["error"]
 
+    # A repeated parameter is the caller's to settle: neither value is picked for them.
+    for repeated in (
+        [("worker_id", "worker-1"), ("worker_id", "pending-0")],
+        [("worker_id", "worker-1"), ("namespace", "ml"), ("namespace", "other")],
+    ):
+        twice = await server.client.get("/gpu-pods", params=repeated)
+        assert twice.status_code == 400
+        assert "given 2 times; give it once" in twice.json()["error"]
+
     metrics = (await server.client.get("/metrics")).text
     assert 'gpugraph_gpu_pods_requests_total{status="404"} 3.0' in metrics
-    assert 'gpugraph_gpu_pods_requests_total{status="400"} 2.0' in metrics
+    assert 'gpugraph_gpu_pods_requests_total{status="400"} 4.0' in metrics
 
 
 async def test_an_unreachable_agent_is_a_502_naming_the_node(
