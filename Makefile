@@ -170,8 +170,8 @@ release-image:
 	docker buildx build --platform $(PLATFORMS) --tag $(IMAGE):$(VERSION) --push .
 
 # One image for this machine's platform, built into the local Docker engine and pushed
-# nowhere public: for a cluster without the published image (README, "Install from the
-# clone"). KIND_CLUSTER=NAME loads it into that kind cluster's nodes; PUSH=1 pushes it
+# nowhere public: for a cluster without the published image (README, "Install on a
+# cluster"). KIND_CLUSTER=NAME loads it into that kind cluster's nodes; PUSH=1 pushes it
 # to the registry LOCAL_IMAGE names (a local one: LOCAL_IMAGE=localhost:5001/gpugraph:dev).
 LOCAL_IMAGE ?= gpugraph:dev
 KIND_CLUSTER ?=
