@@ -140,10 +140,10 @@ async def test_missing_unknown_unscheduled_and_ambiguous_pods(server: Served) ->
 
     # A repeated parameter is the caller's to settle: neither value is picked for them.
     for repeated in (
-        [("worker_id", "worker-1"), ("worker_id", "pending-0")],
-        [("worker_id", "worker-1"), ("namespace", "ml"), ("namespace", "other")],
+        "worker_id=worker-1&worker_id=pending-0",
+        "worker_id=worker-1&namespace=ml&namespace=other",
     ):
-        twice = await server.client.get("/gpu-pods", params=repeated)
+        twice = await server.client.get(f"/gpu-pods?{repeated}")
         assert twice.status_code == 400
         assert "given 2 times; give it once" in twice.json()["error"]
 
