@@ -28,7 +28,7 @@ from .execution import (
 )
 from .gpu_metrics import GpuMetricsExporter
 from .gpu_metrics.events import EventCounts
-from .http import BodySizeLimit, gpu_pods_endpoint, graphiql_routes, json_response
+from .http import BodyLimits, gpu_pods_endpoint, graphiql_routes, json_response
 from .http.cluster_map import map_routes
 from .http.exposition import exposition_response
 from .log_limits import limit_tracebacks
@@ -183,7 +183,9 @@ def create_app(
         )
     if auth is not None:
         middleware.append(Middleware(AuthMiddleware, auth=auth))
-    middleware.append(Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes))
+    middleware.append(
+        Middleware(BodyLimits, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout)
+    )
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics

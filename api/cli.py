@@ -164,6 +164,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     defaulted(
         limits, "--header-timeout", "time limit for a request's headers", type=float, metavar="S"
     )
+    defaulted(
+        limits,
+        "--body-timeout",
+        "time limit for a request's body, from the end of its headers",
+        type=float,
+        metavar="S",
+    )
     http = parser.add_argument_group("http")
     http.add_argument(
         "--cors-origin",

@@ -61,8 +61,10 @@ class Settings:
     # HTTP limits.
     max_body_bytes: int = 1_048_576
     request_timeout: float = 10.0
-    # How long a request's headers may take to arrive (their size is bounded too).
+    # How long a request's headers may take to arrive (their size is bounded too), and its
+    # body after them.
     header_timeout: float = 10.0
+    body_timeout: float = 10.0
     max_subscriptions: int = _LIMITS.max_subscriptions
     max_subscriptions_per_caller: int = _LIMITS.max_subscriptions_per_caller
     # History and usage reads one caller may have at the agents at once, in all and per node.
@@ -110,7 +112,7 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{_flag(name)} must be at least 1")
-        for name in ("agent_timeout", "request_timeout", "header_timeout"):
+        for name in ("agent_timeout", "request_timeout", "header_timeout", "body_timeout"):
             # Written so that NaN fails too.
             if not 0 < getattr(self, name) < math.inf:
                 problems.append(f"{_flag(name)} must be positive")
