@@ -166,6 +166,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     defaulted(
         limits,
+        "--max-connections",
+        "open connections (WebSockets included) past which a new request gets 503",
+        type=int,
+        metavar="N",
+    )
+    defaulted(
+        limits,
         "--body-timeout",
         "time limit for a request's body, from the end of its headers",
         type=float,

@@ -111,6 +111,7 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         ws_max_size=settings.max_body_bytes,
         # Headers bounded in size and in time: unfinished ones are not held forever.
         http=bounded_headers(timeout=settings.header_timeout),
+        limit_concurrency=settings.max_connections,
         # Subscriptions are long-lived; give them a moment to finish, not forever.
         timeout_graceful_shutdown=5,
         lifespan="off",

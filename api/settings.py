@@ -65,6 +65,9 @@ class Settings:
     # body after them.
     header_timeout: float = 10.0
     body_timeout: float = 10.0
+    # Open connections past which a new request is answered 503 at once: with the limits
+    # above, what slow or idle clients can hold is bounded by their number too.
+    max_connections: int = 1000
     max_subscriptions: int = _LIMITS.max_subscriptions
     max_subscriptions_per_caller: int = _LIMITS.max_subscriptions_per_caller
     # History and usage reads one caller may have at the agents at once, in all and per node.
@@ -107,6 +110,7 @@ class Settings:
             "max_result_items",
             "max_variable_items",
             "max_body_bytes",
+            "max_connections",
             "max_history_reads_per_caller",
             "max_history_reads_per_caller_per_node",
         ):

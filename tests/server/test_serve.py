@@ -11,15 +11,20 @@ import pytest
 from grpc import aio
 from prometheus_client.parser import text_string_to_metric_families
 
+from api.app import create_app
 from api.demo.cluster.manifests import make_node
+from api.settings import Settings
 from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.models import NodeSnapshot
 from node_resolver.version import version
+from tests.server.http.test_header_limits import exchange
+from tests.support.graph import MemoryCluster, MemorySnapshots
 from tests.support.polling import eventually_async
 from tests.support.server import (
     Gpu,
     GraphQLSocket,
     GraphTestCluster,
+    serve_app,
     serving,
 )
 
@@ -229,3 +234,23 @@ async def test_serve_waits_for_the_api_server_before_it_says_serving(
     finally:
         cluster.stub.resume_lists()
     assert said()[1] == f"gpugraph {version()} serving on {settings.listen} (auth none)"
+
+
+async def test_past_max_connections_a_new_request_gets_503_until_some_close() -> None:
+    settings = Settings(max_connections=3)
+    app = create_app(settings, MemoryCluster(), MemorySnapshots())
+    async with serve_app(app, settings) as server:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        # Two clients that connect and send nothing, as slow or idle ones would.
+        held = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+        request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        try:
+            assert (await exchange(server, request)).startswith(b"HTTP/1.1 503 ")
+        finally:
+            for _, writer in held:
+                writer.close()
+
+        async def answered() -> bool:
+            return (await exchange(server, request)).startswith(b"HTTP/1.1 200 ")
+
+        await eventually_async(answered, what="a request answered once the others closed")
