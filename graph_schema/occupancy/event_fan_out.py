@@ -5,7 +5,8 @@ are read the same way: the nodes a query can touch, a bounded number at a
 time, with the caller's namespaces sent along so the agents never page over
 another tenant's events; a node that cannot answer is reported, not fatal.
 A subscription follows each node's log by sequence number instead (a long
-poll on the agent), starting again from 0 when the log is replaced.
+poll on the agent), starting again from 0 when the log is replaced, and
+resuming after the last event it saw when the node answers again.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from .fan_out import (
 __all__ = [
     "FOLLOW_WAIT_SECONDS",
     "EventPageOfNodes",
+    "Follower",
     "NodeEvent",
     "event_page",
     "event_source",
-    "follow",
     "node_events",
 ]
 
@@ -112,35 +113,59 @@ async def event_page(
     )
 
 
-async def follow(
-    source: EventSource, node_name: str, query: EventQuery
-) -> AsyncIterator[list[NodeEvent]]:
-    """Each batch of events that lands in one node's log from now on, as it lands.
+class Follower:
+    """One node's log followed from where it stood when first asked: each batch of events
+    as it lands (a long poll on the agent).
 
-    Starts where the log stands; a log replaced meanwhile (a new ``log_id``) is
-    read again from its start. AgentUnavailableError or HistoryUnavailableError
-    when the node cannot answer.
+    Its place (the log and the last sequence seen) outlives a failure: following again
+    after the node comes back resumes right after the last event seen, so an agent's
+    restart loses none; a log replaced meanwhile (a new ``log_id``) is read from its start.
     """
-    page = await source.gpu_events(
-        node_name, dataclasses.replace(query, after_sequence=_PAST_THE_END, limit=1)
-    )
-    log_id, after = page.log_id, page.last_sequence
-    while True:
-        broken = unusable(node_name, page.status)
+
+    # How long to wait, once the node has failed, before following again.
+    retry_seconds = 5.0
+
+    def __init__(self, source: EventSource, node_name: str, query: EventQuery) -> None:
+        self.source = source
+        self.node_name = node_name
+        self.query = query
+        # Whether the follower has read where the log stands (its first answer).
+        self.started = False
+        self._log_id = ""
+        self._after = 0
+
+    async def batches(self) -> AsyncIterator[list[NodeEvent]]:
+        """Each batch from here on; AgentUnavailableError or HistoryUnavailableError when
+        the node cannot answer (iterate again to resume)."""
+        if not self.started:
+            where = dataclasses.replace(self.query, after_sequence=_PAST_THE_END, limit=1)
+            page = await self._read(self.source.gpu_events(self.node_name, where))
+            self._log_id, self._after = page.log_id, page.last_sequence
+            self.started = True
+        while True:
+            asked = dataclasses.replace(self.query, after_sequence=self._after, limit=_AGENT_PAGE)
+            started = time.monotonic()
+            page = await self._read(
+                self.source.follow_gpu_events(
+                    self.node_name, asked, wait_seconds=FOLLOW_WAIT_SECONDS
+                )
+            )
+            if self._log_id and page.log_id and page.log_id != self._log_id:
+                # Another log (deleted and made again): its sequence numbers start over.
+                self._log_id, self._after = page.log_id, 0
+                continue
+            self._log_id = page.log_id or self._log_id
+            if page.events:
+                self._after = max(self._after, *(e.id for e in page.events))
+                yield [NodeEvent(e, self.node_name) for e in page.events]
+            elif time.monotonic() - started < _EARLY:
+                # Answered at once with nothing: the agent had no room for another waiter
+                # (or is older than long polls); ask again later rather than at once.
+                await asyncio.sleep(_EARLY)
+
+    async def _read(self, call: Awaitable[EventPage]) -> EventPage:
+        page = await call
+        broken = unusable(self.node_name, page.status)
         if broken is not None:
             raise broken
-        asked = dataclasses.replace(query, after_sequence=after, limit=_AGENT_PAGE)
-        started = time.monotonic()
-        page = await source.follow_gpu_events(node_name, asked, wait_seconds=FOLLOW_WAIT_SECONDS)
-        if log_id and page.log_id and page.log_id != log_id:
-            # Another log (deleted and made again): its sequence numbers start over.
-            log_id, after = page.log_id, 0
-            continue
-        log_id = page.log_id or log_id
-        if page.events:
-            after = max(after, *(e.id for e in page.events))
-            yield [NodeEvent(e, node_name) for e in page.events]
-        elif time.monotonic() - started < _EARLY:
-            # Answered at once with nothing: the agent had no room for another waiter
-            # (or is older than long polls); ask again later rather than at once.
-            await asyncio.sleep(_EARLY)
+        return page

@@ -25,7 +25,7 @@ from node_resolver.gpu_events.records import EventQuery
 from ..errors import named_nodes, require_ready
 from ..interfaces import AgentUnavailableError, ClusterView
 from ..operation import Operation
-from .event_fan_out import NodeEvent, event_page, event_source, follow, node_events
+from .event_fan_out import Follower, NodeEvent, event_page, event_source, node_events
 from .events import GpuEventConnection, GpuEventEdge, GpuEventKind, GpuEventObject, event_object
 from .fan_out import (
     DEFAULT_FIRST,
@@ -203,24 +203,37 @@ gpu_event_connection: Any = strawberry.field(
 
 
 async def _merged(
-    ctx: Operation[Any], nodes: list[str], query: EventQuery
+    ctx: Operation[Any], nodes: list[str], query: EventQuery, *, named: bool
 ) -> AsyncIterator[list[NodeEvent]]:
-    """The batches of every node's follower, as they land; a node that fails is left out."""
+    """The batches of every node's follower, as they land.
+
+    A node that cannot answer is followed again every ``Follower.retry_seconds``, from
+    where its follower was, while the others go on. Only a node the caller ``named``,
+    failing before its follower could start, ends the stream with its error: a stream of
+    one node that never yields would look like a node whose GPUs never fail.
+    """
     source = event_source(ctx.history)
-    landed: asyncio.Queue[list[NodeEvent]] = asyncio.Queue()
+    landed: asyncio.Queue[list[NodeEvent] | Exception] = asyncio.Queue()
 
     async def one(node: str) -> None:
-        try:
-            async for batch in follow(source, node, query):
-                await landed.put(batch)
-        except (AgentUnavailableError, HistoryUnavailableError):
-            # A node that cannot be followed is left out of the stream; the rest go on.
-            return
+        follower = Follower(source, node, query)
+        while True:
+            try:
+                async for batch in follower.batches():
+                    await landed.put(batch)
+            except (AgentUnavailableError, HistoryUnavailableError) as exc:
+                if named and not follower.started:
+                    await landed.put(exc)
+                    return
+            await asyncio.sleep(follower.retry_seconds)
 
     tasks = [asyncio.ensure_future(one(node)) for node in nodes]
     try:
         while True:
-            yield await landed.get()
+            batch = await landed.get()
+            if isinstance(batch, Exception):
+                raise batch
+            yield batch
     finally:
         for task in tasks:
             task.cancel()
@@ -241,7 +254,8 @@ async def event_stream(
         # Nothing the caller may see: a stream that never yields, as gpuEvents answers empty.
         await asyncio.Event().wait()
         return
-    async for batch in _merged(ctx, list(nodes), EventQuery(namespaces=namespaces)):
+    query = EventQuery(namespaces=namespaces)
+    async for batch in _merged(ctx, list(nodes), query, named=node_name is not None):
         yield batch
 
 
@@ -255,6 +269,8 @@ def batch_of(ctx: Operation[Any], batch: list[NodeEvent]) -> list[GpuEventObject
 EVENT_STREAM_DESCRIPTION = (
     "Each new GPU health event as it lands, on one node or every node the caller may see, as "
     "gpuEvents shows it; optionally only events on GPUs that a pod of namespace was on (or "
-    "allocated). Nodes whose agent cannot be followed are left out; a nodeName the caller "
-    "cannot see (or no node has) is the error NOT_FOUND."
+    "allocated). A node whose agent cannot be followed is followed again every few seconds, "
+    "resuming after the last event seen, so an agent's restart loses no event; the nodeName "
+    "asked for that cannot be followed when the stream starts ends it with that error, and "
+    "one the caller cannot see (or no node has) with NOT_FOUND."
 )

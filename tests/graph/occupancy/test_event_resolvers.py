@@ -1,18 +1,23 @@
-"""The graph's GPU event fields: a node asked for by name that the caller cannot see."""
+"""The graph's GPU event fields: a node asked for by name that the caller cannot see, and
+the stream's followers when a node cannot answer."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from strawberry.types.execution import ExecutionResult, PreExecutionError
 
 from graph_schema.context import GraphContext
+from graph_schema.interfaces import AgentUnavailableError
+from graph_schema.occupancy.event_fan_out import Follower
 from graph_schema.scope import EVERYTHING, Scope
-from tests.graph.occupancy.test_resolvers import GPUS, SINCE, UNSEEN, answer
+from tests.graph.occupancy.test_resolvers import GPUS, SINCE, UNSEEN, answer, xid
 from tests.support.graph import SmallWorld
 from tests.support.history_agents import HistoryAgents, open_stores
+from tests.support.polling import eventually_async
 
 EVENTS = f'gpuEvents(since: "{SINCE}", nodeName: $node) {{ edges {{ node {{ xid }} }} }}'
 STREAM = "subscription($node: String) { gpuEventStream(nodeName: $node) { xid } }"
@@ -81,3 +86,54 @@ async def test_both_connections_refuse_a_page_size_out_of_range_alike(
     assert answers[0]["data"] is None
     assert [e["message"] for e in answers[0]["errors"]] == ["first must be between 1 and 1000"]
     assert world.agents.calls == {}
+
+
+async def subscribe(
+    world: SmallWorld, node: str | None
+) -> AsyncGenerator[ExecutionResult | PreExecutionError, None]:
+    """gpuEventStream, on ``node`` or every node, as a caller who sees everything."""
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=EVERYTHING)
+    stream = await world.schema.subscribe(STREAM, variable_values={"node": node}, context_value=ctx)
+    assert isinstance(stream, AsyncGenerator)
+    return stream
+
+
+async def test_a_stream_of_a_named_node_that_cannot_be_followed_ends_with_its_error(
+    world: SmallWorld,
+) -> None:
+    # Not a stream that never yields: that would look like a node whose GPUs never fail.
+    world.agents.kill("node-a", "connection refused")
+    stream = await subscribe(world, "node-a")
+    first = await asyncio.wait_for(stream.__anext__(), timeout=5)
+    assert first.data is None and first.errors is not None
+    assert [e.message for e in first.errors] == [
+        str(AgentUnavailableError("node-a", "connection refused"))
+    ]
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(stream.__anext__(), timeout=5)
+    assert world.schema.state.subscriptions.active == 0
+
+
+async def test_a_followed_node_that_fails_is_followed_again_and_loses_no_event(
+    world: SmallWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Follower, "retry_seconds", 0.01)
+    calls = world.agents.calls
+    stream = await subscribe(world, None)
+    first = asyncio.ensure_future(stream.__anext__())
+    try:
+        # Following: it has read where node-a's log stands and asked for what follows.
+        await eventually_async(lambda: calls["node-a"] >= 2, what="node-a followed")
+        world.agents.kill("node-a", "restarting")
+        failed_at = calls["node-a"]
+        # It failed, and tried again, while node-a was down (an agent's rolling restart).
+        await eventually_async(lambda: calls["node-a"] >= failed_at + 2, what="a retry")
+        assert isinstance(world.agents, HistoryAgents)
+        world.agents.stores["node-a"].write_events([xid("GPU-node-a-0", 30, 79)])
+        world.agents.revive("node-a")
+        result = await asyncio.wait_for(first, timeout=15)
+    finally:
+        first.cancel()
+        await stream.aclose()
+    assert result.errors is None
+    assert result.data == {"gpuEventStream": {"xid": 79}}
