@@ -51,11 +51,6 @@ class Position:
     node_name: str
     row: int
 
-    @classmethod
-    def of(cls, record: OccupancyRecord, node_name: str) -> Position:
-        """The position of ``node_name``'s record in the merged order."""
-        return cls(*merged_order(record, node_name))
-
     def resume(self, node_name: str) -> tuple[float, int]:
         """Where ``node_name``'s log resumes after this position: (first seen, row)."""
         if node_name == self.node_name:
