@@ -7,7 +7,6 @@ land meanwhile.
 
 from __future__ import annotations
 
-import base64
 import math
 
 from .generated import agent_pb2
@@ -19,8 +18,15 @@ from .gpu_events.records import (
     GpuEvent,
     GpuEventKind,
 )
-from .history.records import MAX_FILTER_VALUES
-from .history_codec import DEFAULT_PAGE, MAX_PAGE, BadHistoryRequestError, after_token
+from .history_codec import (
+    DEFAULT_PAGE,
+    INT64,
+    MAX_PAGE,
+    BadHistoryRequestError,
+    after_token,
+    filter_values,
+    page_position,
+)
 
 __all__ = [
     "MAX_WAIT_SECONDS",
@@ -55,25 +61,6 @@ def kind_from_proto(value: int) -> GpuEventKind | None:
     return _KIND_FROM_PROTO.get(value)  # type: ignore[call-overload]
 
 
-def _position(token: str) -> tuple[float, int] | None:
-    if not token:
-        return None
-    try:
-        time_text, _, sequence = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        position = (float(time_text), int(sequence))
-    except ValueError:
-        raise BadHistoryRequestError("page_token is not one this agent gave out") from None
-    if not math.isfinite(position[0]):
-        raise BadHistoryRequestError("page_token is not one this agent gave out")
-    return position
-
-
-def _values(name: str, values: list[str]) -> tuple[str, ...]:
-    if len(values) > MAX_FILTER_VALUES:
-        raise BadHistoryRequestError(f"at most {MAX_FILTER_VALUES} {name} per request")
-    return tuple(values)
-
-
 def event_query_from_proto(request: agent_pb2.GetGpuEventsRequest) -> tuple[EventQuery, float]:
     """The query a GetGpuEvents request asks and how long it may wait; BadHistoryRequestError
     when it makes no sense."""
@@ -93,15 +80,17 @@ def event_query_from_proto(request: agent_pb2.GetGpuEventsRequest) -> tuple[Even
     follow = request.HasField("after_sequence")
     if follow and request.page_token:
         raise BadHistoryRequestError("after_sequence follows the log; it takes no page_token")
+    if follow and request.after_sequence not in INT64:
+        raise BadHistoryRequestError("after_sequence is past any sequence this agent gives out")
     query = EventQuery(
         since=request.since,
         until=until,
-        gpu_uuids=_values("gpu_uuids", list(request.gpu_uuids)),
-        namespaces=_values("namespaces", list(request.namespaces)),
-        pod_uids=_values("pod_uids", list(request.pod_uids)),
+        gpu_uuids=filter_values("gpu_uuids", list(request.gpu_uuids)),
+        namespaces=filter_values("namespaces", list(request.namespaces)),
+        pod_uids=filter_values("pod_uids", list(request.pod_uids)),
         kinds=tuple(kinds),
         limit=min(request.limit, MAX_PAGE) if request.limit else DEFAULT_PAGE,
-        after=_position(request.page_token),
+        after=page_position(request.page_token),
         after_sequence=request.after_sequence if follow else None,
     )
     wait = min(request.wait_seconds, MAX_WAIT_SECONDS) if follow else 0.0

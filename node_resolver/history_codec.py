@@ -24,15 +24,18 @@ from .pod_names import DeviceShareKey, PodName
 
 __all__ = [
     "DEFAULT_PAGE",
+    "INT64",
     "MAX_FILTER_VALUES",
     "MAX_PAGE",
     "PUT_POD_NAMES_MAX_BYTES",
     "BadHistoryRequestError",
     "after_token",
+    "filter_values",
     "history_page_from_proto",
     "history_page_to_proto",
     "history_query_from_proto",
     "history_request_to_proto",
+    "page_position",
     "page_token",
     "pod_names_from_proto",
     "pod_names_requests",
@@ -77,17 +80,23 @@ def after_token(after: tuple[float, int]) -> str:
     return base64.urlsafe_b64encode(f"{first_seen!r}:{row_id}".encode()).decode()
 
 
-def _cursor(token: str) -> tuple[float, int] | None:
+# SQLite's INTEGER: a row or sequence number past it names no row, and cannot be bound.
+INT64 = range(-(2**63), 2**63)
+
+
+def page_position(token: str) -> tuple[float, int] | None:
+    """The (time, row) a page token resumes after; None for no token; BadHistoryRequestError
+    for one this agent did not give out (of either log: records and GPU events alike)."""
     if not token:
         return None
     try:
         first_seen, _, row_id = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        cursor = (float(first_seen), int(row_id))
+        position = (float(first_seen), int(row_id))
     except ValueError:
         raise BadHistoryRequestError("page_token is not one this agent gave out") from None
-    if not math.isfinite(cursor[0]):
+    if not math.isfinite(position[0]) or position[1] not in INT64:
         raise BadHistoryRequestError("page_token is not one this agent gave out")
-    return cursor
+    return position
 
 
 def _range(since: float, until: float | None) -> None:
@@ -97,9 +106,14 @@ def _range(since: float, until: float | None) -> None:
         raise BadHistoryRequestError("until must be after since")
 
 
-def _values(name: str, values: list[str]) -> tuple[str, ...]:
+def filter_values(name: str, values: list[str]) -> tuple[str, ...]:
+    """A request's filter ``name``; BadHistoryRequestError past MAX_FILTER_VALUES values, or
+    for an empty one (it would match every row that lacks the field: host processes for a
+    pod's UID, every full GPU's records for a MIG device's)."""
     if len(values) > MAX_FILTER_VALUES:
         raise BadHistoryRequestError(f"at most {MAX_FILTER_VALUES} {name} per request")
+    if not all(values):
+        raise BadHistoryRequestError(f"{name} holds an empty value")
     return tuple(values)
 
 
@@ -110,12 +124,12 @@ def history_query_from_proto(request: agent_pb2.GetHistoryRequest) -> HistoryQue
     return HistoryQuery(
         since=request.since,
         until=until,
-        gpu_uuids=_values("gpu_uuids", list(request.gpu_uuids)),
-        pod_uids=_values("pod_uids", list(request.pod_uids)),
-        namespaces=_values("namespaces", list(request.namespaces)),
-        pod_names=_values("pod_names", list(request.pod_names)),
+        gpu_uuids=filter_values("gpu_uuids", list(request.gpu_uuids)),
+        pod_uids=filter_values("pod_uids", list(request.pod_uids)),
+        namespaces=filter_values("namespaces", list(request.namespaces)),
+        pod_names=filter_values("pod_names", list(request.pod_names)),
         limit=min(request.limit, MAX_PAGE) if request.limit else DEFAULT_PAGE,
-        after=_cursor(request.page_token),
+        after=page_position(request.page_token),
     )
 
 
@@ -133,7 +147,7 @@ def usage_query_from_proto(request: agent_pb2.GetUsageRequest, *, now: float) ->
         since=request.since,
         until=until if until is not None else now,
         group_by=frozenset(groups),
-        namespaces=_values("namespaces", list(request.namespaces)),
+        namespaces=filter_values("namespaces", list(request.namespaces)),
     )
 
 
@@ -263,7 +277,7 @@ def _row_id(cursor: str) -> int:
     # The record's row in its agent's log, from the token after it: the server pages
     # across nodes by (first seen, node, row). 0 (unknown) from an agent that sent none.
     try:
-        position = _cursor(cursor)
+        position = page_position(cursor)
     except BadHistoryRequestError:
         return 0
     return 0 if position is None else position[1]

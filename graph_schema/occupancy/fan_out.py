@@ -85,16 +85,18 @@ def owner_of(occupancy: Occupancy) -> str | None:
 
 
 # Kubernetes' own limits: a namespace is a DNS-1123 label, a pod's name a DNS-1123 subdomain.
-# A longer filter names nothing, and is refused rather than sent to every agent (whose
-# message limit would refuse it as if each agent were down).
+# A longer or empty filter names nothing, and is refused rather than sent to every agent
+# (which refuse an empty one, and whose message limit refuses a long one, as if each agent
+# had failed).
 NAME_LIMITS = {"namespace": 63, "podName": 253}
 
 
 def check_name(argument: str, value: str | None) -> None:
-    """BadUserInputError when the filter argument ``argument``'s ``value`` is past its limit."""
+    """BadUserInputError when the filter argument ``argument``'s ``value`` is empty or past
+    its limit."""
     limit = NAME_LIMITS[argument]
-    if value is not None and len(value) > limit:
-        raise BadUserInputError(f"{argument} is at most {limit} characters, as in Kubernetes")
+    if value is not None and not 0 < len(value) <= limit:
+        raise BadUserInputError(f"{argument} is 1 to {limit} characters, as in Kubernetes")
 
 
 def agent_namespaces(namespaces: frozenset[str] | None) -> tuple[str, ...] | None:

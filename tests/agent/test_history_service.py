@@ -21,6 +21,7 @@ from node_resolver.history.records import HistoryQuery, OccupancyRecord, UsageGr
 from node_resolver.history.store import DB_NAME, READERS, HistoryStore
 from node_resolver.history_codec import (
     PUT_POD_NAMES_MAX_BYTES,
+    after_token,
     pod_names_requests,
     pod_names_to_proto,
 )
@@ -76,7 +77,14 @@ def test_every_history_rpc_needs_the_token(agent: tuple[AgentThread, HistoryLog]
         agent_pb2.GetHistoryRequest(since=10, until=5),
         agent_pb2.GetHistoryRequest(since=float("nan")),
         agent_pb2.GetHistoryRequest(namespaces=["x"] * 300),
+        # A row past SQLite's INTEGER, which failed binding as an UNKNOWN with a traceback.
+        agent_pb2.GetHistoryRequest(page_token=after_token((1.0, 2**63))),
+        agent_pb2.GetHistoryRequest(page_token=after_token((1.0, -(2**70)))),
+        # Empty values, which matched every record lacking the field.
+        agent_pb2.GetHistoryRequest(gpu_uuids=[""]),
+        agent_pb2.GetHistoryRequest(pod_uids=["uid-1", ""]),
     ],
+    ids=["token", "range", "nan", "filters", "row-over", "row-under", "gpu-empty", "pod-empty"],
 )
 def test_bad_history_requests_are_invalid_arguments(
     agent: tuple[AgentThread, HistoryLog], request_: agent_pb2.GetHistoryRequest

@@ -21,7 +21,7 @@ from node_resolver.gpu_events.records import (
     GpuEvent,
     GpuEventKind,
 )
-from node_resolver.history_codec import BadHistoryRequestError
+from node_resolver.history_codec import BadHistoryRequestError, after_token
 
 
 @pytest.mark.parametrize(
@@ -37,6 +37,11 @@ from node_resolver.history_codec import BadHistoryRequestError
         ),
         (agent_pb2.GetGpuEventsRequest(after_sequence=3, wait_seconds=-1), "wait_seconds"),
         (agent_pb2.GetGpuEventsRequest(namespaces=["ns"] * 257), "at most 256 namespaces"),
+        # Past SQLite's INTEGER: failed binding, an UNKNOWN with a traceback.
+        (agent_pb2.GetGpuEventsRequest(after_sequence=2**63), "after_sequence is past any"),
+        (agent_pb2.GetGpuEventsRequest(page_token=after_token((1.0, 2**63))), "page_token"),
+        # Matched every event not on a MIG device.
+        (agent_pb2.GetGpuEventsRequest(gpu_uuids=[""]), "gpu_uuids holds an empty value"),
     ],
 )
 def test_requests_that_make_no_sense_are_refused_with_the_reason(
