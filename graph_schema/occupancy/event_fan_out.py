@@ -23,6 +23,7 @@ from ..errors import GraphUserError
 from ..interfaces import EventSource, HistorySource
 from .cursor import Order, Position
 from .fan_out import (
+    AGENT_PAGE,
     HISTORY_LIST_LIMIT,
     MergedPage,
     merged_page,
@@ -46,8 +47,6 @@ FOLLOW_WAIT_SECONDS = 25.0
 _PAST_THE_END = (1 << 62) - 1
 # A follower's call answered empty sooner than this did not wait: the next waits this long.
 _EARLY = 1.0
-# Per agent call: the agent's own page limit.
-_AGENT_PAGE = 500
 
 
 def event_source(source: HistorySource | None) -> EventSource:
@@ -122,8 +121,11 @@ class Follower:
     restart loses none; a log replaced meanwhile (a new ``log_id``) is read from its start.
     """
 
-    # How long to wait, once the node has failed, before following again.
+    # How long to wait, once the node has failed, before following again: doubled after
+    # each failure in a row, up to the most, so a node that never answers (no agent, its
+    # log off) costs a call every few minutes, and reset once the node answers.
     retry_seconds = 5.0
+    most_retry_seconds = 300.0
 
     def __init__(self, source: EventSource, node_name: str, query: EventQuery) -> None:
         self.source = source
@@ -133,6 +135,12 @@ class Follower:
         self.started = False
         self._log_id = ""
         self._after = 0
+        self._failures = 0
+
+    def retry_delay(self) -> float:
+        """How long to wait before following again, after a failure."""
+        self._failures += 1
+        return min(self.retry_seconds * 2 ** (self._failures - 1), self.most_retry_seconds)
 
     async def batches(self) -> AsyncIterator[list[NodeEvent]]:
         """Each batch from here on; AgentUnavailableError or HistoryUnavailableError when
@@ -143,7 +151,7 @@ class Follower:
             self._log_id, self._after = page.log_id, page.last_sequence
             self.started = True
         while True:
-            asked = dataclasses.replace(self.query, after_sequence=self._after, limit=_AGENT_PAGE)
+            asked = dataclasses.replace(self.query, after_sequence=self._after, limit=AGENT_PAGE)
             started = time.monotonic()
             page = await self._read(
                 self.source.follow_gpu_events(
@@ -168,4 +176,5 @@ class Follower:
         broken = unusable(self.node_name, page.status)
         if broken is not None:
             raise broken
+        self._failures = 0
         return page

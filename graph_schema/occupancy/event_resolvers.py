@@ -207,7 +207,7 @@ async def _merged(
 ) -> AsyncIterator[list[NodeEvent]]:
     """The batches of every node's follower, as they land.
 
-    A node that cannot answer is followed again every ``Follower.retry_seconds``, from
+    A node that cannot answer is followed again after ``Follower.retry_delay``, from
     where its follower was, while the others go on. Only a node the caller ``named``,
     failing before its follower could start, ends the stream with its error: a stream of
     one node that never yields would look like a node whose GPUs never fail.
@@ -225,7 +225,7 @@ async def _merged(
                 if named and not follower.started:
                     await landed.put(exc)
                     return
-            await asyncio.sleep(follower.retry_seconds)
+            await asyncio.sleep(follower.retry_delay())
 
     tasks = [asyncio.ensure_future(one(node)) for node in nodes]
     try:
@@ -269,8 +269,9 @@ def batch_of(ctx: Operation[Any], batch: list[NodeEvent]) -> list[GpuEventObject
 EVENT_STREAM_DESCRIPTION = (
     "Each new GPU health event as it lands, on one node or every node the caller may see, as "
     "gpuEvents shows it; optionally only events on GPUs that a pod of namespace was on (or "
-    "allocated). A node whose agent cannot be followed is followed again every few seconds, "
-    "resuming after the last event seen, so an agent's restart loses no event; the nodeName "
+    "allocated). A node whose agent cannot be followed is followed again 5 s later (longer "
+    "while it keeps failing, up to 5 minutes), resuming after the last event seen, so an "
+    "agent's restart loses no event; the nodeName "
     "asked for that cannot be followed when the stream starts ends it with that error, and "
     "one the caller cannot see (or no node has) with NOT_FOUND."
 )

@@ -33,6 +33,7 @@ from ..interfaces import AgentUnavailableError, HistorySource
 from .cursor import Order, Position, merged_order
 
 __all__ = [
+    "AGENT_PAGE",
     "DEFAULT_FIRST",
     "FAN_OUT",
     "HISTORY_LIST_LIMIT",
@@ -66,7 +67,7 @@ MAX_FIRST = 1000
 # Agents asked at once by a query that spans nodes.
 FAN_OUT = 64
 # Per agent call: the agent's own page limit.
-_AGENT_PAGE = 500
+AGENT_PAGE = 500
 
 T = TypeVar("T")
 
@@ -201,7 +202,7 @@ async def read_node(
     found: list[E] = []
     token = ""
     while True:
-        page = await read(min(_AGENT_PAGE, limit - len(found) + 1), token)
+        page = await read(min(AGENT_PAGE, limit - len(found) + 1), token)
         broken = unusable(node_name, page.status)
         if broken is not None:
             raise broken
@@ -223,7 +224,8 @@ async def node_history(
     """Up to ``limit`` records of one node, oldest first, and whether more were left."""
 
     def read(ask: int, token: str) -> Awaitable[HistoryPage]:
-        return source.history_page(node_name, dataclasses.replace(query, limit=ask), token)
+        asked = dataclasses.replace(query, limit=ask, after=None)
+        return source.history_page(node_name, asked, token)
 
     def entries(page: HistoryPage) -> list[Occupancy]:
         return [Occupancy(record, node_name) for record in page.records]

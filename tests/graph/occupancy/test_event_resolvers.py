@@ -14,6 +14,7 @@ from graph_schema.context import GraphContext
 from graph_schema.interfaces import AgentUnavailableError
 from graph_schema.occupancy.event_fan_out import Follower
 from graph_schema.scope import EVERYTHING, Scope
+from node_resolver.gpu_events.records import EventQuery
 from tests.graph.occupancy.test_resolvers import GPUS, SINCE, UNSEEN, answer, xid
 from tests.support.graph import SmallWorld
 from tests.support.history_agents import HistoryAgents, open_stores
@@ -137,3 +138,20 @@ async def test_a_followed_node_that_fails_is_followed_again_and_loses_no_event(
         await stream.aclose()
     assert result.errors is None
     assert result.data == {"gpuEventStream": {"xid": 79}}
+
+
+async def test_a_follower_waits_longer_after_each_failure_in_a_row_and_afresh_once_answered(
+    world: SmallWorld,
+) -> None:
+    # A node that never answers (no agent on a CPU node, its log off) costs a call every
+    # few minutes, not every few seconds, for as long as a stream stays open.
+    assert isinstance(world.agents, HistoryAgents)
+    follower = Follower(world.agents, "node-a", EventQuery())
+    delays = [follower.retry_delay() for _ in range(8)]
+    assert delays == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0]
+    following = asyncio.ensure_future(anext(follower.batches()))
+    try:
+        await eventually_async(lambda: follower.started, what="node-a answered")
+    finally:
+        following.cancel()
+    assert follower.retry_delay() == 5.0
