@@ -167,7 +167,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     defaulted(
         limits,
         "--max-connections",
-        "open connections (WebSockets included) past which a new request gets 503",
+        "while this many other connections are open, a new request gets 503 (not the probes)",
         type=int,
         metavar="N",
     )

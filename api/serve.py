@@ -26,7 +26,7 @@ from .agents.pod_names import PodNamePusher
 from .agents.pool import AgentPool
 from .app import create_app
 from .auth import kubernetes_auth
-from .http.header_limits import bounded_headers
+from .http.header_limits import bounded_headers, cap_warnings
 from .http.uvicorn_server import UvicornServer
 from .kube.cache import ClusterCache
 from .kube.config import load_kube_config
@@ -103,6 +103,7 @@ def _tune_gc_once_ready(cache: ClusterCache) -> None:
 
 def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
     """uvicorn's configuration for the app, with the body cap applied to WebSocket messages."""
+    cap_warnings()
     return uvicorn.Config(
         app,
         host=settings.listen_host,
@@ -111,7 +112,8 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         ws_max_size=settings.max_body_bytes,
         # Headers bounded in size and in time: unfinished ones are not held forever.
         http=bounded_headers(timeout=settings.header_timeout),
-        limit_concurrency=settings.max_connections,
+        # uvicorn counts the request's own connection among them.
+        limit_concurrency=settings.max_connections + 1,
         # Subscriptions are long-lived; give them a moment to finish, not forever.
         timeout_graceful_shutdown=5,
         lifespan="off",

@@ -22,6 +22,7 @@ from starlette.types import Scope as AsgiScope
 
 from ..http import cluster_map
 from ..http.graphiql import STATIC_URL
+from ..http.header_limits import PROBE_PATHS
 from ..http.responses import json_response
 from .access import GET_METRICS
 from .callers import Caller, KubernetesAuth, RejectedTokenError
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # Health checks answer kubelet's probes, which carry no token; the pages and
 # static assets of GraphiQL and the cluster map hold no data.
-OPEN_PATHS = ("/healthz", "/readyz", *cluster_map.OPEN_PAGES)
+OPEN_PATHS = (*PROBE_PATHS, *cluster_map.OPEN_PAGES)
 OPEN_PREFIXES = (STATIC_URL.rstrip("/") + "/", cluster_map.STATIC_URL.rstrip("/") + "/")
 CALLER_KEY = "gpugraph.caller"
 

@@ -7,16 +7,36 @@ a request's headers are incomplete and answers 431 past ``max_bytes``; a
 request whose headers are not complete ``timeout`` seconds after its
 connection opened (or after its first byte, on a kept-alive connection) is
 answered 408. Either way the connection is closed and the app never sees it.
+
+Past ``--max-connections`` (uvicorn's ``limit_concurrency``) a request is
+answered 503, except kubelet's probes: a liveness probe refused at the cap
+would have the server restarted in the very flood the cap is there to ride
+out. uvicorn warns of each such 503; ``CapWarnings`` lets one a minute through,
+with the count of the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["MAX_HEADER_BYTES", "BoundedHeaders", "bounded_headers"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "PROBE_PATHS",
+    "BoundedHeaders",
+    "CapWarnings",
+    "bounded_headers",
+    "cap_warnings",
+]
+
+# Kubelet's probes: open to every caller, and answered past the connection cap.
+PROBE_PATHS = ("/healthz", "/readyz")
+_PROBES = tuple(path.encode() for path in PROBE_PATHS)
 
 # Room for a 16 KiB token (the longest the server reviews) and the usual headers.
 MAX_HEADER_BYTES = 64 * 1024
@@ -77,11 +97,20 @@ class BoundedHeaders(HttpToolsProtocol):
         self._start_header_timer()
 
     def on_headers_complete(self) -> None:
-        """The headers arrived in time and in size; the body is the body limit's business."""
+        """The headers arrived in time and in size; the body is the body limit's business.
+        A probe is answered whatever the connection cap says."""
         self._in_headers = False
         self._header_bytes = 0
         self._stop_header_timer()
-        super().on_headers_complete()
+        limit = self.limit_concurrency
+        if limit is None or self.url.partition(b"?")[0] not in _PROBES:
+            super().on_headers_complete()
+            return
+        self.limit_concurrency = None
+        try:
+            super().on_headers_complete()
+        finally:
+            self.limit_concurrency = limit
 
     def on_message_complete(self) -> None:
         """Between requests, bytes count toward the next request's headers."""
@@ -110,3 +139,44 @@ class BoundedHeaders(HttpToolsProtocol):
 def bounded_headers(timeout: float, max_bytes: int = MAX_HEADER_BYTES) -> type[BoundedHeaders]:
     """The protocol class for uvicorn's ``http`` setting, with these bounds."""
     return type("BoundedHeaders", (BoundedHeaders,), {"max_bytes": max_bytes, "timeout": timeout})
+
+
+# uvicorn's warning for each request it answers 503 at the connection cap.
+_CAP_MESSAGE = "Exceeded concurrency limit."
+
+
+class CapWarnings(logging.Filter):
+    """uvicorn's warning of a 503 at the connection cap, once per ``window`` seconds, the
+    first after a quiet spell saying how many were left out: a flood is not a log flood."""
+
+    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.window = window
+        self._clock = clock
+        self._last: float | None = None
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every other record; of the cap's warnings, one per window."""
+        if record.msg != _CAP_MESSAGE:
+            return True
+        now = self._clock()
+        if self._last is not None and now - self._last < self.window:
+            self.suppressed += 1
+            return False
+        self._last = now
+        if self.suppressed:
+            record.msg = f"{_CAP_MESSAGE} ({self.suppressed} more since the last such warning)"
+            self.suppressed = 0
+        return True
+
+
+def cap_warnings() -> CapWarnings:
+    """The one CapWarnings on uvicorn's logger (installed on first call)."""
+    logger = logging.getLogger("uvicorn.error")
+    for existing in logger.filters:
+        if isinstance(existing, CapWarnings):
+            return existing
+    installed = CapWarnings()
+    logger.addFilter(installed)
+    return installed

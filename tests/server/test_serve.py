@@ -236,21 +236,28 @@ async def test_serve_waits_for_the_api_server_before_it_says_serving(
     assert said()[1] == f"gpugraph {version()} serving on {settings.listen} (auth none)"
 
 
-async def test_past_max_connections_a_new_request_gets_503_until_some_close() -> None:
-    settings = Settings(max_connections=3)
+async def test_at_max_connections_a_new_request_gets_503_but_the_probes_are_answered() -> None:
+    settings = Settings(max_connections=2)
     app = create_app(settings, MemoryCluster(), MemorySnapshots())
     async with serve_app(app, settings) as server:
         host, port = server.url.removeprefix("http://").rsplit(":", 1)
         # Two clients that connect and send nothing, as slow or idle ones would.
         held = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
-        request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+        def get(path: str) -> bytes:
+            return f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+
         try:
-            assert (await exchange(server, request)).startswith(b"HTTP/1.1 503 ")
+            for _ in range(3):
+                assert (await exchange(server, get("/metrics"))).startswith(b"HTTP/1.1 503 ")
+            # Kubelet's probes: a liveness probe refused here would restart the server.
+            assert (await exchange(server, get("/healthz"))).startswith(b"HTTP/1.1 200 ")
+            assert (await exchange(server, get("/readyz?x=1"))).startswith(b"HTTP/1.1 200 ")
         finally:
             for _, writer in held:
                 writer.close()
 
         async def answered() -> bool:
-            return (await exchange(server, request)).startswith(b"HTTP/1.1 200 ")
+            return (await exchange(server, get("/metrics"))).startswith(b"HTTP/1.1 200 ")
 
         await eventually_async(answered, what="a request answered once the others closed")

@@ -68,8 +68,14 @@ test("holders of the GPU get distinct colours, and one holder keeps one colour",
 });
 
 test("a node that could not answer for its log is said so, not drawn as a day of nobody", () => {
-  const html = historyUnavailableHtml([{ message: "history is off on node '<n>'" }]);
-  assert.ok(html.includes("history unavailable: history is off on node &#39;&lt;n&gt;&#39;"));
+  const off = "history is off on node '<n>'";
+  const html = historyUnavailableHtml([
+    { message: off, path: ["gpu", "hiddenHistoryCount"] },
+    { message: off, path: ["gpu", "history"] },
+    { message: "something else", path: ["other"] },
+  ]);
+  assert.ok(html.includes("history unavailable: history is off on node &#39;&lt;n&gt;&#39;</p>"));
+  assert.ok(!html.includes("something else"));
   assert.ok(!html.includes("nobody") && !html.includes("history-strip"));
   assert.ok(historyUnavailableHtml(undefined).includes("the node did not answer"));
 });

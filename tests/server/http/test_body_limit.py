@@ -59,11 +59,14 @@ async def test_a_body_in_pieces_within_the_limit_is_answered(server: RunningServ
 
 async def test_the_server_answers_others_while_a_body_is_late(server: RunningServer) -> None:
     host, port = server.url.removeprefix("http://").rsplit(":", 1)
-    _, late = await asyncio.open_connection(host, int(port))
+    reader, late = await asyncio.open_connection(host, int(port))
     late.write(post(len(QUERY)))
     await late.drain()
     try:
         request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         assert (await exchange(server, request)).startswith(b"HTTP/1.1 200 ")
+        # ...and the late one still gets its own answer, not the others' wait.
+        answer = await asyncio.wait_for(reader.read(), 30)
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
     finally:
         late.close()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
 
 from api.app import create_app
-from api.http.header_limits import MAX_HEADER_BYTES
+from api.http.header_limits import MAX_HEADER_BYTES, CapWarnings
 from api.settings import Settings
+from tests.support.clock import ManualClock
 from tests.support.graph import MemoryCluster, MemorySnapshots
 from tests.support.server import RunningServer, serve_app
 
@@ -68,3 +70,20 @@ async def test_large_headers_within_the_limit_and_kept_alive_requests_pass(
     # Three requests on one connection: each gets its own header allowance.
     answer = await exchange(server, request, request, last)
     assert answer.count(b"HTTP/1.1 200 OK") == 3, answer[:200]
+
+
+def test_the_caps_warnings_are_one_a_minute_the_next_counting_the_others() -> None:
+    clock = ManualClock()
+    cap = CapWarnings(window=60, clock=clock)
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("uvicorn.error", logging.WARNING, "", 0, message, None, None)
+
+    first = record("Exceeded concurrency limit.")
+    assert cap.filter(first) and first.getMessage() == "Exceeded concurrency limit."
+    assert [cap.filter(record("Exceeded concurrency limit.")) for _ in range(3)] == [False] * 3
+    assert cap.filter(record("Started server process"))  # any other record passes
+    clock.advance(60)
+    later = record("Exceeded concurrency limit.")
+    assert cap.filter(later)
+    assert later.getMessage() == "Exceeded concurrency limit. (3 more since the last such warning)"

@@ -53,8 +53,12 @@ export function historyStripHtml(records, sinceMs, untilMs, hidden = 0) {
   return `<h3>Last ${STRIP_HOURS} h</h3><div class="history-strip" role="img" aria-label="who held this GPU in the last ${STRIP_HOURS} hours">${bars}</div>${legend}${note}`;
 }
 
-/** The strip's place where the GPU's node could not answer for its log (``history`` null). */
+/**
+ * The strip's place where the GPU's node could not answer for its log (``history`` null):
+ * the reasons the answer's errors give for that field, each once.
+ */
 export function historyUnavailableHtml(errors) {
-  const reason = (errors ?? []).map((e) => e.message).join("; ") || "the node did not answer";
+  const ours = (errors ?? []).filter((e) => !e.path || e.path.at(-1) === "history");
+  const reason = [...new Set(ours.map((e) => e.message))].join("; ") || "the node did not answer";
   return `<h3>Last ${STRIP_HOURS} h</h3><p class="history-legend">history unavailable: ${esc(reason)}</p>`;
 }
