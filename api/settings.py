@@ -65,8 +65,9 @@ class Settings:
     # body after them.
     header_timeout: float = 10.0
     body_timeout: float = 10.0
-    # Open connections past which a new request is answered 503 at once: with the limits
-    # above, what slow or idle clients can hold is bounded by their number too.
+    # Other open connections at which a new request is answered 503 at once (kubelet's
+    # probes excepted): with the limits above, what slow or idle clients can hold is
+    # bounded by their number too.
     max_connections: int = 1000
     max_subscriptions: int = _LIMITS.max_subscriptions
     max_subscriptions_per_caller: int = _LIMITS.max_subscriptions_per_caller
