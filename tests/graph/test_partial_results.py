@@ -136,12 +136,13 @@ async def test_gpu_on_a_dead_node_reports_the_node(three_nodes: SyntheticCluster
     assert "agents unavailable on: " + sc.node_names[1] in messages[("other",)]
 
 
-async def test_a_failed_sibling_does_not_cancel_a_fetch_other_fields_await(
+async def test_a_failed_root_field_is_the_answer_while_other_fields_fetch(
     tmp_path: Path,
 ) -> None:
     # A user error in gpuHistory, a non-null root field: graphql-core nulls data and cancels
     # the other root fields while they await snapshot fetches (one of a down agent). The
-    # answer is that error: no CancelledError escapes the operation.
+    # answer is that error: no CancelledError escapes the operation. (The shield that keeps
+    # one cancelled caller from cancelling a shared fetch: tests/graph/test_shared_futures.py.)
     names = [f"node-{i:05d}" for i in range(3)]
     stores = open_stores(tmp_path, {n: [occupancy(f"GPU-{n}-0", 1, 0, 1)] for n in names})
     try:
