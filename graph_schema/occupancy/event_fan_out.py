@@ -119,6 +119,9 @@ class Follower:
     Its place (the log and the last sequence seen) outlives a failure: following again
     after the node comes back resumes right after the last event seen, so an agent's
     restart loses none; a log replaced meanwhile (a new ``log_id``) is read from its start.
+
+    A follower given ``since`` (a node that joined while a stream was open) reads its log
+    from the start instead, for the events from ``since`` on.
     """
 
     # How long to wait, once the node has failed, before following again: doubled after
@@ -127,12 +130,19 @@ class Follower:
     retry_seconds = 5.0
     most_retry_seconds = 300.0
 
-    def __init__(self, source: EventSource, node_name: str, query: EventQuery) -> None:
+    def __init__(
+        self,
+        source: EventSource,
+        node_name: str,
+        query: EventQuery,
+        *,
+        since: float | None = None,
+    ) -> None:
         self.source = source
         self.node_name = node_name
-        self.query = query
-        # Whether the follower has read where the log stands (its first answer).
-        self.started = False
+        self.query = query if since is None else dataclasses.replace(query, since=since)
+        # Whether the follower knows where to read from (where the log stands, or its start).
+        self.started = since is not None
         self._log_id = ""
         self._after = 0
         self._failures = 0
@@ -165,7 +175,11 @@ class Follower:
             self._log_id = page.log_id or self._log_id
             if page.events:
                 self._after = max(self._after, *(e.id for e in page.events))
-                yield [NodeEvent(e, self.node_name) for e in page.events]
+                # An agent older than this server's ignores ``since`` while following.
+                since = self.query.since
+                landed = [NodeEvent(e, self.node_name) for e in page.events if e.time >= since]
+                if landed:
+                    yield landed
             elif time.monotonic() - started < _EARLY:
                 # Answered at once with nothing: the agent had no room for another waiter
                 # (or is older than long polls); ask again later rather than at once.

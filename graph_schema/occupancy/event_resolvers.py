@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -202,6 +203,10 @@ gpu_event_connection: Any = strawberry.field(
 )
 
 
+# How often a stream of every node looks for nodes that joined since it began.
+NEW_NODES_SECONDS = 10.0
+
+
 async def _merged(
     ctx: Operation[Any], nodes: list[str], query: EventQuery, *, named: bool
 ) -> AsyncIterator[list[NodeEvent]]:
@@ -211,12 +216,17 @@ async def _merged(
     where its follower was, while the others go on. Only a node the caller ``named``,
     failing before its follower could start, ends the stream with its error: a stream of
     one node that never yields would look like a node whose GPUs never fail.
+
+    Unless one was named, the nodes the caller sees are listed again every
+    ``NEW_NODES_SECONDS``: one that joined is followed from the moment the stream began
+    (its log read from the start), one that left is no longer asked, and one that comes
+    back resumes where its follower stopped, so no event is shown twice.
     """
     source = event_source(ctx.history)
+    began = time.time()
     landed: asyncio.Queue[list[NodeEvent] | Exception] = asyncio.Queue()
 
-    async def one(node: str) -> None:
-        follower = Follower(source, node, query)
+    async def one(follower: Follower) -> None:
         while True:
             try:
                 async for batch in follower.batches():
@@ -227,7 +237,26 @@ async def _merged(
                     return
             await asyncio.sleep(follower.retry_delay())
 
-    tasks = [asyncio.ensure_future(one(node)) for node in nodes]
+    followers: dict[str, Follower] = {}
+    tasks: dict[str, asyncio.Future[None]] = {}
+
+    def follow(nodes: list[str], since: float | None) -> None:
+        for node in nodes:
+            follower = followers.get(node)
+            if follower is None:
+                follower = followers[node] = Follower(source, node, query, since=since)
+            tasks[node] = asyncio.ensure_future(one(follower))
+
+    async def newcomers() -> None:
+        while True:
+            await asyncio.sleep(NEW_NODES_SECONDS)
+            listed = {n.name for n in ctx.cluster.nodes()}
+            for gone in tasks.keys() - listed:
+                tasks.pop(gone).cancel()
+            follow(sorted(listed - tasks.keys()), since=began)
+
+    follow(nodes, since=None)
+    watching = None if named else asyncio.ensure_future(newcomers())
     try:
         while True:
             batch = await landed.get()
@@ -235,10 +264,11 @@ async def _merged(
                 raise batch
             yield batch
     finally:
-        for task in tasks:
+        every = [*tasks.values(), *([watching] if watching is not None else [])]
+        for task in every:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*every, return_exceptions=True)
 
 
 async def event_stream(
@@ -255,7 +285,7 @@ async def event_stream(
         await asyncio.Event().wait()
         return
     query = EventQuery(namespaces=namespaces)
-    async for batch in _merged(ctx, list(nodes), query, named=node_name is not None):
+    async for batch in _merged(ctx, nodes, query, named=node_name is not None):
         yield batch
 
 
@@ -271,7 +301,8 @@ EVENT_STREAM_DESCRIPTION = (
     "gpuEvents shows it; optionally only events on GPUs that a pod of namespace was on (or "
     "allocated). A node whose agent cannot be followed is followed again 5 s later (longer "
     "while it keeps failing, up to 5 minutes), resuming after the last event seen, so an "
-    "agent's restart loses no event; the nodeName "
-    "asked for that cannot be followed when the stream starts ends it with that error, and "
-    "one the caller cannot see (or no node has) with NOT_FOUND."
+    "agent's restart loses no event. Without nodeName, a node that joins while the stream is "
+    f"open is followed within {NEW_NODES_SECONDS:g} s, with its events from the stream's start. "
+    "The nodeName asked for that cannot be followed when the stream starts ends it with that "
+    "error, and one the caller cannot see (or no node has) with NOT_FOUND."
 )

@@ -100,8 +100,8 @@ class GpuEvent:
 
 @dataclass(frozen=True, slots=True)
 class EventQuery:
-    """Events in [since, until) by (time, sequence), or, with ``after_sequence``, the events
-    logged after that sequence number, by sequence."""
+    """Events in [since, until) by (time, sequence), or, with ``after_sequence``, those of
+    them logged after that sequence number, by sequence."""
 
     since: float = 0.0
     until: float | None = None

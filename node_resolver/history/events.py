@@ -106,15 +106,13 @@ def delete_oldest(db: sqlite3.Connection, share: float) -> int:
 
 def select(db: sqlite3.Connection, query: EventQuery) -> list[GpuEvent]:
     """Up to ``query.limit`` events: by (time, sequence) in the range, or after a sequence."""
-    where: list[str] = []
-    args: list[Any] = []
+    where: list[str] = ["e.time >= ?"]
+    args: list[Any] = [query.since]
     if query.after_sequence is not None:
         where.append("e.id > ?")
         args.append(query.after_sequence)
         order = "e.id"
     else:
-        where.append("e.time >= ?")
-        args.append(query.since)
         if query.after is not None:
             where.append("(e.time > ? OR (e.time = ? AND e.id > ?))")
             args += [query.after[0], query.after[0], query.after[1]]

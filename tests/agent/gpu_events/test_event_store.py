@@ -53,6 +53,19 @@ def test_sequence_numbers_grow_and_are_never_reused_after_pruning(tmp_path: Path
         store.close()
 
 
+def test_following_keeps_to_since(tmp_path: Path) -> None:
+    # A stream that noticed a new node follows its log from the start, from its own start on.
+    store = HistoryStore(tmp_path, max_bytes=64 << 20)
+    store.open()
+    try:
+        store.write_events([event(100.0), event(200.0), event(300.0)])
+        found = store.gpu_events(EventQuery(since=200.0, after_sequence=0))
+        assert [(e.id, e.time) for e in found] == [(2, 200.0), (3, 300.0)]
+        assert [e.id for e in store.gpu_events(EventQuery(since=200.0, after_sequence=2))] == [3]
+    finally:
+        store.close()
+
+
 def test_filters_and_names_that_arrived_later(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path, max_bytes=64 << 20)
     store.open()

@@ -4,6 +4,9 @@ the stream's followers when a node cannot answer."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,11 +15,12 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 
 from graph_schema.context import GraphContext
 from graph_schema.interfaces import AgentUnavailableError
+from graph_schema.occupancy import event_resolvers
 from graph_schema.occupancy.event_fan_out import Follower
 from graph_schema.scope import EVERYTHING, Scope
-from node_resolver.gpu_events.records import EventQuery
+from node_resolver.gpu_events.records import EventPage, EventQuery, GpuEvent
 from tests.graph.occupancy.test_resolvers import GPUS, SINCE, UNSEEN, answer, xid
-from tests.support.graph import SmallWorld
+from tests.support.graph import SmallWorld, node_record, snapshot
 from tests.support.history_agents import HistoryAgents, open_stores
 from tests.support.polling import eventually_async
 
@@ -138,6 +142,83 @@ async def test_a_followed_node_that_fails_is_followed_again_and_loses_no_event(
         await stream.aclose()
     assert result.errors is None
     assert result.data == {"gpuEventStream": {"xid": 79}}
+
+
+async def test_a_node_that_joins_an_open_stream_is_followed_from_the_streams_start(
+    world: SmallWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A node the autoscaler adds during an incident: its GPUs' events count as much.
+    monkeypatch.setattr(event_resolvers, "NEW_NODES_SECONDS", 0.01)
+    assert isinstance(world.agents, HistoryAgents)
+    (store,) = open_stores(tmp_path / "late", {"node-c": []}).values()
+    world.agents.stores["node-c"] = store
+    world.agents.put(snapshot("node-c", []))
+    listings = counted(world, "nodes")
+    stream = await subscribe(world, None)
+    first = asyncio.ensure_future(stream.__anext__())
+    try:
+        await eventually_async(lambda: world.agents.calls["node-a"] >= 2, what="node-a followed")
+        # Logged before the stream began: not new to it. Then one after.
+        store.write_events([now_xid("GPU-node-c-0", 41, ago=3600), now_xid("GPU-node-c-0", 42)])
+        world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
+        assert (await asyncio.wait_for(first, timeout=15)).data == {"gpuEventStream": {"xid": 42}}
+        # It leaves (its follower stops at two listings without it), logs, and comes back:
+        # followed again from where it stopped, not from the stream's start.
+        world.cluster.remove_node("node-c")
+        left_at = listings["nodes"]
+        await eventually_async(lambda: listings["nodes"] >= left_at + 2, what="two listings")
+        store.write_events([now_xid("GPU-node-c-0", 43)])
+        world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
+        nxt = await asyncio.wait_for(stream.__anext__(), timeout=15)
+    finally:
+        first.cancel()
+        await stream.aclose()
+        store.close()
+    assert nxt.data == {"gpuEventStream": {"xid": 43}}
+
+
+class OlderAgents(HistoryAgents):
+    """Agents from before ``since`` counted while following: they send the whole log."""
+
+    async def follow_gpu_events(
+        self, node_name: str, query: EventQuery, *, wait_seconds: float
+    ) -> EventPage:
+        older = dataclasses.replace(query, since=0.0)
+        return await super().follow_gpu_events(node_name, older, wait_seconds=wait_seconds)
+
+
+async def test_a_late_follower_leaves_out_what_an_older_agent_sends_from_before_its_start(
+    tmp_path: Path,
+) -> None:
+    stores = open_stores(tmp_path, {"node-a": []})
+    stores["node-a"].write_events([now_xid("GPU-node-a-0", 41, ago=3600)])
+    agents = OlderAgents(stores)
+    agents.put(snapshot("node-a", []))
+    stores["node-a"].write_events([now_xid("GPU-node-a-0", 42)])
+    follower = Follower(agents, "node-a", EventQuery(), since=time.time() - 60)
+    try:
+        batch = await asyncio.wait_for(anext(follower.batches()), timeout=15)
+    finally:
+        stores["node-a"].close()
+    assert [item.event.xid for item in batch] == [42]
+
+
+def now_xid(gpu_uuid: str, code: int, *, ago: float = 0.0) -> GpuEvent:
+    """An XID on ``gpu_uuid`` ``ago`` seconds before now."""
+    return dataclasses.replace(xid(gpu_uuid, 0, code), time=time.time() - ago)
+
+
+def counted(world: SmallWorld, method: str) -> Counter[str]:
+    """How many times the world's cluster has been asked ``method`` from now on."""
+    calls: Counter[str] = Counter()
+    real = getattr(world.cluster, method)
+
+    def counting(*args: object) -> object:
+        calls[method] += 1
+        return real(*args)
+
+    setattr(world.cluster, method, counting)
+    return calls
 
 
 async def test_a_follower_waits_longer_after_each_failure_in_a_row_and_afresh_once_answered(
