@@ -41,7 +41,7 @@ from ..auth import (
     request_scope,
 )
 from ..http.graphiql import OfflineGraphiQL
-from ..http.request_json import decode_json, parse_request_json
+from ..http.request_json import CaseBlindContentType, decode_json, parse_request_json
 from ..http.response_media import GRAPHQL_RESPONSE_JSON, is_request_error, wants_graphql_response
 from ..http.responses import graphql_error_response
 from ..http.ws_messages import CheckedWebSocketAdapter
@@ -130,6 +130,7 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
     has no init timeout in strawberry and is not what the docs promise.
     """
 
+    request_adapter_class = CaseBlindContentType
     websocket_adapter_class = CheckedWebSocketAdapter
 
     def __init__(

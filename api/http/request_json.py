@@ -3,14 +3,32 @@
 orjson instead of the standard library: it refuses nesting past 1,024 levels
 and invalid UTF-8 with a ``JSONDecodeError``, where ``json.loads`` recurses
 into a ``RecursionError`` and a 500.
+
+A body's Content-Type is read case-blind, as HTTP defines media types
+(RFC 9110, 8.3.1): strawberry compares it as sent, so ``Application/JSON`` was
+refused.
 """
 
 from __future__ import annotations
 
 import orjson
-from cross_web import HTTPException
+from cross_web import HTTPException, StarletteRequestAdapter
 
-__all__ = ["decode_json", "parse_request_json"]
+__all__ = ["CaseBlindContentType", "decode_json", "parse_request_json"]
+
+
+class CaseBlindContentType(StarletteRequestAdapter):
+    """strawberry's request adapter, its Content-Type's media type in lower case."""
+
+    @property
+    def content_type(self) -> str | None:
+        """The request's Content-Type header, its media type lower-cased (parameters such as
+        a multipart boundary are kept as sent)."""
+        given = super().content_type
+        if given is None:
+            return None
+        media_type, semicolon, parameters = given.partition(";")
+        return media_type.lower() + semicolon + parameters
 
 
 def decode_json(data: str | bytes) -> object:

@@ -73,6 +73,23 @@ async def test_a_malformed_body_is_a_400_with_a_one_line_reason(
 
 
 @pytest.mark.parametrize(
+    "content_type", ["Application/JSON", "APPLICATION/JSON; Charset=UTF-8", "application/Json"]
+)
+async def test_a_json_body_is_answered_whatever_the_case_of_its_media_type(
+    cluster: GraphTestCluster, content_type: str
+) -> None:
+    # Media types are case-insensitive (RFC 9110, 8.3.1); strawberry compares them as sent.
+    async with serving(cluster.settings()) as server:
+        response = await server.client.post(
+            "/graphql",
+            content=b'{"query": "{ nodes { name } }"}',
+            headers={"content-type": content_type},
+        )
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["nodes"]
+
+
+@pytest.mark.parametrize(
     ("content_type", "says"),
     [
         ("text/plain", "not text/plain"),
