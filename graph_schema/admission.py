@@ -39,8 +39,8 @@ SIZES_TTL_SECONDS = 1.0
 class SizeGauge:
     """The list sizes a caller's view holds, measured from it and the agents' current snapshots.
 
-    A restricted caller's estimate is over what it may see (its processes
-    counted by namespace), so the refusal reveals nothing of the rest of the
+    A restricted caller's estimate is over what it may see (the GPUs of its
+    nodes, its processes counted by namespace), so the refusal reveals nothing of the rest of the
     cluster's size or of other tenants' processes; each view is measured at
     most once per ``ttl`` seconds per scope.
     """
@@ -83,14 +83,16 @@ class SizeGauge:
         # What the agents' current snapshots report, not the most ever seen: a
         # node's spike leaves once its snapshot is replaced or goes unread.
         peaks = self.views.peaks()
-        processes = peaks.processes_per_gpu
+        processes, gpus = peaks.processes_per_gpu, peaks.gpus_per_node
         if isinstance(cluster, VisibleCluster):
             processes = cluster.processes_per_gpu(processes, peaks.processes_per_gpu_of)
+            if not cluster.sees_cluster_sizes():
+                gpus = self.views.most_gpus(n.name for n in nodes)
         return ClusterSizes(
             nodes=max(1, len(nodes)),
             pods=max(1, pods.pods),
             pods_per_node=max(1, pods.pods_per_node),
-            gpus_per_node=max(1, capacity, peaks.gpus_per_node),
+            gpus_per_node=max(1, capacity, gpus),
             processes_per_gpu=max(MIN_PROCESSES_PER_GPU, processes),
             containers_per_pod=max(1, pods.containers_per_pod),
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from node_resolver.models import GpuSample, NodeSnapshot, ProcessRow, ProcessType
@@ -380,6 +380,13 @@ class ViewCache:
                 break
             self._uncount(oldest, self._by_node[oldest].sizes)
         return self._peaks
+
+    def most_gpus(self, node_names: Iterable[str]) -> int:
+        """The most GPUs one of ``node_names`` reports, among the snapshots ``peaks`` counts:
+        a restricted caller's bound, which other tenants' nodes do not move."""
+        self.peaks()
+        counted, by_node = self._counted, self._by_node
+        return max((by_node[name].sizes.gpus for name in node_names if name in counted), default=0)
 
     def _count(self, node_name: str, sizes: NodeSizes) -> None:
         self._peaks.add(sizes)

@@ -204,3 +204,27 @@ async def test_a_tenants_estimate_does_not_move_with_another_tenants_processes()
     sc.snapshots.put(_calm(sc, "node-00002"))
     await spike("node-00002", 1)
     assert (processes_per_gpu(tenant), processes_per_gpu(EVERYTHING)) == (6, 6)
+
+
+async def test_a_tenants_estimate_does_not_move_with_another_tenants_larger_node() -> None:
+    # Its bound on GPUs per node is over the nodes it sees: a refusal's estimate must not
+    # tell it how many GPUs another tenant's node has.
+    sc = synthetic_cluster(20, gpus_per_node=8, processes_per_gpu=1)
+    clock = ManualClock()
+    state = SharedState.for_limits(SchemaLimits())
+    gauge = SizeGauge(state.views, clock=clock)
+    sc.schema = build_schema(state=state, gauge=gauge)
+    tenant = Scope(pod_namespaces=frozenset({"ns-1"}))
+
+    def gpus_per_node(scope: Scope) -> int:
+        return gauge.sizes(VisibleCluster(sc.cluster, scope)).gpus_per_node
+
+    for node in sc.node_names:
+        assert (await sc.execute(f'{{ gpus(nodeName: "{node}") {{ uuid }} }}')).errors is None
+    assert (gpus_per_node(tenant), gpus_per_node(EVERYTHING)) == (8, 8)
+    # node-00002 (ns-2's) reports 64 GPUs; node-00011 (ns-1's) 12.
+    for node, count in (("node-00002", 64), ("node-00011", 12)):
+        sc.snapshots.put(snapshot(node, [gpu_sample(node, i, []) for i in range(count)]))
+        assert (await sc.execute(f'{{ gpus(nodeName: "{node}") {{ uuid }} }}')).errors is None
+    clock.advance(gauge.ttl)
+    assert (gpus_per_node(tenant), gpus_per_node(EVERYTHING)) == (12, 64)
