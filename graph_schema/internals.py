@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from cross_web import StarletteRequestAdapter
 from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import GraphQLSchema
 from strawberry.asgi import ASGIWebSocketAdapter, GraphQL
@@ -67,15 +68,17 @@ __all__ = [
 ]
 
 # The versions every name below was read in and tested against.
-CHECKED_AGAINST = {"strawberry-graphql": "0.341.2", "graphql-core": "3.3.2"}
+CHECKED_AGAINST = {"strawberry-graphql": "0.341.2", "graphql-core": "3.3.2", "cross-web": "0.9.0"}
 
 # strawberry 0.341.2: the undocumented methods our subclasses override, each with
 # the parameters it was checked with (an attribute, not a method: ``()``).
 OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
     # The HTTP view (api/execution/view.py): a 415 for a body that is not JSON, a
     # request's JSON refused with a reason, the sub-response's headers, the
-    # response built from bytes, and the adapter that checks socket messages.
+    # response built from bytes, the adapter that reads a request's media type
+    # case-blind (api/http/request_json.py) and the one that checks socket messages.
     GraphQL: {
+        "request_adapter_class": (),
         "websocket_adapter_class": (),
         "parse_http_body": ("self", "request"),
         "parse_json": ("self", "data"),
@@ -91,6 +94,8 @@ OVERRIDDEN: dict[type, dict[str, tuple[str, ...]]] = {
             "request_data",
         ),
     },
+    # A request's media type, read case-blind (api/http/request_json.py).
+    StarletteRequestAdapter: {"content_type": ()},
     # Each socket message, checked before strawberry's handler reads it (api/http/ws_messages.py).
     ASGIWebSocketAdapter: {"iter_json": ("self", "ignore_parsing_errors")},
     # A streamed result's partial errors (graph_schema/pipeline.py).

@@ -29,7 +29,7 @@ from graph_schema.pipeline import PoliciesRunner
 from graph_schema.schema import build_schema
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = ("strawberry", "graphql")
+LIBRARIES = ("strawberry", "graphql", "cross_web")
 
 # What strawberry documents as its own: a view's and an extension's hooks, the
 # schema's error handling, and two names imported from modules without __all__.
@@ -56,10 +56,12 @@ DOCUMENTED_IMPORTS = {
     ("strawberry.asgi", "GraphQL"),
     ("strawberry.exceptions", "ConnectionRejectionError"),
 }
-# strawberry's documented modules (what they list in __all__ is theirs to keep);
-# graphql-core documents every package one level below ``graphql``.
+# strawberry's documented modules (what they list in __all__ is theirs to keep),
+# cross_web's too (strawberry's request adapters and HTTP errors); graphql-core
+# documents every package one level below ``graphql``.
 STRAWBERRY_MODULES = frozenset(
     {
+        "cross_web",
         "strawberry",
         "strawberry.extensions",
         "strawberry.federation",
