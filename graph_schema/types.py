@@ -132,9 +132,10 @@ class Node:
         return len(await context_of(info).gpus(self.name))
 
     @strawberry.field(
-        description="Where the node's allocation data comes from; NONE when there is none."
+        description="Where the node's allocation data comes from; NONE when there is none. "
+        "Null (with NOT_FOUND) on a node the caller may not see, which its own history names."
     )
-    async def allocation_source(self, info: Info) -> AllocationSource:
+    async def allocation_source(self, info: Info) -> AllocationSource | None:
         return (await context_of(info).allocations(self.name)).source
 
     @strawberry.field(description="Why the node has no allocation data, when its source is NONE.")

@@ -224,7 +224,8 @@ async def test_a_down_node_the_tenant_cannot_see_makes_the_answer_incomplete_wit
 
 NODE_OF_AN_EVENT = (
     f'{{ gpuEvents(since: "{SINCE}") {{ edges {{ node {{ xid node {{ name driverVersion '
-    "historyStatus gpuEventStatus agent { address reachable error } gpus { uuid } "
+    "historyStatus gpuEventStatus agent { address reachable error } gpus { uuid } gpuCount "
+    "allocationSource allocationSourceReason "
     f'gpuHistory(since: "{SINCE}") {{ pid }} gpuEvents(since: "{SINCE}") {{ xid }} }} }} }} }} }}'
 )
 
@@ -247,6 +248,10 @@ async def test_the_node_of_a_record_the_tenant_no_longer_sees_shows_only_the_ten
             "error": "no node named 'node-a' among the nodes you may see",
         },
         "gpus": None,
+        "gpuCount": None,
+        # Null, not an error that would take the tenant's own event with it.
+        "allocationSource": None,
+        "allocationSourceReason": None,
         "gpuHistory": [{"pid": 7}],
         "gpuEvents": [{"xid": 79}],
     }
