@@ -15,6 +15,7 @@ from typing import Any
 from . import model
 from .connection import resolve
 from .errors import MIB, TopError
+from .flags import DEFAULT_SORT
 from .gpu_events import EventFlags, fetch_hits
 from .keys import quit_key
 from .queries import SNAPSHOT, WATCH
@@ -53,7 +54,10 @@ def filters_of(args: argparse.Namespace) -> model.Filters:
     if args.watch and args.output in ("json", "yaml"):
         raise TopError("--watch draws a live table; use -o json or yaml without it")
     return model.Filters(
-        namespace=args.namespace, node=args.node, selector=args.selector, sort_by=args.sort_by
+        namespace=args.namespace,
+        node=args.node,
+        selector=args.selector,
+        sort_by=args.sort_by or DEFAULT_SORT,
     )
 
 

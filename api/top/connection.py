@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import ssl
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -93,10 +94,20 @@ class Endpoint:
 
 def graphql_url(server: str) -> str:
     """``server``'s GraphQL endpoint: the URL itself if it ends in /graphql."""
-    server = server.rstrip("/")
     if not server.startswith(("http://", "https://")):
         raise TopError(f"--server {server!r}: not an http:// or https:// URL")
-    return server if server.endswith("/graphql") else f"{server}/graphql"
+    try:
+        parts = urllib.parse.urlsplit(server)
+        parts.port  # noqa: B018 (urlsplit checks the port only when it is read)
+    except ValueError as exc:
+        raise TopError(f"--server {server!r}: {exc}") from None
+    if not parts.hostname:
+        raise TopError(f"--server {server!r}: names no host")
+    if parts.query or parts.fragment:
+        raise TopError(f"--server {server!r}: a server URL takes no query or fragment")
+    path = parts.path.rstrip("/")
+    path = path if path.endswith("/graphql") else f"{path}/graphql"
+    return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
 def proxy_path(namespace: str, service: str, port: str) -> str:

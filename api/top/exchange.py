@@ -29,6 +29,9 @@ def reason(exc: BaseException) -> str:
     """
     cause: BaseException | None = exc
     while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            # Its errno (1, "Operation not permitted") is not what went wrong: its text is.
+            return cause.strerror or str(cause)
         if isinstance(cause, OSError) and cause.errno is not None and cause.strerror:
             # The C library's words ("Connection refused"), not asyncio's "Connect call failed".
             words = os.strerror(cause.errno) if cause.errno > 0 else cause.strerror

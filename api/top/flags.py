@@ -86,7 +86,8 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
     filters.add_argument(
         "--sort-by",
         choices=SORT_KEYS,
-        default=DEFAULT_SORT,
+        # None: not given, so the views that have one order can refuse another (--since).
+        default=None,
         help="order by name (default), memory used or SM utilization, busiest first",
     )
     parser.add_argument("-o", "--output", choices=OUTPUTS, default=None, help="output format")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .documents import VERSION
 from .errors import TopError
-from .flags import DEFAULT_SORT, DEFAULT_VIEW
+from .flags import DEFAULT_VIEW
 from .gpu_hours import since_of
 from .marks import EVENT_HOURS
 from .model import DownNode, EventHits, down_from_errors
@@ -469,7 +469,7 @@ def run_events(
         raise TopError("--events lists past events: it has no --watch or -l")
     if args.view != DEFAULT_VIEW:
         raise TopError(f"--events lists GPU events: it has no {args.view} view")
-    if args.sort_by != DEFAULT_SORT:
+    if args.sort_by is not None:
         raise TopError("--events lists events newest first: it has no --sort-by")
     since = since_of(args.since or f"{EVENT_HOURS}h")
     listing = event_list(transport, since, node=args.node, namespace=args.namespace)

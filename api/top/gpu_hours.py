@@ -90,13 +90,12 @@ def _hours_first(row: UsageRow) -> tuple[bool, float, str, str]:
 def usage_of(body: Mapping[str, Any]) -> Usage:
     """A ``TopUsage`` answer's rows, most GPU-hours first, and its partial errors; TopError
     when it has no rows at all."""
-    errors = body.get("errors") or []
-    data = body.get("data") or {}
-    rows = data.get("gpuUsage")
-    if rows is None:
-        message = errors[0].get("message") if errors else "no gpuUsage in the answer"
-        raise TopError(f"server error: {message}")
     try:
+        errors = body.get("errors") or []
+        rows = (body.get("data") or {}).get("gpuUsage")
+        if rows is None:
+            message = errors[0].get("message") if errors else "no gpuUsage in the answer"
+            raise TopError(f"server error: {message}")
         found = [
             UsageRow(
                 namespace=row["namespace"],
@@ -171,6 +170,8 @@ def run_since(
     """``top [pods|nodes|namespaces] --since D``: a table (or -o json/yaml) of GPU-hours."""
     if args.watch or args.selector or args.node:
         raise TopError("--since sums the past: it has no --watch, -l or --node")
+    if args.sort_by is not None:
+        raise TopError("--since lists the most GPU-hours first: it has no --sort-by")
     group = GROUPINGS.get(args.view, BY_POD)[0]
     by_node = group == "NODE"
     since = since_of(args.since)

@@ -239,13 +239,16 @@ def test_since_lists_pods_by_gpu_hours_even_those_that_are_gone(
     assert nodes["kind"] == "NodeUsageList" and nodes["nodes"][0]["node"] == "gpu-node-0"
 
 
-def test_since_refuses_a_bad_duration_and_watch(
+def test_since_refuses_a_bad_duration_watch_and_another_order(
     demo: RunningDemo, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["top", "--server", demo.url, "--since", "yesterday"]) == 1
     assert "--since" in capsys.readouterr().err
     assert main(["top", "--server", demo.url, "--since", "1h", "--watch"]) == 1
     assert "no --watch" in capsys.readouterr().err
+    # Most GPU-hours first is what it is for: another order is refused, not ignored.
+    assert main(["top", "pods", "--server", demo.url, "--since", "1h", "--sort-by", "name"]) == 1
+    assert "no --sort-by" in capsys.readouterr().err
 
 
 def test_a_pod_and_a_node_whose_agent_is_down_are_unknown_not_zero(

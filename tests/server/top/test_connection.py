@@ -286,6 +286,35 @@ def test_json_of_another_shape_is_one_line(body: bytes) -> None:
     assert "not the shape gpugraph top expects" in line
 
 
+@pytest.mark.parametrize("body", [b"[1, 2]", b"null", b'"text"', b'{"errors": ["boom"]}'])
+def test_json_of_another_shape_is_one_line_in_the_since_views_too(body: bytes) -> None:
+    with answering(body) as url:
+        line = failing_top("--server", url, "--since", "1h")
+    assert "gpuUsage answer is not the expected shape" in line
+
+
+@pytest.mark.parametrize(
+    ("server", "says"),
+    [
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://127.0.0.1:abc", "Port could not be cast"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://", "names no host"),
+        ("http://127.0.0.1:1/?x=1", "takes no query"),
+    ],
+)
+def test_a_server_url_that_cannot_be_asked_is_one_line(server: str, says: str) -> None:
+    assert says in failing_top("--server", server)
+    assert says in failing_top(env={"GPUGRAPH_SERVER": server})
+
+
+def test_a_tls_failure_says_what_tls_said() -> None:
+    # https:// to a plain HTTP server: the handshake fails. Its errno (1) is no reason.
+    with answering(b"{}") as url:
+        line = failing_top("--server", url.replace("http://", "https://"))
+    assert "SSL" in line and "Operation not permitted" not in line, line
+
+
 def test_a_server_error_of_several_lines_and_escapes_is_one_printable_line() -> None:
     with answering(b'{"errors": [{"message": "first\\nsecond \\u001b[2J"}]}') as url:
         line = failing_top("--server", url)
