@@ -69,6 +69,7 @@ MIG_MEMORY_SLICES = 8
 CARRY_SECONDS = 300.0
 
 _SM_UNREAD = "processes.sm_utilization"
+_DRA = AllocationMechanism.DRA
 # The verdicts, looked up once: an enum member's lookup costs more than the rest of a step.
 _ACTIVE_USE, _IDLE, _UNUSED, _UNKNOWN = (
     AllocationUse.ACTIVE,
@@ -105,11 +106,14 @@ def device_weight(
 ) -> float:
     """GPU-equivalents of one device: 1 for a whole GPU, a MIG device's share of its parent's
     memory, divided by the replicas of a time-shared device, times the share of a DRA device
-    its claim consumes where the server sent one (``consumed``; docs/allocation.md)."""
+    its claim consumes where the server sent one (``consumed``; docs/allocation.md).
+
+    A DRA device on a GPU in MIG mode is one of its MIG devices: until the server says which
+    (``mig_device_uuid``), the GPU is split evenly among them."""
     share = 1.0
-    if device.mig_device_uuid and device.gpu_uuid:
-        share = _mig_share(gpus.get(device.gpu_uuid), device.mig_device_uuid)
-    if consumed is not None and device.mechanism is AllocationMechanism.DRA:
+    if device.gpu_uuid and (device.mig_device_uuid or device.mechanism is _DRA):
+        share = _mig_share(gpus.get(device.gpu_uuid), device.mig_device_uuid or "")
+    if consumed is not None and device.mechanism is _DRA:
         share *= consumed
     if device.mechanism is AllocationMechanism.DEVICE_PLUGIN and device.shared:
         base = device.device_id.partition("::")[0]
@@ -118,6 +122,11 @@ def device_weight(
         count = replicas.get(base) or replicas_listed.get(base) or 1
         share /= count
     return share
+
+
+def _dra_key(d: DeviceAllocation) -> tuple[str, str, str, str]:
+    """A DRA device as the server's shares and MIG devices name it."""
+    return d.resource, d.driver or "", d.pool or "", d.device_id
 
 
 def _mig_share(parent: GpuSample | None, mig_uuid: str) -> float:
@@ -176,9 +185,11 @@ class AllocationJudge:
         self._ident: dict[str, int] = {}
         self._by_container: dict[str, tuple[str, str, str]] = {}
         self._uids: dict[tuple[str, str], str] = {}
-        # (claim "namespace/name", driver, pool, device) -> the share the server sent.
+        # (claim "namespace/name", driver, pool, device) -> the share the server sent, and
+        # the MIG device it said the device is.
         self._shares: dict[tuple[str, str, str, str], float] = {}
-        # New shares arrived: open DRA records may weigh something else now.
+        self._migs: dict[tuple[str, str, str, str], str] = {}
+        # New shares or MIG devices arrived: open DRA records may weigh something else now.
         self._reweigh = False
         self._replicas_listed: dict[str, int] = {}
 
@@ -264,7 +275,19 @@ class AllocationJudge:
                 uses[key] = step(record, d, holder, flags, blind, complete, now)
             if len(uses) != len(opened):
                 self._end_unlisted(uses, now)
-        return replace(allocations, uses=uses)
+        return replace(allocations, containers=self._published_containers(allocations), uses=uses)
+
+    def _published_containers(
+        self, allocations: NodeAllocations
+    ) -> tuple[ContainerAllocations, ...]:
+        """The kubelet's containers, their DRA devices with the MIG devices the server named
+        (what the snapshot and the series say)."""
+        if not self._migs:
+            return allocations.containers
+        return tuple(
+            replace(c, devices=tuple(self._published(d) for d in c.devices))
+            for c in allocations.containers
+        )
 
     def _index(self, containers: tuple[ContainerAllocations, ...]) -> None:
         """Rebuild who holds what when the kubelet's answer or the pod names changed."""
@@ -295,8 +318,15 @@ class AllocationJudge:
                 for p in pods
                 for (claim, driver, pool, device), share in p.device_shares.items()
             }
-            self._reweigh = bool(self._shares)
+            self._migs = {
+                (f"{p.namespace}/{claim}", driver, pool, device): mig
+                for p in pods
+                for (claim, driver, pool, device), mig in p.device_migs.items()
+            }
+            self._reweigh = bool(self._shares or self._migs)
             self._names_version = version
+        # Each DRA device as the server's slices say: which MIG device it is, where one.
+        self._plan = [(key, c, self._published(d), holder) for key, c, d, holder in self._plan]
         self._ident = {}
 
     def _identify(self, ref: ContainerRef) -> int:
@@ -328,9 +358,7 @@ class AllocationJudge:
             gpus[uuid] = gpu
             if gpu.error is not None or not gpu.processes:
                 continue
-            unread = (
-                _PRESENT | _UNREAD if "processes.sm_utilization" in gpu.field_errors else _PRESENT
-            )
+            unread = _PRESENT | _UNREAD if _SM_UNREAD in gpu.field_errors else _PRESENT
             on_gpu = flags.setdefault(uuid, {})
             for process in gpu.processes:
                 ref = process.container
@@ -393,33 +421,45 @@ class AllocationJudge:
         return record
 
     def _share_of(self, d: DeviceAllocation) -> float | None:
-        if d.mechanism is not AllocationMechanism.DRA or not self._shares:
+        if d.mechanism is not _DRA or not self._shares:
             return None
-        return self._shares.get((d.resource, d.driver or "", d.pool or "", d.device_id))
+        return self._shares.get(_dra_key(d))
+
+    def _published(self, d: DeviceAllocation) -> DeviceAllocation:
+        """``d``, a DRA device with the MIG device the server said it is (the kubelet's name
+        gives only its parent GPU); any other device as it is."""
+        if d.mechanism is not _DRA:
+            return d
+        mig = self._migs.get(_dra_key(d))
+        return d if d.mig_device_uuid == mig else replace(d, mig_device_uuid=mig)
 
     def _apply_shares(self, gpus: Mapping[str, GpuSample], allocations: NodeAllocations) -> bool:
-        """Weigh open DRA records by the shares the server sent since they opened; True while
-        one waits for its GPU to be seen (a MIG device's weight needs its parent)."""
+        """Weigh open DRA records by the shares and MIG devices the server sent since they
+        opened; True while one waits for its GPU to be seen (a MIG device's weight needs its
+        parent)."""
         waiting = False
         for key, _, d, _ in self._plan:
             consumed = self._share_of(d)
-            record = self._open.get(key) if consumed is not None else None
+            told = consumed is not None or _dra_key(d) in self._migs
+            record = self._open.get(key) if told and d.mechanism is _DRA else None
             if record is None:
                 continue
-            if d.mig_device_uuid and d.gpu_uuid not in gpus:
+            if d.gpu_uuid is not None and d.gpu_uuid not in gpus:
                 waiting = True
                 continue
             weight = device_weight(d, gpus, allocations.replicas, self._replicas_listed, consumed)
-            if not math.isclose(weight, record.weight):
-                self._open[key] = self._reweighed(record, weight)
+            mig = d.mig_device_uuid or ""
+            if not math.isclose(weight, record.weight) or mig != record.mig_device_uuid:
+                self._open[key] = self._reweighed(record, weight, mig)
         return waiting
 
-    def _reweighed(self, record: AllocationRecord, weight: float) -> AllocationRecord:
-        """``record`` at a new weight from its last scan on: the log's weight x lifetime stays
-        what the counters counted, so the old record ends there and a new one goes on."""
+    def _reweighed(self, record: AllocationRecord, weight: float, mig: str) -> AllocationRecord:
+        """``record`` at a new weight (or as another MIG device) from its last scan on: the
+        log's weight x lifetime stays what the counters counted, so the old record ends there
+        and a new one goes on."""
         if record.last_seen <= record.first_seen:
             # Nothing counted at the old weight yet.
-            record.weight = weight
+            record.weight, record.mig_device_uuid = weight, mig
             return record
         idle = record.idle_start is not None
         _close(record)
@@ -431,6 +471,7 @@ class AllocationJudge:
             key=uuids.uuid4().hex,
             first_seen=record.last_seen,
             weight=weight,
+            mig_device_uuid=mig,
             ended=False,
             episodes=[],
             idle_closed_seconds=0.0,

@@ -329,6 +329,12 @@ def pod_names_to_proto(pods: list[PodName]) -> list[agent_pb2.PodName]:
                 )
                 for (claim, driver, pool, device), share in pod.device_shares.items()
             ],
+            device_migs=[
+                agent_pb2.DeviceMig(
+                    claim=claim, driver=driver, pool=pool, device=device, mig_device_uuid=mig
+                )
+                for (claim, driver, pool, device), mig in pod.device_migs.items()
+            ],
         )
         for pod in pods
     ]
@@ -355,8 +361,8 @@ def pod_names_requests(
 
 
 def pod_names_from_proto(messages: list[agent_pb2.PodName]) -> list[PodName]:
-    """Pod names from the wire; BadHistoryRequestError for a pod without UID or name, or a
-    device share that names no device or is not in (0, 1]."""
+    """Pod names from the wire; BadHistoryRequestError for a pod without UID or name, a
+    device share that names no device or is not in (0, 1], or a MIG device without its UUID."""
     pods = []
     for message in messages:
         if not message.uid or not message.namespace or not message.name:
@@ -368,6 +374,7 @@ def pod_names_from_proto(messages: list[agent_pb2.PodName]) -> list[PodName]:
                 name=message.name,
                 containers={c.id: c.name for c in message.containers if c.id},
                 device_shares=_device_shares(message.device_shares),
+                device_migs=_device_migs(message.device_migs),
             )
         )
     return pods
@@ -385,3 +392,14 @@ def _device_shares(
             raise BadHistoryRequestError(f"a device share must be in (0, 1], not {m.share}")
         shares[(m.claim, m.driver, m.pool, m.device)] = m.share
     return shares
+
+
+def _device_migs(messages: Iterable[agent_pb2.DeviceMig]) -> dict[DeviceShareKey, str]:
+    migs = {}
+    for m in messages:
+        if not (m.claim and m.driver and m.pool and m.device and m.mig_device_uuid):
+            raise BadHistoryRequestError(
+                "a device's MIG device needs a claim, driver, pool, device and MIG UUID"
+            )
+        migs[(m.claim, m.driver, m.pool, m.device)] = m.mig_device_uuid
+    return migs

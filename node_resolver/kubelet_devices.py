@@ -3,7 +3,9 @@
 NVIDIA's device plugin names a device by its GPU or MIG UUID, and a
 time-sliced replica by that UUID plus ``::N``. NVIDIA's DRA driver names a
 full GPU ``gpu-<minor>`` and a MIG device ``gpu-<minor>-mig-…``: both are
-mapped through NVML's minor number to the (parent) GPU. An ID that matches no
+mapped through NVML's minor number to the (parent) GPU; which MIG device it is,
+the server reads from its ResourceSlice and sends with the pod's name
+(``allocation_use``). An ID that matches no
 GPU of the scan keeps ``gpu_uuid`` None, so the server can never count it as
 the GPU a process runs on.
 """

@@ -30,7 +30,7 @@ MAX_BYTES = 16 * 1024 * 1024
 # entries in the maps that hold it, and per container its map entry and two strings.
 _POD_OVERHEAD = 512
 _CONTAINER_OVERHEAD = 160
-# Per device share: its key tuple, the float and its map entry.
+# Per device share (or MIG device): its key tuple, the value and its map entry.
 _SHARE_OVERHEAD = 200
 
 # A DRA device one of the pod's claims holds: (claim name, driver, pool, device name).
@@ -49,6 +49,9 @@ class PodName:
     # The share of each DRA device its claims consume, where the server knows it (in (0, 1]):
     # what the device weighs in GPU-equivalents. Not stored: the server sends it again.
     device_shares: Mapping[DeviceShareKey, float] = field(default_factory=dict)
+    # The MIG device UUID of each DRA device of its claims that is one, as the device's
+    # ResourceSlice says (the kubelet names only its parent GPU). Not stored either.
+    device_migs: Mapping[DeviceShareKey, str] = field(default_factory=dict)
 
 
 def pod_bytes(pod: PodName) -> int:
@@ -58,6 +61,8 @@ def pod_bytes(pod: PodName) -> int:
         size += _CONTAINER_OVERHEAD + _text(container_id) + _text(name)
     for key in pod.device_shares:
         size += _SHARE_OVERHEAD + sum(_text(part) for part in key)
+    for key, mig in pod.device_migs.items():
+        size += _SHARE_OVERHEAD + sum(_text(part) for part in key) + _text(mig)
     return size
 
 

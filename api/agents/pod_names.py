@@ -82,6 +82,10 @@ class ClaimShares(Protocol):
         """The share of its device a claim's allocated device holds, if known."""
         ...
 
+    def mig_device(self, device: ClaimDeviceRecord) -> str | None:
+        """The MIG device UUID a claim's allocated device is, where its slice says it is one."""
+        ...
+
 
 @runtime_checkable
 class PodNameWriter(Protocol):
@@ -94,29 +98,40 @@ class PodNameWriter(Protocol):
 
 def pod_name_of(pod: PodRecord, claims: ClaimShares | None = None) -> PodName:
     """The name record of ``pod``: namespace, name, its containers' names by runtime ID, and
-    the shares of the DRA devices its claims consume, where ``claims`` knows them."""
+    the shares of the DRA devices its claims consume and which of them are MIG devices, where
+    ``claims`` knows them."""
+    shares, migs = _claim_devices(pod, claims) if claims is not None else ({}, {})
     return PodName(
         uid=pod.uid,
         namespace=pod.namespace,
         name=pod.name,
         containers={c.container_id: c.name for c in pod.containers if c.container_id},
-        device_shares=_device_shares(pod, claims) if claims is not None else {},
+        device_shares=shares,
+        device_migs=migs,
     )
 
 
-def _device_shares(pod: PodRecord, claims: ClaimShares) -> dict[DeviceShareKey, float]:
+def _claim_devices(
+    pod: PodRecord, claims: ClaimShares
+) -> tuple[dict[DeviceShareKey, float], dict[DeviceShareKey, str]]:
+    """Of each device allocated to one of ``pod``'s cached claims: its share, and its MIG
+    device, where known; keyed as the agent knows it (claim name, driver, pool, device)."""
     shares: dict[DeviceShareKey, float] = {}
+    migs: dict[DeviceShareKey, str] = {}
     for name in dict.fromkeys(name for _, name in pod.resource_claims):
         claim = claims.claim(pod.namespace, name) if name else None
         if claim is None or not name:
             continue
         for device in claim.devices:
+            key = (name, device.driver, device.pool, device.device)
             share = claims.share(device)
             if share is not None:
-                key = (name, device.driver, device.pool, device.device)
                 # One claim given the same device twice holds both parts (up to all of it).
                 shares[key] = min(1.0, shares.get(key, 0.0) + share)
-    return shares
+            mig = claims.mig_device(device)
+            if mig:
+                migs[key] = mig
+    return shares, migs
 
 
 def resync_slices(nodes: list[str], period: float, step: float) -> list[list[str]]:

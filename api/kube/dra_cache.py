@@ -100,6 +100,14 @@ class DraCache:
         found = self._devices.get((device.driver, device.pool, device.device))
         return consumed_share(device.consumed, found[0].capacity) if found is not None else None
 
+    def mig_device(self, device: ClaimDeviceRecord) -> str | None:
+        """The MIG device UUID a claim's allocated ``device`` is, where a cached slice
+        publishes it as one (with its parent GPU's UUID)."""
+        found = self._devices.get((device.driver, device.pool, device.device))
+        if found is None or not found[0].parent_uuid:
+            return None
+        return found[0].uuid
+
     def has_slices_on(self, node_name: str) -> bool:
         """Whether some cached slice publishes devices of ``node_name``."""
         return node_name in self._slice_nodes

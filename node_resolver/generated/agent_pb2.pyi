@@ -323,19 +323,35 @@ class DeviceShare(_message.Message):
     share: float
     def __init__(self, claim: _Optional[str] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ..., device: _Optional[str] = ..., share: _Optional[float] = ...) -> None: ...
 
+class DeviceMig(_message.Message):
+    __slots__ = ("claim", "driver", "pool", "device", "mig_device_uuid")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    MIG_DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    claim: str
+    driver: str
+    pool: str
+    device: str
+    mig_device_uuid: str
+    def __init__(self, claim: _Optional[str] = ..., driver: _Optional[str] = ..., pool: _Optional[str] = ..., device: _Optional[str] = ..., mig_device_uuid: _Optional[str] = ...) -> None: ...
+
 class PodName(_message.Message):
-    __slots__ = ("uid", "namespace", "name", "containers", "device_shares")
+    __slots__ = ("uid", "namespace", "name", "containers", "device_shares", "device_migs")
     UID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_SHARES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_MIGS_FIELD_NUMBER: _ClassVar[int]
     uid: str
     namespace: str
     name: str
     containers: _containers.RepeatedCompositeFieldContainer[ContainerName]
     device_shares: _containers.RepeatedCompositeFieldContainer[DeviceShare]
-    def __init__(self, uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerName, _Mapping]]] = ..., device_shares: _Optional[_Iterable[_Union[DeviceShare, _Mapping]]] = ...) -> None: ...
+    device_migs: _containers.RepeatedCompositeFieldContainer[DeviceMig]
+    def __init__(self, uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerName, _Mapping]]] = ..., device_shares: _Optional[_Iterable[_Union[DeviceShare, _Mapping]]] = ..., device_migs: _Optional[_Iterable[_Union[DeviceMig, _Mapping]]] = ...) -> None: ...
 
 class PutPodNamesRequest(_message.Message):
     __slots__ = ("node_name", "pods")

@@ -174,9 +174,15 @@ class Node:
             pid, container_id=container_id(pod), pod_uid=f"uid-{pod}"
         )
 
-    def name_pods(self, *pods: str, shares: Mapping[str, float] = {}) -> None:
+    def name_pods(
+        self,
+        *pods: str,
+        shares: Mapping[str, float] = {},
+        migs: Mapping[str, Mapping[str, str]] = {},
+    ) -> None:
         """The server's PutPodNames for ``pods``; ``shares``: pod -> the share of each device
-        of its claim (``dra_holder``'s) that the server computed."""
+        of its claim (``dra_holder``'s) that the server computed; ``migs``: pod -> device ->
+        the MIG device its slice says the device is."""
         names = [
             PodName(
                 f"uid-{p}",
@@ -186,6 +192,10 @@ class Node:
                 {(f"{p}-gpu", "gpu.nvidia.com", NODE, f"gpu-{i}"): shares[p] for i in range(8)}
                 if p in shares
                 else {},
+                {
+                    (f"{p}-gpu", "gpu.nvidia.com", NODE, device): uuid
+                    for device, uuid in migs.get(p, {}).items()
+                },
             )
             for p in pods
         ]
@@ -401,6 +411,63 @@ def test_a_dra_device_is_judged_on_the_gpu_of_its_minor_number(node: Node) -> No
         ("dra-busy", "gpu-9"): U.UNKNOWN,
     }
     assert {s.weight for s in uses.values()} == {1.0}
+
+
+def test_a_dra_mig_device_weighs_its_own_share_once_the_server_says_which_it_is(
+    node: Node,
+) -> None:
+    """The kubelet names a DRA MIG device gpu-<minor>-mig-...: its parent GPU, not which of
+    its MIG devices. Until the server's names say (from the device's ResourceSlice), the GPU
+    is split evenly among its three; after, each weighs its own memory slices, is judged on
+    its own MIG device and labels its series with it."""
+    busy, idle = "gpu-0-mig-19-0-1", "gpu-0-mig-5-4-4"
+    node.pods(dra_holder("dra-busy", busy), dra_holder("dra-idle", idle))
+    node.runs(50, "dra-busy")
+    node.name_pods("dra-busy", "dra-idle")
+    mig_devices = [
+        {"index": 0, "uuid": mig(0), "memoryTotalBytes": 10 * GIB},
+        {"index": 1, "uuid": mig(1), "memoryTotalBytes": 40 * GIB},
+        {"index": 2, "uuid": mig(2), "memoryTotalBytes": 20 * GIB},
+    ]
+    node.gpus(
+        [
+            gpu_json(
+                0,
+                [proc(50, None, mig_uuid=mig(0))],
+                minorNumber=0,
+                memoryTotalBytes=80 * GIB,
+                migEnabled=True,
+                migDevices=mig_devices,
+            )
+        ]
+    )
+    scans(node, 600)
+    assert {key: s.weight for key, s in node.uses().items()} == {
+        ("dra-busy", busy): 1 / 3,
+        ("dra-idle", idle): 1 / 3,
+    }
+    node.name_pods(
+        "dra-busy", "dra-idle", migs={"dra-busy": {busy: mig(0)}, "dra-idle": {idle: mig(1)}}
+    )
+    scans(node, 1200, start=660)
+    uses = node.uses()
+    assert {key: (s.use, s.weight) for key, s in uses.items()} == {
+        ("dra-busy", busy): (U.ACTIVE, 1 / 8),
+        ("dra-idle", idle): (U.UNUSED, 4 / 8),
+    }
+    by_pod = {r.pod_name: r for r in node.usage(0, 1200, UsageGroup.POD)}
+    assert by_pod["dra-busy"].allocated_gpu_seconds == pytest.approx(600 / 3 + 600 / 8)
+    assert by_pod["dra-idle"].allocated_gpu_seconds == pytest.approx(600 / 3 + 600 * 4 / 8)
+    # Its series names the MIG device from then on, the counter going on where it was.
+    allocated = node.metrics()["gpugraph_container_gpu_allocated_seconds_total"]
+    assert allocated[("dra-busy", gpu(0), mig(0))] == pytest.approx(600 / 3 + 600 / 8)
+    assert allocated[("dra-idle", gpu(0), mig(1))] == pytest.approx(600 / 3 + 600 * 4 / 8)
+    snapshot = node.snapshot().allocations
+    assert snapshot is not None
+    assert {d.device_id: d.mig_device_uuid for c in snapshot.containers for d in c.devices} == {
+        busy: mig(0),
+        idle: mig(1),
+    }
 
 
 def test_a_dra_device_weighs_the_share_of_its_consumed_capacity_the_server_sent(

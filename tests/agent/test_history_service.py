@@ -124,11 +124,19 @@ def test_pages_over_grpc_and_pod_names_for_another_node_are_refused(
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_device_shares_reach_the_agent_with_the_pods_name(
+def test_device_shares_and_mig_devices_reach_the_agent_with_the_pods_name(
     agent: tuple[AgentThread, HistoryLog],
 ) -> None:
     running, history = agent
-    pod = PodName("u", "ml", "p", {}, {("p-gpu", "gpu.nvidia.com", "node-a", "gpu-0"): 0.25})
+    mig = ("p-gpu", "gpu.nvidia.com", "node-a", "gpu-1-mig-19-0-1")
+    pod = PodName(
+        "u",
+        "ml",
+        "p",
+        {},
+        {("p-gpu", "gpu.nvidia.com", "node-a", "gpu-0"): 0.25},
+        {mig: "MIG-1"},
+    )
 
     async def put() -> int:
         async with AgentClient(running.address, token=TOKEN) as client:
@@ -157,6 +165,26 @@ def test_a_device_share_the_agent_cannot_weigh_by_is_an_invalid_argument(
         call(running, "PutPodNames", agent_pb2.PutPodNamesRequest(pods=[named]))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "device share" in (caught.value.details() or "")
+    assert history.pod_names.get("u") is None
+
+
+@pytest.mark.parametrize(
+    "mig",
+    [
+        agent_pb2.DeviceMig(claim="c", driver="d", pool="p", device="gpu-0-mig-1"),
+        agent_pb2.DeviceMig(claim="c", driver="d", pool="p", mig_device_uuid="MIG-1"),
+    ],
+    ids=["no-uuid", "no-device"],
+)
+def test_a_mig_device_without_its_uuid_or_device_is_an_invalid_argument(
+    agent: tuple[AgentThread, HistoryLog], mig: agent_pb2.DeviceMig
+) -> None:
+    running, history = agent
+    named = agent_pb2.PodName(uid="u", namespace="ml", name="p", device_migs=[mig])
+    with pytest.raises(grpc.RpcError) as caught:
+        call(running, "PutPodNames", agent_pb2.PutPodNamesRequest(pods=[named]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "MIG device" in (caught.value.details() or "")
     assert history.pod_names.get("u") is None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from dataclasses import replace
 
 from node_resolver.pod_names import MAX_BYTES, PodName, PodNames, pod_bytes
 from tests.support.pod_names import long_named_pods, pod_uid
@@ -78,7 +79,7 @@ def test_names_loaded_from_the_log_count_as_older_than_those_pushed_since() -> N
     assert names.changed_count == 1
 
 
-def test_device_shares_count_in_what_names_hold_and_a_new_share_is_a_change() -> None:
+def test_device_shares_and_migs_count_in_what_names_hold_and_a_new_one_is_a_change() -> None:
     plain = PodName("u", "ml", "p", {"c" * 64: "main"})
     shared = PodName(
         "u", "ml", "p", {"c" * 64: "main"}, {("p-gpu", "gpu.nvidia.com", "node-a", "gpu-0"): 0.25}
@@ -90,3 +91,9 @@ def test_device_shares_count_in_what_names_hold_and_a_new_share_is_a_change() ->
     version = names.version
     assert names.put([shared]) == 1 and names.version > version
     assert names.held_bytes == pod_bytes(shared)
+    # So does a MIG device the server names for one of the pod's DRA devices.
+    key = ("p-gpu", "gpu.nvidia.com", "node-a", "gpu-1-mig-19-0-1")
+    on_mig = replace(shared, device_migs={key: "MIG-1"})
+    assert pod_bytes(on_mig) > pod_bytes(shared) + len("".join(key)) + len("MIG-1")
+    version = names.version
+    assert names.put([on_mig]) == 1 and names.version > version

@@ -211,5 +211,44 @@ async def test_a_pods_name_carries_the_share_of_each_dra_device_its_claims_consu
         await eventually_async(
             lambda: named[uid].device_shares == {SHARED: 0.5}, what="the slice's new capacity"
         )
+        assert named[uid].device_migs == {}, "a whole GPU is no MIG device"
+    finally:
+        await pusher.stop()
+
+
+async def test_a_pods_name_says_which_mig_device_each_dra_mig_device_is() -> None:
+    # The kubelet names it gpu-0-mig-...: the agent knows its parent GPU, and the slice which
+    # of the parent's MIG devices it is.
+    cache = ClusterCache()
+    agents = Agents()
+    pool = AgentPool(Addresses(), client_factory=agents)  # type: ignore[arg-type]
+    pusher = PodNamePusher(
+        cache, pool, asyncio.get_running_loop(), claims=cache.dra, batch_seconds=0.01
+    )
+    cache.subscribe(pusher.on_change)
+    cache.dra.subscribe(pusher.on_claims_change)
+    pusher.start()
+    mig = "MIG-11111111-0000-0000-0000-000000000000"
+    device = SliceDevice("gpu-0-mig-19-0-1", mig, type="mig", parent_uuid=GPU)
+    try:
+        cache.upsert_pod(parse_pod(make_pod("m", "ml", "node-1", claims={"gpu": "m-gpu"})))
+        cache.dra.upsert_slice(slice_record(make_resource_slice("node-1", [device])))
+        cache.dra.upsert_claim(
+            claim_record(
+                make_resource_claim(
+                    "ml", "m-gpu", [ClaimDevice(device.name, "node-1")], reserved_for=["m"]
+                )
+            )
+        )
+        uid = pod_uid_for("ml", "m")
+        await eventually_async(
+            lambda: (
+                uid in agents.names.get("node-1", {}) and agents.names["node-1"][uid].device_migs
+            ),
+            what="the MIG device pushed",
+        )
+        named = agents.names["node-1"][uid]
+        assert named.device_migs == {("m-gpu", "gpu.nvidia.com", "node-1", device.name): mig}
+        assert named.device_shares == {}, "it consumes no capacity"
     finally:
         await pusher.stop()
