@@ -540,6 +540,16 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("agent block removed", {"agent": None}, "missing property 'agent'"),
     ("limits block removed", {"server": {"limits": None}}, "missing property 'limits'"),
     ("bracketed listen host", {"server": {"listenHost": "[::]"}}, "/server/listenHost"),
+    # Each alert's threshold: a null one rendered an alert firing on every allocation (or
+    # rules promtool refuses), so none may be left out.
+    *(
+        (
+            f"alert {name} removed",
+            {"metrics": {"prometheusRule": {name: None}}},
+            f"missing property '{name}'",
+        )
+        for name in ("unallocatedFor", "allocationIdleMinutes", "gpuFaultWindow")
+    ),
 ]
 
 

@@ -24,7 +24,7 @@ from tests.support.chart import (
     render,
 )
 from tests.support.chart import chart as chart
-from tests.support.grafana import dashboard_problems, load_dashboard
+from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
 from tests.support.prometheus import promtool, require_prometheus
 
 
@@ -253,6 +253,51 @@ def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -
         ],
     }
     test_file = tmp_path / "alerts_test.yml"
+    test_file.write_text(yaml.safe_dump(tests))
+    tested = promtool("test", "rules", str(test_file))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_the_dashboards_agents_down_panels_count_both_ways_of_scraping(tmp_path: Path) -> None:
+    """The server's gpugraph_agent_up, or (agents scraped by the chart's PodMonitor, no GPU
+    series on the server) the agents' own ``up``: both say an agent is down."""
+    require_prometheus()
+    queries = dict(panel_queries(load_dashboard(), {"node": ".*", "namespace": ".*"}))
+    rules = tmp_path / "none.yml"
+    rules.write_text("groups: []\n")
+    up = 'up{job="gg-gpugraph-agent",node="%s",instance="%s:9402"}'
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": up % ("n1", "10.0.0.1"), "values": "0x5"},
+                    {"series": up % ("n2", "10.0.0.2"), "values": "1x5"},
+                    # Another job's agent down is not gpugraph's.
+                    {"series": 'up{job="other-agent",node="n4"}', "values": "0x5"},
+                    {"series": 'gpugraph_agent_up{node="n3"}', "values": "0x5"},
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": queries["Agents down"],
+                        "eval_time": "5m",
+                        "exp_samples": [{"labels": "{}", "value": 2}],
+                    },
+                    {
+                        "expr": queries["Nodes whose agent is down"],
+                        "eval_time": "5m",
+                        "exp_samples": [
+                            {"labels": '{node="n1"}', "value": 0},
+                            {"labels": 'gpugraph_agent_up{node="n3"}', "value": 0},
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "dashboard_test.yml"
     test_file.write_text(yaml.safe_dump(tests))
     tested = promtool("test", "rules", str(test_file))
     assert tested.returncode == 0, tested.stdout + tested.stderr
