@@ -268,6 +268,9 @@ class Snapshot:
     pods: list[PodRef] | None = None
     # The GPUs, pods and nodes with health events (``EventHits.beside`` this snapshot).
     events: EventHits = NO_EVENTS
+    # The pods holding an allocation IDLE or UNUSED (``idleGpuAllocations``, asked with the
+    # pod list): a tenant does not see a GPU it runs nothing on, so ``GpuRow.idle`` misses it.
+    idle: tuple[PodRef, ...] = ()
 
 
 def _pod(data: Mapping[str, Any] | None, node: str | None = None) -> PodRef | None:
@@ -403,7 +406,12 @@ def _from_query(body: Mapping[str, Any]) -> Snapshot:
     pods = None
     if "pods" in data:
         pods = [p for p in (_pod(p) for p in data["pods"] or ()) if p is not None]
-    return Snapshot(gpus=gpu_rows(data.get("gpus") or ()), down=down, pods=pods)
+    idle = tuple(
+        pod
+        for a in data.get("idle") or ()
+        if (pod := _pod(a.get("pod"), a.get("nodeName"))) is not None
+    )
+    return Snapshot(gpus=gpu_rows(data.get("gpus") or ()), down=down, pods=pods, idle=idle)
 
 
 def _from_tick(body: Mapping[str, Any]) -> Snapshot:
@@ -479,8 +487,15 @@ def apply(snapshot: Snapshot, filters: Filters) -> Snapshot:
             if filters.namespace is None or p.namespace == filters.namespace
         }
         down = [d for d in down if d.node in hosts]
+    idle = tuple(
+        h for h in snapshot.idle if wanted(h) and (filters.node is None or h.node == filters.node)
+    )
     return Snapshot(
-        gpus=sort_gpus(gpus, filters.sort_by), down=down, pods=snapshot.pods, events=snapshot.events
+        gpus=sort_gpus(gpus, filters.sort_by),
+        down=down,
+        pods=snapshot.pods,
+        events=snapshot.events,
+        idle=idle,
     )
 
 
@@ -531,6 +546,9 @@ def pod_rows(snapshot: Snapshot, sort_by: str) -> list[PodRow]:
             # A pod holding a GPU it never runs on has no process to list it by.
             pods.setdefault(holder.uid, holder)
             flagged.setdefault(holder.uid, set()).add(IDLE)
+    for holder in snapshot.idle:
+        pods.setdefault(holder.uid, holder)
+        flagged.setdefault(holder.uid, set()).add(IDLE)
     down = {d.node for d in snapshot.down}
     # The pods with a process on a GPU when it had an event.
     hit = snapshot.events.pods

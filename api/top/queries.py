@@ -21,7 +21,8 @@ fragment TopGpu on Gpu {
 
 # One round trip: the GPUs, every node's agent status (a down agent is a node, not
 # a blank) and, when the view needs them (top pods, -l), the pods the filters
-# select with what they requested: on a large cluster that list is most of the answer.
+# select with what they requested (on a large cluster that list is most of the
+# answer) and those holding a GPU idle, which a tenant may not see the GPU of.
 SNAPSHOT = (
     """
 query Top($node: String, $namespace: String, $selector: String, $withPods: Boolean!) {
@@ -30,6 +31,9 @@ query Top($node: String, $namespace: String, $selector: String, $withPods: Boole
   pods(nodeName: $node, namespace: $namespace, labelSelector: $selector)
     @include(if: $withPods) {
     uid namespace name nodeName gpuRequest
+  }
+  idle: idleGpuAllocations(namespace: $namespace) @include(if: $withPods) {
+    nodeName pod { uid namespace name gpuRequest }
   }
 }
 """

@@ -132,6 +132,22 @@ def test_tokens_go_as_bearer_and_a_namespace_token_sees_its_namespace(
     assert "inference/" not in gpus and "ml-training/" not in gpus and "(no pod)" not in gpus
 
 
+def test_a_tenant_sees_its_own_idle_allocation_flagged_as_the_admin_does(
+    auth_demo: AuthDemo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # notebook-bob holds a GPU it runs nothing on: research does not see that GPU, and is
+    # told its pod is IDLE all the same.
+    def flags(token: str, view: str, key: str, name: str) -> list[str]:
+        document = top_json(capsys, view, "-n", "research", "--server", auth_demo.url,
+                            "--token", token)  # fmt: skip
+        (row,) = [r for r in document[view] if r[key] == name]
+        return list(row["flags"])
+
+    for token in (auth_demo.admin, auth_demo.research):
+        assert "IDLE" in flags(token, "pods", "name", "notebook-bob")
+        assert "IDLE" in flags(token, "namespaces", "namespace", "research")
+
+
 @pytest.mark.parametrize("token", [None, "not-a-token"])
 def test_a_missing_or_bad_token_is_401(auth_demo: AuthDemo, token: str | None) -> None:
     env = {"GPUGRAPH_TOKEN": token} if token else {}
