@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
 import logging
 import socket
@@ -89,11 +90,23 @@ def bearer_matches(values: list[bytes], token: str) -> bool:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    # "::" serves IPv4 too where the kernel can, as the agent's gRPC port does.
-    if host == "::" and socket.has_dualstack_ipv6():
-        return socket.create_server((host, port), family=socket.AF_INET6, dualstack_ipv6=True)
+    # "::" serves IPv4 too where the kernel can, as the agent's gRPC port does; on a node
+    # whose kernel has no IPv6 at all (ipv6.disable=1) it serves IPv4 alone, as gRPC's does.
+    if host == "::":
+        if socket.has_dualstack_ipv6():
+            return socket.create_server((host, port), family=socket.AF_INET6, dualstack_ipv6=True)
+        try:
+            return socket.create_server((host, port), family=socket.AF_INET6)
+        except OSError as exc:
+            if exc.errno not in _NO_IPV6:
+                raise
+            return socket.create_server(("0.0.0.0", port), family=socket.AF_INET)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family)
+
+
+# How binding an IPv6 socket fails on a kernel without IPv6.
+_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL})
 
 
 class MetricsHttpServer:
@@ -128,6 +141,8 @@ class MetricsHttpServer:
         except OSError as exc:
             raise OSError(f"cannot listen on {listen} for /metrics: {exc}") from exc
         self._server = await asyncio.start_server(self._connection, sock=sock)
+        if host == "::" and sock.family == socket.AF_INET:
+            host = "0.0.0.0"  # no IPv6 on this node (see _bind)
         self.address = join_host_port(host, sock.getsockname()[1])
         return self.address
 

@@ -4,6 +4,7 @@ connections, over real sockets."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import threading
 from collections.abc import Iterator
@@ -147,4 +148,23 @@ def test_the_charts_any_address_serves_ipv4_too() -> None:
     # The chart listens on [::]:PORT, as the agent's gRPC port does; pod IPs are often IPv4.
     with served(listen="[::]:0") as s:
         assert s.address.startswith("[::]:")
+        assert status(s.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")) == 200
+
+
+def test_the_any_address_serves_ipv4_where_the_kernel_has_no_ipv6(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A node booted with ipv6.disable=1: no AF_INET6 socket at all. The chart's [::] must
+    # still serve the scrape, as the agent's gRPC port does there.
+    real = socket.create_server
+
+    def no_ipv6(address: tuple[str, int], *, family: int = socket.AF_INET, **kw: object) -> object:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(address, family=family, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "has_dualstack_ipv6", lambda: False)
+    monkeypatch.setattr(socket, "create_server", no_ipv6)
+    with served(listen="[::]:0") as s:
+        assert s.address.startswith("0.0.0.0:")
         assert status(s.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")) == 200
