@@ -17,7 +17,8 @@ def quit_key(task: asyncio.Task[object] | None) -> Iterator[None]:
 
     The terminal goes to cbreak mode (keys arrive one at a time, unechoed) and
     keeps its signals, so Ctrl-C still interrupts. Without a terminal on stdin
-    (a pipe, a script) nothing is read.
+    (a pipe, a script), or from the background (``top -w &``, where touching the
+    terminal stops the process), nothing is read.
     """
     if task is None or not sys.stdin.isatty():
         yield
@@ -26,6 +27,9 @@ def quit_key(task: asyncio.Task[object] | None) -> Iterator[None]:
     import tty
 
     fd = sys.stdin.fileno()
+    if os.tcgetpgrp(fd) != os.getpgrp():
+        yield
+        return
     saved = termios.tcgetattr(fd)
     loop = asyncio.get_running_loop()
 
