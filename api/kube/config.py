@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+import yaml
 from kubernetes import config as kube_config
 from kubernetes.client import Configuration
 from kubernetes.config.incluster_config import (
@@ -41,12 +42,7 @@ def load_kube_config(
     if kubeconfig:
         if not os.path.isfile(kubeconfig):
             raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
-        try:
-            kube_config.load_kube_config(
-                config_file=kubeconfig, client_configuration=configuration, persist_config=False
-            )
-        except Exception as exc:
-            raise KubeConfigError(f"--kubeconfig {kubeconfig}: {exc}") from exc
+        _load(kubeconfig, configuration, f"--kubeconfig {kubeconfig}")
         return configuration
 
     env = os.environ if environ is None else environ
@@ -64,10 +60,25 @@ def load_kube_config(
             "cannot reach the Kubernetes API: no --kubeconfig given, not running in a cluster "
             f"({in_cluster_error}), and no kubeconfig at {default}"
         )
+    _load(default, configuration, f"kubeconfig {default}")
+    return configuration
+
+
+def _load(path: str, configuration: Configuration, shown: str) -> None:
+    """``configuration`` from the kubeconfig at ``path``; KubeConfigError naming ``shown``."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            document = yaml.safe_load(file)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise KubeConfigError(f"{shown}: {exc}") from exc
+    if not isinstance(document, dict):
+        # The client's own error for these is a TypeError about item assignment.
+        raise KubeConfigError(
+            f"{shown}: not a kubeconfig (a YAML mapping of clusters, users and contexts)"
+        )
     try:
         kube_config.load_kube_config(
-            config_file=default, client_configuration=configuration, persist_config=False
+            config_file=path, client_configuration=configuration, persist_config=False
         )
     except Exception as exc:
-        raise KubeConfigError(f"kubeconfig {default}: {exc}") from exc
-    return configuration
+        raise KubeConfigError(f"{shown}: {exc}") from exc

@@ -276,7 +276,7 @@ def run(args: argparse.Namespace, transport: Transport | None = None) -> int:
             from .gpu_events import run_events
 
             return run_events(args, transport, _console, sys.stdout.write)
-        if getattr(args, "since", None):
+        if getattr(args, "since", None) is not None:
             from .gpu_hours import run_since
 
             return run_since(args, transport, _console, sys.stdout.write)

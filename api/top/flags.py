@@ -40,8 +40,9 @@ def interval(text: str) -> float:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    # "not x >= MIN" also refuses NaN.
-    if not seconds >= MIN_INTERVAL:
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    if seconds < MIN_INTERVAL:
         raise argparse.ArgumentTypeError(
             f"{text} is too short: the server ticks at most every {MIN_INTERVAL:g} s"
         )

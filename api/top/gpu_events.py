@@ -471,7 +471,7 @@ def run_events(
         raise TopError(f"--events lists GPU events: it has no {args.view} view")
     if args.sort_by is not None:
         raise TopError("--events lists events newest first: it has no --sort-by")
-    since = since_of(args.since or f"{EVENT_HOURS}h")
+    since = since_of(f"{EVENT_HOURS}h" if args.since is None else args.since)
     listing = event_list(transport, since, node=args.node, namespace=args.namespace)
     if args.output in ("json", "yaml"):
         doc = document(listing)

@@ -244,6 +244,10 @@ def test_since_refuses_a_bad_duration_watch_and_another_order(
 ) -> None:
     assert main(["top", "--server", demo.url, "--since", "yesterday"]) == 1
     assert "--since" in capsys.readouterr().err
+    # An empty one is no duration either, not the live view.
+    for view in (["pods"], ["--events"]):
+        assert main(["top", *view, "--server", demo.url, "--since", ""]) == 1
+        assert "--since: empty duration" in capsys.readouterr().err
     assert main(["top", "--server", demo.url, "--since", "1h", "--watch"]) == 1
     assert "no --watch" in capsys.readouterr().err
     # Most GPU-hours first is what it is for: another order is refused, not ignored.
@@ -328,7 +332,7 @@ def test_an_unknown_flag_prints_tops_usage(capsys: pytest.CaptureFixture[str]) -
     assert err.rstrip().endswith("gpugraph top: error: unrecognized arguments: --bogus")
 
 
-@pytest.mark.parametrize("value", ["-1", "0", "0.2", "nan", "soon"])
+@pytest.mark.parametrize("value", ["-1", "0", "0.2", "nan", "inf", "soon"])
 def test_an_interval_below_the_servers_shortest_tick_is_refused(
     capsys: pytest.CaptureFixture[str], value: str
 ) -> None:

@@ -350,6 +350,8 @@ contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
     ("text", "says"),
     [
         ("clusters: [", "--kubeconfig"),
+        ("just a string", "not a kubeconfig (a YAML mapping"),
+        ("- a\n- b\n", "not a kubeconfig (a YAML mapping"),
         (
             KUBECONFIG.format(server="http://127.0.0.1:1", cluster="", user="{token: t}").replace(
                 "current-context: c\n", ""
@@ -373,7 +375,14 @@ contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
             "the kubeconfig's user: [Errno 2] No such file or directory: '/no/plugin'",
         ),
     ],
-    ids=["not YAML", "no current-context", "a CA that is no PEM", "a missing exec plugin"],
+    ids=[
+        "not YAML",
+        "a string",
+        "a list",
+        "no current-context",
+        "a CA that is no PEM",
+        "a missing exec plugin",
+    ],
 )
 def test_a_kubeconfig_that_cannot_work_is_one_line(text: str, says: str, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
