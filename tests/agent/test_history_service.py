@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -146,45 +147,41 @@ def test_device_shares_and_mig_devices_reach_the_agent_with_the_pods_name(
     assert history.pod_names.get("u") == pod
 
 
-@pytest.mark.parametrize(
-    "share",
-    [
-        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", device="gpu-0", share=0.0),
-        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", device="gpu-0", share=1.5),
-        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", device="gpu-0", share=math.nan),
-        agent_pb2.DeviceShare(claim="c", driver="d", pool="p", share=0.5),
-    ],
-    ids=["zero", "above-one", "nan", "no-device"],
-)
-def test_a_device_share_the_agent_cannot_weigh_by_is_an_invalid_argument(
-    agent: tuple[AgentThread, HistoryLog], share: agent_pb2.DeviceShare
-) -> None:
-    running, history = agent
-    named = agent_pb2.PodName(uid="u", namespace="ml", name="p", device_shares=[share])
-    with pytest.raises(grpc.RpcError) as caught:
-        call(running, "PutPodNames", agent_pb2.PutPodNamesRequest(pods=[named]))
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "device share" in (caught.value.details() or "")
-    assert history.pod_names.get("u") is None
+def _share(**fields: Any) -> agent_pb2.PodName:
+    return agent_pb2.PodName(
+        uid="u", namespace="ml", name="p", device_shares=[agent_pb2.DeviceShare(**fields)]
+    )
+
+
+def _mig(**fields: Any) -> agent_pb2.PodName:
+    return agent_pb2.PodName(
+        uid="u", namespace="ml", name="p", device_migs=[agent_pb2.DeviceMig(**fields)]
+    )
+
+
+DEVICE = {"claim": "c", "driver": "d", "pool": "p"}
 
 
 @pytest.mark.parametrize(
-    "mig",
+    ("named", "says"),
     [
-        agent_pb2.DeviceMig(claim="c", driver="d", pool="p", device="gpu-0-mig-1"),
-        agent_pb2.DeviceMig(claim="c", driver="d", pool="p", mig_device_uuid="MIG-1"),
+        (_share(**DEVICE, device="gpu-0", share=0.0), "device share"),
+        (_share(**DEVICE, device="gpu-0", share=1.5), "device share"),
+        (_share(**DEVICE, device="gpu-0", share=math.nan), "device share"),
+        (_share(**DEVICE, share=0.5), "device share"),
+        (_mig(**DEVICE, device="gpu-0-mig-1"), "MIG device"),
+        (_mig(**DEVICE, mig_device_uuid="MIG-1"), "MIG device"),
     ],
-    ids=["no-uuid", "no-device"],
+    ids=["zero", "above-one", "nan", "no-device", "mig-no-uuid", "mig-no-device"],
 )
-def test_a_mig_device_without_its_uuid_or_device_is_an_invalid_argument(
-    agent: tuple[AgentThread, HistoryLog], mig: agent_pb2.DeviceMig
+def test_a_device_the_agent_cannot_weigh_by_is_an_invalid_argument(
+    agent: tuple[AgentThread, HistoryLog], named: agent_pb2.PodName, says: str
 ) -> None:
     running, history = agent
-    named = agent_pb2.PodName(uid="u", namespace="ml", name="p", device_migs=[mig])
     with pytest.raises(grpc.RpcError) as caught:
         call(running, "PutPodNames", agent_pb2.PutPodNamesRequest(pods=[named]))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "MIG device" in (caught.value.details() or "")
+    assert says in (caught.value.details() or "")
     assert history.pod_names.get("u") is None
 
 

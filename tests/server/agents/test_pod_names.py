@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
@@ -170,7 +170,9 @@ def _slice(memory: str) -> ResourceSliceRecord:
     return slice_record(make_resource_slice("node-1", [device]))
 
 
-async def test_a_pods_name_carries_the_share_of_each_dra_device_its_claims_consume() -> None:
+@pytest.fixture
+async def claims_world() -> AsyncIterator[tuple[ClusterCache, Agents, PodNamePusher]]:
+    """A cache with its DRA claims and slices, and a pusher that tells agents what they hold."""
     cache = ClusterCache()
     agents = Agents()
     pool = AgentPool(Addresses(), client_factory=agents)  # type: ignore[arg-type]
@@ -181,74 +183,70 @@ async def test_a_pods_name_carries_the_share_of_each_dra_device_its_claims_consu
     cache.dra.subscribe(pusher.on_claims_change)
     pusher.start()
     try:
-        for pod in ("a", "whole"):
-            cache.upsert_pod(parse_pod(make_pod(pod, "ml", "node-1", claims={"gpu": f"{pod}-gpu"})))
-        await eventually_async(lambda: len(agents.names.get("node-1", {})) == 2, what="names")
-        named = agents.names["node-1"]
-        uid = pod_uid_for("ml", "a")
-        # The slice first: its capacities push the node's names again, no claim known yet.
-        pushed = pusher.pushed
-        cache.dra.upsert_slice(_slice("80Gi"))
-        await eventually_async(lambda: pusher.pushed == pushed + 2, what="the slice's push")
-        assert named[uid].device_shares == {}
-        consumed = ClaimDevice("gpu-0", "node-1", share_id="s", consumed={"memory": "20Gi"})
-        cache.dra.upsert_claim(
-            claim_record(make_resource_claim("ml", "a-gpu", [consumed], reserved_for=["a"]))
-        )
-        cache.dra.upsert_claim(
-            claim_record(
-                make_resource_claim(
-                    "ml", "whole-gpu", [ClaimDevice("gpu-1", "node-1")], reserved_for=["whole"]
-                )
-            )
-        )
-        # The claim's arrival pushes its pod's name with the share.
-        await eventually_async(lambda: named[uid].device_shares, what="the claim's share")
-        assert named[uid].device_shares == {SHARED: 0.25}
-        assert named[pod_uid_for("ml", "whole")].device_shares == {}, "no consumed capacity"
-        # A slice that changes its device's capacity changes the share.
-        cache.dra.upsert_slice(_slice("40Gi"))
-        await eventually_async(
-            lambda: named[uid].device_shares == {SHARED: 0.5}, what="the slice's new capacity"
-        )
-        assert named[uid].device_migs == {}, "a whole GPU is no MIG device"
+        yield cache, agents, pusher
     finally:
         await pusher.stop()
 
 
-async def test_a_pods_name_says_which_mig_device_each_dra_mig_device_is() -> None:
+async def test_a_pods_name_carries_the_share_of_each_dra_device_its_claims_consume(
+    claims_world: tuple[ClusterCache, Agents, PodNamePusher],
+) -> None:
+    cache, agents, pusher = claims_world
+    for pod in ("a", "whole"):
+        cache.upsert_pod(parse_pod(make_pod(pod, "ml", "node-1", claims={"gpu": f"{pod}-gpu"})))
+    await eventually_async(lambda: len(agents.names.get("node-1", {})) == 2, what="names")
+    named = agents.names["node-1"]
+    uid = pod_uid_for("ml", "a")
+    # The slice first: its capacities push the node's names again, no claim known yet.
+    pushed = pusher.pushed
+    cache.dra.upsert_slice(_slice("80Gi"))
+    await eventually_async(lambda: pusher.pushed == pushed + 2, what="the slice's push")
+    assert named[uid].device_shares == {}
+    consumed = ClaimDevice("gpu-0", "node-1", share_id="s", consumed={"memory": "20Gi"})
+    cache.dra.upsert_claim(
+        claim_record(make_resource_claim("ml", "a-gpu", [consumed], reserved_for=["a"]))
+    )
+    cache.dra.upsert_claim(
+        claim_record(
+            make_resource_claim(
+                "ml", "whole-gpu", [ClaimDevice("gpu-1", "node-1")], reserved_for=["whole"]
+            )
+        )
+    )
+    # The claim's arrival pushes its pod's name with the share.
+    await eventually_async(lambda: named[uid].device_shares, what="the claim's share")
+    assert named[uid].device_shares == {SHARED: 0.25}
+    assert named[pod_uid_for("ml", "whole")].device_shares == {}, "no consumed capacity"
+    # A slice that changes its device's capacity changes the share.
+    cache.dra.upsert_slice(_slice("40Gi"))
+    await eventually_async(
+        lambda: named[uid].device_shares == {SHARED: 0.5}, what="the slice's new capacity"
+    )
+    assert named[uid].device_migs == {}, "a whole GPU is no MIG device"
+
+
+async def test_a_pods_name_says_which_mig_device_each_dra_mig_device_is(
+    claims_world: tuple[ClusterCache, Agents, PodNamePusher],
+) -> None:
     # The kubelet names it gpu-0-mig-...: the agent knows its parent GPU, and the slice which
     # of the parent's MIG devices it is.
-    cache = ClusterCache()
-    agents = Agents()
-    pool = AgentPool(Addresses(), client_factory=agents)  # type: ignore[arg-type]
-    pusher = PodNamePusher(
-        cache, pool, asyncio.get_running_loop(), claims=cache.dra, batch_seconds=0.01
-    )
-    cache.subscribe(pusher.on_change)
-    cache.dra.subscribe(pusher.on_claims_change)
-    pusher.start()
+    cache, agents, _ = claims_world
     mig = "MIG-11111111-0000-0000-0000-000000000000"
     device = SliceDevice("gpu-0-mig-19-0-1", mig, type="mig", parent_uuid=GPU)
-    try:
-        cache.upsert_pod(parse_pod(make_pod("m", "ml", "node-1", claims={"gpu": "m-gpu"})))
-        cache.dra.upsert_slice(slice_record(make_resource_slice("node-1", [device])))
-        cache.dra.upsert_claim(
-            claim_record(
-                make_resource_claim(
-                    "ml", "m-gpu", [ClaimDevice(device.name, "node-1")], reserved_for=["m"]
-                )
+    cache.upsert_pod(parse_pod(make_pod("m", "ml", "node-1", claims={"gpu": "m-gpu"})))
+    cache.dra.upsert_slice(slice_record(make_resource_slice("node-1", [device])))
+    cache.dra.upsert_claim(
+        claim_record(
+            make_resource_claim(
+                "ml", "m-gpu", [ClaimDevice(device.name, "node-1")], reserved_for=["m"]
             )
         )
-        uid = pod_uid_for("ml", "m")
-        await eventually_async(
-            lambda: (
-                uid in agents.names.get("node-1", {}) and agents.names["node-1"][uid].device_migs
-            ),
-            what="the MIG device pushed",
-        )
-        named = agents.names["node-1"][uid]
-        assert named.device_migs == {("m-gpu", "gpu.nvidia.com", "node-1", device.name): mig}
-        assert named.device_shares == {}, "it consumes no capacity"
-    finally:
-        await pusher.stop()
+    )
+    uid = pod_uid_for("ml", "m")
+    await eventually_async(
+        lambda: uid in agents.names.get("node-1", {}) and agents.names["node-1"][uid].device_migs,
+        what="the MIG device pushed",
+    )
+    named = agents.names["node-1"][uid]
+    assert named.device_migs == {("m-gpu", "gpu.nvidia.com", "node-1", device.name): mig}
+    assert named.device_shares == {}, "it consumes no capacity"
