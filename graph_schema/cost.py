@@ -125,9 +125,9 @@ LIST_SIZES: dict[tuple[str, str], SizeRule] = {
     # One per container given the GPU (a MIG device or a time-sliced replica each).
     ("Gpu", "allocations"): lambda s, f: max(s.processes_per_gpu, MAX_MIG_DEVICES),
     ("Pod", "gpuAllocations"): lambda s, f: s.gpus_per_node * s.containers_per_pod,
-    # At most every allocation of every GPU (of the namespace's nodes, when given).
+    # At most every allocation of every GPU (of the namespace's nodes, or the one node).
     ("Query", "idleGpuAllocations"): lambda s, f: (
-        s.nodes * s.gpus_per_node * max(s.processes_per_gpu, MAX_MIG_DEVICES)
+        _per_node(f, s.nodes, 1) * s.gpus_per_node * max(s.processes_per_gpu, MAX_MIG_DEVICES)
     ),
 }
 

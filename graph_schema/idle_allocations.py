@@ -42,7 +42,10 @@ def idle_order(allocation: GpuAllocation) -> tuple[float, str, str, str, str, st
 
 
 async def idle_gpu_allocations(
-    info: Info, min_idle_seconds: float | None = None, namespace: str | None = None
+    info: Info,
+    min_idle_seconds: float | None = None,
+    namespace: str | None = None,
+    node_name: str | None = None,
 ) -> list[GpuAllocation]:
     """Every allocation now IDLE or UNUSED that the caller may see, longest idle first."""
     ctx = ready_context(info)
@@ -52,7 +55,7 @@ async def idle_gpu_allocations(
         raise BadUserInputError("minIdleSeconds must be a finite number of seconds, 0 or more")
     least = min_idle_seconds or 0.0
     cluster = ctx.cluster
-    names = named_nodes(cluster, None)
+    names = named_nodes(cluster, node_name)
     if namespace is not None:
         # Only nodes running pods of that namespace can hold its allocations.
         hosting = {p.node_name for p in cluster.pods(namespace=namespace) if p.node_name}

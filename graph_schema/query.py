@@ -135,7 +135,8 @@ class Query:
     @strawberry.field(
         description="Every GPU allocation (a GPU, MIG device, replica or DRA device the kubelet "
         "gave a container) that its node's agent now judges IDLE or UNUSED, longest idle "
-        "first; only those idle at least minIdleSeconds, of pods in namespace, when given. "
+        "first; only those idle at least minIdleSeconds, of pods in namespace, on node "
+        "nodeName, when given (one the caller cannot see, or no node has, is NOT_FOUND). "
         "Nodes whose agent cannot answer are named in the response's errors."
     )
     async def idle_gpu_allocations(
@@ -143,8 +144,9 @@ class Query:
         info: Info,
         min_idle_seconds: float | None = None,
         namespace: str | None = None,
+        node_name: str | None = None,
     ) -> list[GpuAllocation]:
-        return await idle_gpu_allocations(info, min_idle_seconds, namespace)
+        return await idle_gpu_allocations(info, min_idle_seconds, namespace, node_name)
 
     gpu_history = occupancy.gpu_history_connection
     gpu_usage = occupancy.gpu_usage

@@ -18,7 +18,7 @@ from .errors import MIB, TopError
 from .flags import DEFAULT_SORT
 from .gpu_events import EventFlags, fetch_hits
 from .keys import quit_key
-from .queries import SNAPSHOT, WATCH
+from .queries import IDLE, SNAPSHOT, WATCH
 from .text import one_line
 from .transport import HttpTransport, Transport
 
@@ -85,6 +85,10 @@ def fetch(
         if filters.node is None:
             raise
         raise no_match(view, filters) from None
+    if view in ("pods", "namespaces"):
+        snapshot.idle = model.idle_from_query(
+            transport.execute(IDLE, {"node": filters.node, "namespace": filters.namespace})
+        )
     if events is not None:
         snapshot.events = events().beside(snapshot.down)
     return model.apply(snapshot, filters)
@@ -159,8 +163,9 @@ async def snapshots(
     variables = {"node": filters.node, "interval": interval}
     async for body in transport.subscribe(WATCH, variables):
         tick = model.snapshot_from_tick(body)
-        # The tick carries no pod list; the first query filled in what pods requested.
-        tick.pods = first.pods
+        # The tick carries no pod list, nor the pods holding GPUs idle that the caller does
+        # not see: the first query's answer fills them in.
+        tick.pods, tick.idle = first.pods, first.idle
         if events is not None:
             tick.events = events.latest().beside(tick.down)
         yield model.apply(tick, filters)

@@ -27,7 +27,11 @@ def quit_key(task: asyncio.Task[object] | None) -> Iterator[None]:
     import tty
 
     fd = sys.stdin.fileno()
-    if os.tcgetpgrp(fd) != os.getpgrp():
+    try:
+        foreground = os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        foreground = False  # a terminal that is not this process's controlling one
+    if not foreground:
         yield
         return
     saved = termios.tcgetattr(fd)

@@ -268,8 +268,8 @@ class Snapshot:
     pods: list[PodRef] | None = None
     # The GPUs, pods and nodes with health events (``EventHits.beside`` this snapshot).
     events: EventHits = NO_EVENTS
-    # The pods holding an allocation IDLE or UNUSED (``idleGpuAllocations``, asked with the
-    # pod list): a tenant does not see a GPU it runs nothing on, so ``GpuRow.idle`` misses it.
+    # The pods holding an allocation IDLE or UNUSED (``idle_from_query``, for the pod views):
+    # a tenant does not see a GPU it runs nothing on, so ``GpuRow.idle`` misses it.
     idle: tuple[PodRef, ...] = ()
 
 
@@ -406,12 +406,20 @@ def _from_query(body: Mapping[str, Any]) -> Snapshot:
     pods = None
     if "pods" in data:
         pods = [p for p in (_pod(p) for p in data["pods"] or ()) if p is not None]
-    idle = tuple(
-        pod
-        for a in data.get("idle") or ()
-        if (pod := _pod(a.get("pod"), a.get("nodeName"))) is not None
-    )
-    return Snapshot(gpus=gpu_rows(data.get("gpus") or ()), down=down, pods=pods, idle=idle)
+    return Snapshot(gpus=gpu_rows(data.get("gpus") or ()), down=down, pods=pods)
+
+
+def idle_from_query(body: Mapping[str, Any]) -> tuple[PodRef, ...]:
+    """The pods of a ``TopIdle`` answer; none where it has none to give (the server
+    refused it as too costly, or is older than the field): the GPUs' own allocations
+    still flag what the caller sees. Its nodes that did not answer are Top's to say."""
+    with _expected_shape():
+        data = body.get("data") or {}
+        return tuple(
+            pod
+            for a in data.get("idleGpuAllocations") or ()
+            if (pod := _pod(a.get("pod"), a.get("nodeName"))) is not None
+        )
 
 
 def _from_tick(body: Mapping[str, Any]) -> Snapshot:

@@ -21,8 +21,7 @@ fragment TopGpu on Gpu {
 
 # One round trip: the GPUs, every node's agent status (a down agent is a node, not
 # a blank) and, when the view needs them (top pods, -l), the pods the filters
-# select with what they requested (on a large cluster that list is most of the
-# answer) and those holding a GPU idle, which a tenant may not see the GPU of.
+# select with what they requested: on a large cluster that list is most of the answer.
 SNAPSHOT = (
     """
 query Top($node: String, $namespace: String, $selector: String, $withPods: Boolean!) {
@@ -32,13 +31,22 @@ query Top($node: String, $namespace: String, $selector: String, $withPods: Boole
     @include(if: $withPods) {
     uid namespace name nodeName gpuRequest
   }
-  idle: idleGpuAllocations(namespace: $namespace) @include(if: $withPods) {
-    nodeName pod { uid namespace name gpuRequest }
-  }
 }
 """
     + GPU_FIELDS
 )
+
+# The pods holding a GPU idle, for top pods and namespaces: a tenant does not see a GPU
+# its pods run nothing on, so the GPUs' own allocations miss its idle ones. A query of
+# its own: in Top's, its worst-case size (every allocation of every GPU) would have
+# the server refuse the whole view on a large cluster.
+IDLE = """
+query TopIdle($node: String, $namespace: String) {
+  idleGpuAllocations(nodeName: $node, namespace: $namespace) {
+    nodeName pod { uid namespace name gpuRequest }
+  }
+}
+"""
 
 WATCH = (
     """

@@ -273,11 +273,13 @@ async def test_each_verdict_of_each_mechanism_reaches_graphql(
     filtered = await ask(
         server,
         "{ long: idleGpuAllocations(minIdleSeconds: 800) { pod { name } }"
-        ' research: idleGpuAllocations(namespace: "research") { pod { name } } }',
+        ' research: idleGpuAllocations(namespace: "research") { pod { name } }'
+        ' onA: idleGpuAllocations(nodeName: "node-a") { pod { name } } }',
         admin,
     )
     assert [a["pod"]["name"] for a in filtered["long"]] == ["dra", "mig-b", "ts-b", "notebook"]
     assert [a["pod"]["name"] for a in filtered["research"]] == ["notebook"]
+    assert [a["pod"]["name"] for a in filtered["onA"]] == [name for name, _, _ in idle]
 
 
 async def test_allocated_and_idle_gpu_seconds_of_the_timeline_by_namespace(
