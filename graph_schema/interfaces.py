@@ -80,6 +80,11 @@ class ClusterView(Cluster, Protocol):
     answers the same rules for records the cache does not hold.
     """
 
+    def node_names_now(self) -> list[str]:
+        """The nodes the caller sees in the cache as it is now, by name (a view's ``nodes``
+        stay as first worked out, for the length of one answer)."""
+        ...
+
     def sees_namespace(self, namespace: str) -> bool:
         """Whether the caller may see pods (and their records) of ``namespace``."""
         ...

@@ -215,6 +215,11 @@ class VisibleCluster:
         record = self._raw.node(name)
         return record if record is not None and self.sees_node(name) else None
 
+    def node_names_now(self) -> list[str]:
+        """The nodes the caller sees in the cache as it is now, by name (``nodes`` stay as
+        first worked out: one answer sees one cluster)."""
+        return [n.name for n in VisibleCluster(self._raw, self._scope).nodes()]
+
     def nodes(self) -> Sequence[NodeRecord]:
         """Every visible cached node, sorted by name."""
         visible = self._visible_node_names()

@@ -140,12 +140,20 @@ class Follower:
     ) -> None:
         self.source = source
         self.node_name = node_name
-        self.query = query if since is None else dataclasses.replace(query, since=since)
+        self.query = query
         # Whether the follower knows where to read from (where the log stands, or its start).
-        self.started = since is not None
+        self.started = False
         self._log_id = ""
         self._after = 0
         self._failures = 0
+        if since is not None:
+            self.read_from(since)
+
+    def read_from(self, since: float) -> None:
+        """Read the log from its start, for the events from ``since`` on (a node that joined
+        later, or could not say where its log stood when the stream began)."""
+        self.query = dataclasses.replace(self.query, since=since)
+        self.started = True
 
     def retry_delay(self) -> float:
         """How long to wait before following again, after a failure."""

@@ -220,7 +220,8 @@ async def _merged(
     Unless one was named, the nodes the caller sees are listed again every
     ``NEW_NODES_SECONDS``: one that joined is followed from the moment the stream began
     (its log read from the start), one that left is no longer asked, and one that comes
-    back resumes where its follower stopped, so no event is shown twice.
+    back resumes where its follower stopped, so no event is shown twice. A node down when
+    the stream began is read, once it answers, from that moment too.
     """
     source = event_source(ctx.history)
     began = time.time()
@@ -235,6 +236,9 @@ async def _merged(
                 if named and not follower.started:
                     await landed.put(exc)
                     return
+                if not follower.started:
+                    # Down when the stream began: what it logs from then on is new to it.
+                    follower.read_from(began)
             await asyncio.sleep(follower.retry_delay())
 
     followers: dict[str, Follower] = {}
@@ -250,7 +254,7 @@ async def _merged(
     async def newcomers() -> None:
         while True:
             await asyncio.sleep(NEW_NODES_SECONDS)
-            listed = {n.name for n in ctx.cluster.nodes()}
+            listed = set(ctx.cluster.node_names_now())
             for gone in tasks.keys() - listed:
                 tasks.pop(gone).cancel()
             follow(sorted(listed - tasks.keys()), since=began)

@@ -20,7 +20,7 @@ from graph_schema.occupancy.event_fan_out import Follower
 from graph_schema.scope import EVERYTHING, Scope
 from node_resolver.gpu_events.records import EventPage, EventQuery, GpuEvent
 from tests.graph.occupancy.test_resolvers import GPUS, SINCE, UNSEEN, answer, xid
-from tests.support.graph import SmallWorld, node_record, snapshot
+from tests.support.graph import SmallWorld, node_record, pod_record, snapshot
 from tests.support.history_agents import HistoryAgents, open_stores
 from tests.support.polling import eventually_async
 
@@ -94,10 +94,11 @@ async def test_both_connections_refuse_a_page_size_out_of_range_alike(
 
 
 async def subscribe(
-    world: SmallWorld, node: str | None
+    world: SmallWorld, node: str | None, scope: Scope = EVERYTHING
 ) -> AsyncGenerator[ExecutionResult | PreExecutionError, None]:
-    """gpuEventStream, on ``node`` or every node, as a caller who sees everything."""
-    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=EVERYTHING)
+    """gpuEventStream, on ``node`` or every node, as a caller who sees everything (or
+    ``scope``)."""
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=scope)
     stream = await world.schema.subscribe(STREAM, variable_values={"node": node}, context_value=ctx)
     assert isinstance(stream, AsyncGenerator)
     return stream
@@ -175,6 +176,64 @@ async def test_a_node_that_joins_an_open_stream_is_followed_from_the_streams_sta
         await stream.aclose()
         store.close()
     assert nxt.data == {"gpuEventStream": {"xid": 43}}
+
+
+async def test_a_tenants_stream_follows_a_node_its_pod_comes_to(
+    world: SmallWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # serving sees node-b (infer-1 runs there). Its new pod lands on node-c while the
+    # stream is open: node-c is the tenant's now, and so are its GPUs' events.
+    monkeypatch.setattr(event_resolvers, "NEW_NODES_SECONDS", 0.01)
+    assert isinstance(world.agents, HistoryAgents)
+    (store,) = open_stores(tmp_path / "late", {"node-c": []}).values()
+    world.agents.stores["node-c"] = store
+    world.agents.put(snapshot("node-c", []))
+    world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
+    serving = Scope(pod_namespaces=frozenset({"serving"}))
+    stream = await subscribe(world, None, serving)
+    first = asyncio.ensure_future(stream.__anext__())
+    try:
+        await eventually_async(lambda: world.agents.calls["node-b"] >= 2, what="node-b followed")
+        assert world.agents.calls["node-c"] == 0, "not the tenant's node yet"
+        world.cluster.add_pod(pod_record("serving", "infer-2", "node-c"))
+        pod = ("serving", "infer-2", pod_uid_of(world, "serving", "infer-2"))
+        event = dataclasses.replace(xid("GPU-node-c-0", 0, 43, pod), time=time.time())
+        store.write_events([event])
+        assert (await asyncio.wait_for(first, timeout=15)).data == {"gpuEventStream": {"xid": 43}}
+    finally:
+        first.cancel()
+        await stream.aclose()
+        store.close()
+
+
+async def test_a_node_down_when_the_stream_began_shows_what_it_logged_since(
+    world: SmallWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It could not say where its log stood: once back, what it logged after the stream
+    # began is new to the stream (and what came before is not).
+    monkeypatch.setattr(Follower, "retry_seconds", 0.01)
+    assert isinstance(world.agents, HistoryAgents)
+    store = world.agents.stores["node-a"]
+    store.write_events([now_xid("GPU-node-a-0", 41, ago=3600)])
+    world.agents.kill("node-a", "restarting")
+    stream = await subscribe(world, None)
+    first = asyncio.ensure_future(stream.__anext__())
+    try:
+        failed = world.agents.calls["node-a"]
+        await eventually_async(lambda: world.agents.calls["node-a"] >= failed + 2, what="a retry")
+        store.write_events([now_xid("GPU-node-a-0", 42)])
+        world.agents.revive("node-a")
+        result = await asyncio.wait_for(first, timeout=15)
+    finally:
+        first.cancel()
+        await stream.aclose()
+    assert result.data == {"gpuEventStream": {"xid": 42}}
+
+
+def pod_uid_of(world: SmallWorld, namespace: str, name: str) -> str:
+    record = world.cluster.pod(namespace, name)
+    assert record is not None
+    return record.uid
 
 
 class OlderAgents(HistoryAgents):
