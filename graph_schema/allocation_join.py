@@ -289,11 +289,7 @@ class AllocationTable:
 
 def _slice_gpu(device: SliceDeviceRecord | None) -> tuple[str | None, str | None]:
     """(GPU UUID, MIG UUID) of a published device; (None, None) when it names no GPU."""
-    if device is None:
-        return None, None
-    if device.parent_uuid:
-        return device.parent_uuid, device.uuid
-    return device.uuid, None
+    return (None, None) if device is None else device.gpu_and_mig()
 
 
 def _claim_allocations(pod: PodRecord, dra: DraCatalog, gpus: GpuResources) -> Iterable[Allocation]:

@@ -129,6 +129,12 @@ class SliceDeviceRecord:
     # The device's capacities (spec.devices[].capacity[name].value): (name, amount).
     capacity: tuple[tuple[str, float], ...] = ()
 
+    def gpu_and_mig(self) -> tuple[str | None, str | None]:
+        """(GPU UUID, MIG UUID): a MIG device is published with its parent GPU's UUID."""
+        if self.parent_uuid:
+            return self.parent_uuid, self.uuid
+        return self.uuid, None
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceSliceRecord:

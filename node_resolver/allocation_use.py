@@ -189,6 +189,8 @@ class AllocationJudge:
         # the MIG device it said the device is.
         self._shares: dict[tuple[str, str, str, str], float] = {}
         self._migs: dict[tuple[str, str, str, str], str] = {}
+        # The kubelet's containers with those MIG devices: what the snapshot and series say.
+        self._published_containers: tuple[ContainerAllocations, ...] = ()
         # New shares or MIG devices arrived: open DRA records may weigh something else now.
         self._reweigh = False
         self._replicas_listed: dict[str, int] = {}
@@ -275,19 +277,7 @@ class AllocationJudge:
                 uses[key] = step(record, d, holder, flags, blind, complete, now)
             if len(uses) != len(opened):
                 self._end_unlisted(uses, now)
-        return replace(allocations, containers=self._published_containers(allocations), uses=uses)
-
-    def _published_containers(
-        self, allocations: NodeAllocations
-    ) -> tuple[ContainerAllocations, ...]:
-        """The kubelet's containers, their DRA devices with the MIG devices the server named
-        (what the snapshot and the series say)."""
-        if not self._migs:
-            return allocations.containers
-        return tuple(
-            replace(c, devices=tuple(self._published(d) for d in c.devices))
-            for c in allocations.containers
-        )
+        return replace(allocations, containers=self._published_containers, uses=uses)
 
     def _index(self, containers: tuple[ContainerAllocations, ...]) -> None:
         """Rebuild who holds what when the kubelet's answer or the pod names changed."""
@@ -325,8 +315,16 @@ class AllocationJudge:
             }
             self._reweigh = bool(self._shares or self._migs)
             self._names_version = version
-        # Each DRA device as the server's slices say: which MIG device it is, where one.
+        # Each DRA device as the server's slices say: which MIG device it is, where one; the
+        # same tuple until the answer or the names change (readers compare it by identity).
         self._plan = [(key, c, self._published(d), holder) for key, c, d, holder in self._plan]
+        self._published_containers = (
+            tuple(
+                replace(c, devices=tuple(self._published(d) for d in c.devices)) for c in containers
+            )
+            if self._migs
+            else containers
+        )
         self._ident = {}
 
     def _identify(self, ref: ContainerRef) -> int:

@@ -12,9 +12,9 @@ Several replicas pushing the same names is harmless: PutPodNames is an
 idempotent upsert.
 
 A pod's name carries the share of each DRA device its claims consume (consumable
-capacity), which only the server can compute (the claim and the device's slice):
-the agents weigh those allocations by it. A claim or slice that arrives or
-changes pushes its pods' names again.
+capacity), and which MIG device each of them is, which only the server can tell
+(the claim and the device's slice): the agents weigh those allocations by them.
+A claim or slice that arrives or changes pushes its pods' names again.
 """
 
 from __future__ import annotations
@@ -191,16 +191,15 @@ class PodNamePusher:
     def on_claims_change(
         self, kind: str, record: ResourceClaimRecord | ResourceSliceRecord | None
     ) -> None:
-        """Note the pods whose device shares a claim or slice may change, on the watch thread
-        (a DraCache listener)."""
+        """Note the pods whose device shares or MIG devices a claim or slice may change, on
+        the watch thread (a DraCache listener)."""
         if record is None:
             self._loop.call_soon_threadsafe(self._mark_all)
         elif isinstance(record, ResourceClaimRecord):
-            if any(d.consumed for d in record.devices):
-                for name, _ in record.reserved_for:
-                    self._loop.call_soon_threadsafe(self._mark_pod, record.namespace, name)
-        elif record.node_name and any(d.capacity for d in record.devices):
-            # Its devices' capacities: every share on the node may change.
+            for name, _ in record.reserved_for:
+                self._loop.call_soon_threadsafe(self._mark_pod, record.namespace, name)
+        elif record.node_name and any(d.capacity or d.parent_uuid for d in record.devices):
+            # Its devices' capacities and MIG devices: any pod's on the node may change.
             self._loop.call_soon_threadsafe(self._mark, record.node_name, None)
 
     def _mark_pod(self, namespace: str, name: str) -> None:

@@ -104,9 +104,7 @@ class DraCache:
         """The MIG device UUID a claim's allocated ``device`` is, where a cached slice
         publishes it as one (with its parent GPU's UUID)."""
         found = self._devices.get((device.driver, device.pool, device.device))
-        if found is None or not found[0].parent_uuid:
-            return None
-        return found[0].uuid
+        return None if found is None else found[0].gpu_and_mig()[1]
 
     def has_slices_on(self, node_name: str) -> bool:
         """Whether some cached slice publishes devices of ``node_name``."""

@@ -36,9 +36,12 @@ from node_resolver.models import (
     AllocationMechanism,
     AllocationUse,
     AllocationUseState,
+    ContainerAllocations,
     DeviceAllocation,
     GpuSample,
     MigDevice,
+    NodeAllocations,
+    NodeSample,
     NodeSnapshot,
 )
 from node_resolver.pod_names import PodName, PodNames
@@ -729,6 +732,26 @@ def test_weights_without_sizes_or_allocatable_replicas() -> None:
     claimed_mig = DeviceAllocation(dra, "ml/c", "gpu-0-mig-0", gpu_uuid="G", mig_device_uuid="M0")
     assert device_weight(claimed_mig, {"G": parent}, {}, {}, 0.5) == 0.25
     assert device_weight(on_mig, {"G": parent}, {}, {}, 0.5) == 0.5
+
+
+def test_the_judged_containers_are_one_object_while_the_answer_and_names_are() -> None:
+    # The occupancy log and the event recorder re-judge only when the kubelet's answer is
+    # another object: naming DRA MIG devices must not make every scan look like a new one.
+    key = ("p-gpu", "gpu.nvidia.com", NODE, "gpu-0-mig-19-0-1")
+    names = PodNames()
+    names.put([PodName("u", "ml", "p", {container_id("p"): "main"}, {}, {key: "M0"})])
+    judge = AllocationJudge(node_name=NODE, pod_names=names)
+    dra = DeviceAllocation(
+        AllocationMechanism.DRA, "ml/p-gpu", key[3], gpu_uuid="G", driver=key[1], pool=NODE
+    )
+    answer = NodeAllocations(
+        available=True, containers=(ContainerAllocations("ml", "p", "main", (dra,)),)
+    )
+    sample = NodeSample(gpus=[GpuSample(index=0, uuid="G", mig_devices=[MigDevice(0, "M0")])])
+    first, second = judge.judge(sample, answer, T0), judge.judge(sample, answer, T0 + 60)
+    assert first is not None and second is not None
+    assert first.containers is second.containers
+    assert first.containers[0].devices[0].mig_device_uuid == "M0"
 
 
 def test_the_idle_flags_and_their_defaults() -> None:

@@ -230,11 +230,15 @@ async def test_a_pods_name_says_which_mig_device_each_dra_mig_device_is(
 ) -> None:
     # The kubelet names it gpu-0-mig-...: the agent knows its parent GPU, and the slice which
     # of the parent's MIG devices it is.
-    cache, agents, _ = claims_world
+    cache, agents, pusher = claims_world
     mig = "MIG-11111111-0000-0000-0000-000000000000"
     device = SliceDevice("gpu-0-mig-19-0-1", mig, type="mig", parent_uuid=GPU)
     cache.upsert_pod(parse_pod(make_pod("m", "ml", "node-1", claims={"gpu": "m-gpu"})))
     cache.dra.upsert_slice(slice_record(make_resource_slice("node-1", [device])))
+    # Its name goes out first; the claim (which consumes no capacity) lands after.
+    uid = pod_uid_for("ml", "m")
+    await eventually_async(lambda: uid in agents.names.get("node-1", {}), what="the name")
+    await eventually_async(lambda: pusher.pending_nodes() == 0, what="the pushes done")
     cache.dra.upsert_claim(
         claim_record(
             make_resource_claim(
@@ -242,9 +246,8 @@ async def test_a_pods_name_says_which_mig_device_each_dra_mig_device_is(
             )
         )
     )
-    uid = pod_uid_for("ml", "m")
     await eventually_async(
-        lambda: uid in agents.names.get("node-1", {}) and agents.names["node-1"][uid].device_migs,
+        lambda: agents.names["node-1"][uid].device_migs,
         what="the MIG device pushed",
     )
     named = agents.names["node-1"][uid]
