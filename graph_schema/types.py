@@ -138,7 +138,10 @@ class Node:
     async def allocation_source(self, info: Info) -> AllocationSource | None:
         return (await context_of(info).allocations(self.name)).source
 
-    @strawberry.field(description="Why the node has no allocation data, when its source is NONE.")
+    @strawberry.field(
+        description="Why the node has no allocation data, when its source is NONE; null on a "
+        "node the caller may not see."
+    )
     async def allocation_source_reason(self, info: Info) -> str | None:
         return (await context_of(info).allocations(self.name)).reason
 

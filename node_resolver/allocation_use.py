@@ -317,12 +317,13 @@ class AllocationJudge:
             self._names_version = version
         # Each DRA device as the server's slices say: which MIG device it is, where one; the
         # same tuple until the answer or the names change (readers compare it by identity).
-        self._plan = [(key, c, self._published(d), holder) for key, c, d, holder in self._plan]
+        self._plan = [(key, c, self._published(c, d), holder) for key, c, d, holder in self._plan]
         self._published_containers = (
             tuple(
-                replace(c, devices=tuple(self._published(d) for d in c.devices)) for c in containers
+                replace(c, devices=tuple(self._published(c, d) for d in c.devices))
+                for c in containers
             )
-            if self._migs
+            if self._migs or self._open
             else containers
         )
         self._ident = {}
@@ -423,12 +424,16 @@ class AllocationJudge:
             return None
         return self._shares.get(_dra_key(d))
 
-    def _published(self, d: DeviceAllocation) -> DeviceAllocation:
+    def _published(self, c: ContainerAllocations, d: DeviceAllocation) -> DeviceAllocation:
         """``d``, a DRA device with the MIG device the server said it is (the kubelet's name
-        gives only its parent GPU); any other device as it is."""
+        gives only its parent GPU), or else its open record says (names read back after a
+        restart keep no MIG devices); any other device as it is."""
         if d.mechanism is not _DRA:
             return d
         mig = self._migs.get(_dra_key(d))
+        if mig is None:
+            record = self._open.get((c.namespace, c.pod, c.container, d.resource, d.device_id))
+            mig = (record.mig_device_uuid or None) if record is not None else None
         return d if d.mig_device_uuid == mig else replace(d, mig_device_uuid=mig)
 
     def _apply_shares(self, gpus: Mapping[str, GpuSample], allocations: NodeAllocations) -> bool:

@@ -471,6 +471,20 @@ def test_a_dra_mig_device_weighs_its_own_share_once_the_server_says_which_it_is(
         busy: mig(0),
         idle: mig(1),
     }
+    # The agent restarts; the names it reads back keep no MIG devices. Its open records
+    # do: the devices stay as they were until the server names them again.
+    node.restart()
+    node.scan(1260)
+    assert {key: s.weight for key, s in node.uses().items()} == {
+        ("dra-busy", busy): 1 / 8,
+        ("dra-idle", idle): 4 / 8,
+    }
+    snapshot = node.snapshot().allocations
+    assert snapshot is not None
+    assert {d.device_id: d.mig_device_uuid for c in snapshot.containers for d in c.devices} == {
+        busy: mig(0),
+        idle: mig(1),
+    }
 
 
 def test_a_dra_device_weighs_the_share_of_its_consumed_capacity_the_server_sent(
