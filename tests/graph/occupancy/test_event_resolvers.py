@@ -19,6 +19,7 @@ from graph_schema.occupancy import event_resolvers
 from graph_schema.occupancy.event_fan_out import Follower
 from graph_schema.scope import EVERYTHING, Scope
 from node_resolver.gpu_events.records import EventPage, EventQuery, GpuEvent
+from node_resolver.history.store import HistoryStore
 from tests.graph.occupancy.test_resolvers import GPUS, SINCE, UNSEEN, answer, xid
 from tests.support.graph import SmallWorld, node_record, pod_record, snapshot
 from tests.support.history_agents import HistoryAgents, open_stores
@@ -145,15 +146,28 @@ async def test_a_followed_node_that_fails_is_followed_again_and_loses_no_event(
     assert result.data == {"gpuEventStream": {"xid": 79}}
 
 
-async def test_a_node_that_joins_an_open_stream_is_followed_from_the_streams_start(
+@pytest.fixture
+def node_c(
     world: SmallWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A node the autoscaler adds during an incident: its GPUs' events count as much.
+) -> Iterator[HistoryStore]:
+    """node-c's agent, its log empty, the node not in the cluster yet; streams look for new
+    nodes at once."""
     monkeypatch.setattr(event_resolvers, "NEW_NODES_SECONDS", 0.01)
     assert isinstance(world.agents, HistoryAgents)
     (store,) = open_stores(tmp_path / "late", {"node-c": []}).values()
     world.agents.stores["node-c"] = store
     world.agents.put(snapshot("node-c", []))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+async def test_a_node_that_joins_an_open_stream_is_followed_from_the_streams_start(
+    world: SmallWorld, node_c: HistoryStore
+) -> None:
+    # A node the autoscaler adds during an incident: its GPUs' events count as much.
+    store = node_c
     listings = counted(world, "nodes")
     stream = await subscribe(world, None)
     first = asyncio.ensure_future(stream.__anext__())
@@ -174,20 +188,15 @@ async def test_a_node_that_joins_an_open_stream_is_followed_from_the_streams_sta
     finally:
         first.cancel()
         await stream.aclose()
-        store.close()
     assert nxt.data == {"gpuEventStream": {"xid": 43}}
 
 
 async def test_a_tenants_stream_follows_a_node_its_pod_comes_to(
-    world: SmallWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    world: SmallWorld, node_c: HistoryStore
 ) -> None:
     # serving sees node-b (infer-1 runs there). Its new pod lands on node-c while the
     # stream is open: node-c is the tenant's now, and so are its GPUs' events.
-    monkeypatch.setattr(event_resolvers, "NEW_NODES_SECONDS", 0.01)
-    assert isinstance(world.agents, HistoryAgents)
-    (store,) = open_stores(tmp_path / "late", {"node-c": []}).values()
-    world.agents.stores["node-c"] = store
-    world.agents.put(snapshot("node-c", []))
+    store = node_c
     world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
     serving = Scope(pod_namespaces=frozenset({"serving"}))
     stream = await subscribe(world, None, serving)
@@ -203,7 +212,6 @@ async def test_a_tenants_stream_follows_a_node_its_pod_comes_to(
     finally:
         first.cancel()
         await stream.aclose()
-        store.close()
 
 
 async def test_a_node_down_when_the_stream_began_shows_what_it_logged_since(
