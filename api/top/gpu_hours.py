@@ -172,7 +172,7 @@ def run_since(
         raise TopError("--since sums the past: it has no --watch, -l or --node")
     if args.sort_by is not None:
         raise TopError("--since lists the most GPU-hours first: it has no --sort-by")
-    group = GROUPINGS.get(args.view, BY_POD)[0]
+    group, _, noun = GROUPINGS.get(args.view, BY_POD)
     by_node = group == "NODE"
     since = since_of(args.since)
     # Grouped by the server, so a namespace's sums are over the pods the caller may see.
@@ -181,6 +181,12 @@ def run_since(
     rows = usage.rows
     if args.namespace:
         rows = [r for r in rows if r.namespace == args.namespace]
+        if not rows and not usage.down and not usage.errors:
+            # As the live views: a filter that selects nothing fails, unless a node
+            # that could not be read might have held what it asks for.
+            raise TopError(
+                f"no {noun} of -n {args.namespace} held or used a GPU in the last {args.since}"
+            )
     if by_node:
         # A down node is a row too, as in the live top nodes: its hours are not known.
         listed = {r.node for r in rows}
@@ -227,6 +233,9 @@ def run_since(
     table: list[list[Cell]] = [list(columns), *[[clean(c) for c in row] for row in cells]]
     out = console()
     out.print(Grid(widths(columns, table[1:]), table, header=True))
+    if not rows and not usage.down:
+        # Said, so that a header alone is not read as a cut-off answer.
+        out.print(f"no GPU held or used in the last {args.since}")
     for line in down_lines(usage.down):
         out.print(line)
     for message in usage.errors:

@@ -238,3 +238,26 @@ def test_namespaces_since_refuses_what_sums_of_the_past_cannot_do(
     assert run(build_parser().parse_args(["top", "namespaces", "--since", "1d", *flag]),
                transport) == 1  # fmt: skip
     assert "--since sums the past" in capsys.readouterr().err and transport.asked == []
+
+
+def test_a_namespace_with_no_hours_fails_as_the_live_views_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from api.cli import build_parser
+    from api.top.command import run
+
+    every_node_read = FakeTransport({"data": {"gpuUsage": [row("ml", 7200, 10800, 3600)]}})
+    args = build_parser().parse_args(["top", "pods", "--since", "1d", "-n", "nope"])
+    assert run(args, every_node_read) == 1
+    assert "no pods of -n nope held or used a GPU in the last 1d" in capsys.readouterr().err
+    # A node whose log was not read might have held them: the table and its line, as before.
+    lines = run_top(FakeTransport(PARTIAL), capsys, "pods", "--since", "1d", "-n", "nope")
+    assert lines.splitlines()[1:] == ["node-b: agent down: GetUsage: UNAVAILABLE: refused",
+                                      *[e["message"] for e in PARTIAL["errors"][1:]]]  # fmt: skip
+
+
+def test_an_empty_range_says_so_below_the_header(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = run_top(
+        FakeTransport({"data": {"gpuUsage": []}}), capsys, "namespaces", "--since", "2h"
+    )
+    assert lines.splitlines()[1:] == ["no GPU held or used in the last 2h"]
