@@ -205,6 +205,10 @@ gpu_event_connection: Any = strawberry.field(
 
 # How often a stream of every node looks for nodes that joined since it began.
 NEW_NODES_SECONDS = 10.0
+# How long a stream keeps the follower of a node that left, for it to resume where it
+# stopped if the node comes back. A stream open for weeks on an autoscaled cluster
+# would otherwise keep one for every node that ever passed through.
+GONE_NODE_SECONDS = 3600.0
 
 
 async def _merged(
@@ -220,8 +224,10 @@ async def _merged(
     Unless one was named, the nodes the caller sees are listed again every
     ``NEW_NODES_SECONDS``: one that joined is followed from the moment the stream began
     (its log read from the start), one that left is no longer asked, and one that comes
-    back resumes where its follower stopped, so no event is shown twice. A node down when
-    the stream began is read, once it answers, from that moment too.
+    back resumes where its follower stopped, so no event is shown twice. One gone longer
+    than ``GONE_NODE_SECONDS`` is forgotten; a newcomer's events older than that are left
+    out, so one that comes back shows none twice either. A node down when the stream
+    began is read, once it answers, from the stream's start too.
     """
     source = event_source(ctx.history)
     began = time.time()
@@ -243,6 +249,8 @@ async def _merged(
 
     followers: dict[str, Follower] = {}
     tasks: dict[str, asyncio.Future[None]] = {}
+    # Node -> when a listing first found it gone.
+    gone_at: dict[str, float] = {}
 
     def follow(nodes: list[str], since: float | None) -> None:
         for node in nodes:
@@ -254,10 +262,19 @@ async def _merged(
     async def newcomers() -> None:
         while True:
             await asyncio.sleep(NEW_NODES_SECONDS)
+            now = time.time()
             listed = set(ctx.cluster.node_names_now())
             for gone in tasks.keys() - listed:
                 tasks.pop(gone).cancel()
-            follow(sorted(listed - tasks.keys()), since=began)
+                gone_at[gone] = now
+            for node, left in list(gone_at.items()):
+                if node in listed or now - left > GONE_NODE_SECONDS:
+                    del gone_at[node]
+                    if node not in listed:
+                        del followers[node]
+            # A newcomer's events from the stream's start, but not from longer ago than a
+            # forgotten node's: one that comes back shows what it logged while forgotten.
+            follow(sorted(listed - tasks.keys()), since=max(began, now - GONE_NODE_SECONDS))
 
     follow(nodes, since=None)
     watching = None if named else asyncio.ensure_future(newcomers())
@@ -306,7 +323,8 @@ EVENT_STREAM_DESCRIPTION = (
     "allocated). A node whose agent cannot be followed is followed again 5 s later (longer "
     "while it keeps failing, up to 5 minutes), resuming after the last event seen, so an "
     "agent's restart loses no event. Without nodeName, a node that joins while the stream is "
-    f"open is followed within {NEW_NODES_SECONDS:g} s, with its events from the stream's start. "
+    f"open is followed within {NEW_NODES_SECONDS:g} s, with its events from the stream's start "
+    f"(at most {GONE_NODE_SECONDS / 3600:g} h back). "
     "The nodeName asked for that cannot be followed when the stream starts ends it with that "
     "error, and one the caller cannot see (or no node has) with NOT_FOUND."
 )

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import time
+import weakref
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from strawberry.types.execution import ExecutionResult, PreExecutionError
@@ -189,6 +192,46 @@ async def test_a_node_that_joins_an_open_stream_is_followed_from_the_streams_sta
         first.cancel()
         await stream.aclose()
     assert nxt.data == {"gpuEventStream": {"xid": 43}}
+
+
+async def test_a_node_gone_long_is_forgotten_and_shows_no_event_twice_when_back(
+    world: SmallWorld, node_c: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream open for weeks on an autoscaled cluster keeps no follower per node that passed.
+    monkeypatch.setattr(event_resolvers, "GONE_NODE_SECONDS", 0.0)
+    alive: weakref.WeakSet[Follower] = weakref.WeakSet()
+
+    class Kept(Follower):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            alive.add(self)
+
+    monkeypatch.setattr(event_resolvers, "Follower", Kept)
+    store = node_c
+    listings = counted(world, "nodes")
+    calls = world.agents.calls
+    stream = await subscribe(world, None)
+    first = asyncio.ensure_future(stream.__anext__())
+    try:
+        world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
+        await eventually_async(lambda: calls["node-c"] >= 2, what="node-c followed")
+        store.write_events([now_xid("GPU-node-c-0", 42)])
+        assert (await asyncio.wait_for(first, timeout=15)).data == {"gpuEventStream": {"xid": 42}}
+        world.cluster.remove_node("node-c")
+        left_at = listings["nodes"]
+        await eventually_async(lambda: listings["nodes"] >= left_at + 3, what="three listings")
+        gc.collect()
+        assert sorted(f.node_name for f in alive) == ["node-a", "node-b"]
+        # Back: its log read again from the start, but 42 is not new to the stream.
+        world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
+        back_at = calls["node-c"]
+        await eventually_async(lambda: calls["node-c"] >= back_at + 2, what="node-c followed")
+        store.write_events([now_xid("GPU-node-c-0", 44)])
+        nxt = await asyncio.wait_for(stream.__anext__(), timeout=15)
+    finally:
+        first.cancel()
+        await stream.aclose()
+    assert nxt.data == {"gpuEventStream": {"xid": 44}}
 
 
 async def test_a_tenants_stream_follows_a_node_its_pod_comes_to(
