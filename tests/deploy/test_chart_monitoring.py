@@ -18,13 +18,20 @@ import yaml
 from tests.support.chart import (
     KUBE_VERSIONS,
     NAMESPACE,
+    RELEASE,
     container,
     flag,
     one,
     render,
 )
 from tests.support.chart import chart as chart
-from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
+from tests.support.grafana import (
+    constants,
+    dashboard_problems,
+    load_dashboard,
+    panel_queries,
+    variable_query,
+)
 from tests.support.prometheus import promtool, require_prometheus
 
 
@@ -258,14 +265,32 @@ def test_alerts_fire_on_the_cases_they_name(chart: helm.Chart, tmp_path: Path) -
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-def test_the_dashboards_agents_down_panels_count_both_ways_of_scraping(tmp_path: Path) -> None:
+# The agents scraped by the chart's PodMonitor, under a name without "gpugraph".
+AGENTS_SCRAPED = {
+    "fullnameOverride": "gpu-observer",
+    "metrics": {"gpuSeries": False, "agents": {"enabled": True}},
+}
+
+
+def installed_dashboard(chart: helm.Chart, values: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard of the chart's ConfigMap, as the Grafana sidecar loads it."""
+    (text,) = one(render(chart, values, operator=True), "ConfigMap")["data"].values()
+    return load_dashboard(text)
+
+
+def test_the_dashboards_agents_down_panels_count_both_ways_of_scraping(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
     """The server's gpugraph_agent_up, or (agents scraped by the chart's PodMonitor, no GPU
-    series on the server) the agents' own ``up``: both say an agent is down."""
+    series on the server) the agents' own ``up``: both say an agent is down, and the node
+    drop-down lists the down nodes either way."""
     require_prometheus()
-    queries = dict(panel_queries(load_dashboard(), {"node": ".*", "namespace": ".*"}))
+    dashboard = installed_dashboard(chart, AGENTS_SCRAPED)
+    queries = dict(panel_queries(dashboard, {"node": ".*", "namespace": ".*"}))
+    (node,) = [v for v in dashboard["templating"]["list"] if v["name"] == "node"]
     rules = tmp_path / "none.yml"
     rules.write_text("groups: []\n")
-    up = 'up{job="gg-gpugraph-agent",node="%s",instance="%s:9402"}'
+    up = 'up{job="gpu-observer-agent",node="%s",instance="%s:9402"}'
     tests = {
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
@@ -278,8 +303,19 @@ def test_the_dashboards_agents_down_panels_count_both_ways_of_scraping(tmp_path:
                     # Another job's agent down is not gpugraph's.
                     {"series": 'up{job="other-agent",node="n4"}', "values": "0x5"},
                     {"series": 'gpugraph_agent_up{node="n3"}', "values": "0x5"},
+                    {"series": 'gpugraph_gpu_info{node="n5",gpu_uuid="GPU-5"}', "values": "1x5"},
                 ],
                 "promql_expr_test": [
+                    {
+                        "expr": variable_query(node, constants(dashboard)),
+                        "eval_time": "5m",
+                        "exp_samples": [
+                            {"labels": '{node="n1"}', "value": 0},
+                            {"labels": '{node="n2"}', "value": 1},
+                            {"labels": '{node="n3"}', "value": 0},
+                            {"labels": '{node="n5"}', "value": 1},
+                        ],
+                    },
                     {
                         "expr": queries["Agents down"],
                         "eval_time": "5m",
@@ -375,13 +411,24 @@ def test_the_idle_allocation_alert_fires_at_the_charts_setting(
         assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
+def test_the_dashboards_agent_job_is_the_one_the_pod_monitor_sets(chart: helm.Chart) -> None:
+    # A fullnameOverride without "gpugraph" would hide every agent from the file's guess.
+    monitor = one(render(chart, AGENTS_SCRAPED, operator=True), "PodMonitor")
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (job,) = [r["replacement"] for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
+    assert job == "gpu-observer-agent"
+    assert constants(installed_dashboard(chart, AGENTS_SCRAPED)) == {"agent_job": job}
+
+
 def test_dashboard_config_map_is_the_dashboard_for_the_grafana_sidecar(chart: helm.Chart) -> None:
     docs = render(chart)
     config_map = one(docs, "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     (text,) = config_map["data"].values()
     dashboard = load_dashboard(text)
-    assert dashboard == load_dashboard()
+    # The file, with the agents' job that the PodMonitor gives them.
+    assert constants(dashboard) == {"agent_job": f"{RELEASE}-gpugraph-agent"}
+    assert {**dashboard, "templating": None} == {**load_dashboard(), "templating": None}
     assert dashboard_problems(dashboard) == []
     variables = {v["name"] for v in dashboard["templating"]["list"]}
     assert {"namespace", "node"} <= variables

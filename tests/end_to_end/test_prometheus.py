@@ -25,7 +25,14 @@ import pytest
 from api.demo.scenario import ALLOCATION_NODES, build_cluster
 from tests.support.chart import CHART, one, render
 from tests.support.demo_process import RunningDemo, free_port, ready_demo
-from tests.support.grafana import dashboard_problems, load_dashboard, panel_queries
+from tests.support.grafana import (
+    constants,
+    dashboard_problems,
+    load_dashboard,
+    panel_queries,
+    variable_options,
+    variable_query,
+)
 from tests.support.polling import eventually
 from tests.support.prometheus import (
     Prometheus,
@@ -308,18 +315,13 @@ def test_every_dashboard_panel_returns_data(prometheus: Prometheus) -> None:
     dashboard = load_dashboard()
     assert dashboard_problems(dashboard) == []
     # Grafana's "All" is the variables' allValue; the variables' own queries list real values.
-    everything = {v["name"]: v.get("allValue", ".*") for v in dashboard["templating"]["list"]}
-    everything.pop("datasource")
+    queried = [v for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    everything = {v["name"]: v.get("allValue", ".*") for v in queried}
     for title, promql in panel_queries(dashboard, everything):
         assert prometheus.query(promql), f"{title}: {promql} returned nothing"
-    for variable in dashboard["templating"]["list"]:
-        if variable["type"] != "query":
-            continue
-        query = variable["query"]["query"]
-        found = re.fullmatch(r"label_values\((\w+), (\w+)\)", query)
-        assert found, query
-        values = {s["metric"][found[2]] for s in prometheus.query(found[1])}
-        assert values, f"variable {variable['name']} would list nothing"
+    for variable in queried:
+        series = prometheus.query(variable_query(variable, constants(dashboard)))
+        assert variable_options(variable, series), f"variable {variable['name']} lists nothing"
     # One namespace and one node picked: every query is still valid PromQL.
     picked = {"namespace": "research", "node": "gpu-node-1"}
     for _title, promql in panel_queries(dashboard, picked):

@@ -13,7 +13,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DASHBOARD", "dashboard_problems", "load_dashboard", "panel_queries"]
+__all__ = [
+    "DASHBOARD",
+    "constants",
+    "dashboard_problems",
+    "interpolate",
+    "load_dashboard",
+    "panel_queries",
+    "variable_options",
+    "variable_query",
+]
 
 DASHBOARD = (
     Path(__file__).resolve().parents[2] / "charts" / "gpugraph" / "dashboards" / "gpugraph.json"
@@ -94,13 +103,49 @@ def _overlaps(panels: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+def constants(dashboard: dict[str, Any]) -> dict[str, str]:
+    """The dashboard's constant variables (hidden, set where it is installed) and their values."""
+    return {
+        v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "constant"
+    }
+
+
+def interpolate(text: str, values: dict[str, str]) -> str:
+    """``text`` with the variables of ``values`` (and Grafana's own) set, as Grafana does."""
+    for name, value in {**values, **GLOBALS}.items():
+        text = text.replace(f"${{{name}}}", value).replace(f"${name}", value)
+    return text
+
+
 def panel_queries(dashboard: dict[str, Any], values: dict[str, str]) -> list[tuple[str, str]]:
-    """(panel title, PromQL) of every target, with the dashboard variables set to ``values``."""
-    queries = []
-    for panel in dashboard["panels"]:
-        for target in panel.get("targets", []):
-            expr = target["expr"]
-            for name, value in {**values, **GLOBALS}.items():
-                expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
-            queries.append((panel["title"], expr))
-    return queries
+    """(panel title, PromQL) of every target, with the dashboard variables set to ``values``
+    (its constants to their own)."""
+    values = {**constants(dashboard), **values}
+    return [
+        (panel["title"], interpolate(target["expr"], values))
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+
+
+_LABEL_VALUES = re.compile(r"label_values\((\w+), (\w+)\)")
+_QUERY_RESULT = re.compile(r"query_result\((.*)\)", re.DOTALL)
+
+
+def variable_query(variable: dict[str, Any], values: dict[str, str]) -> str:
+    """The PromQL a query variable runs: ``label_values``' metric or ``query_result``'s query."""
+    text = interpolate(variable["query"]["query"], values)
+    found = _LABEL_VALUES.fullmatch(text) or _QUERY_RESULT.fullmatch(text)
+    assert found, f"variable {variable['name']}: a query Grafana's Prometheus source lists? {text}"
+    return found[1]
+
+
+def variable_options(variable: dict[str, Any], series: list[dict[str, Any]]) -> set[str]:
+    """What a query variable lists, given the series its ``variable_query`` returned."""
+    found = _LABEL_VALUES.fullmatch(variable["query"]["query"])
+    if found:
+        return {s["metric"][found[2]] for s in series if found[2] in s["metric"]}
+    # query_result: each series as Grafana writes it, through the variable's regex.
+    regex = re.compile(variable["regex"].strip("/"))
+    lines = ["{" + ",".join(f'{k}="{v}"' for k, v in s["metric"].items()) + "}" for s in series]
+    return {m[1] for line in lines if (m := regex.search(line))}
