@@ -5,7 +5,9 @@ Also how an HTTP status or a closed WebSocket becomes that line.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 # graphql-transport-ws's refusal of connection_init, and "try again later".
 CLOSE_FORBIDDEN = 4403
@@ -29,8 +31,16 @@ def _detail(text: str) -> str:
         message = body.get("message") or body.get("error") or body.get("reason")
         if isinstance(message, str):
             return message
+    if text.lstrip().startswith("<"):
+        # A proxy's or another server's HTML page: its words, not its markup.
+        text = html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", text)))
+        return " ".join(text.split())[:200]
     lines = text.strip().splitlines()
     return lines[0][:200] if lines else ""
+
+
+_HIDDEN = re.compile(r"<(script|style|head)\b.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
 
 
 def status_error(status: int, url: str, body: str = "", *, hint: str = TOKEN_HINT) -> TopError:

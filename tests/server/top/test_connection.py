@@ -337,6 +337,25 @@ def test_a_server_error_of_several_lines_and_escapes_is_one_printable_line() -> 
     assert line.endswith("server error: first second ?[2J")
 
 
+def test_an_html_error_page_is_said_in_its_words_not_its_markup() -> None:
+    # --server pointed at something that is not gpugraph: Python's own HTTP server, whose
+    # 501 page for a POST is HTML, as an ingress's or a proxy's error pages are.
+    class NotGpugraph(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotGpugraph)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        line = failing_top("--server", f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "answered HTTP 501: Error response Error code: 501 Message: Unsupported method " in line
+    assert "<" not in line and "&#x27;" not in line
+
+
 KUBECONFIG = """apiVersion: v1
 kind: Config
 current-context: c
