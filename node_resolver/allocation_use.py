@@ -33,6 +33,7 @@ import threading
 import uuid as uuids
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from .history.durations import parse_duration
 from .history.records import AllocationRecord
@@ -48,7 +49,7 @@ from .models import (
     NodeAllocations,
     NodeSample,
 )
-from .pod_names import PodNames
+from .pod_names import DeviceShareKey, PodNames
 
 __all__ = [
     "DEFAULT_IDLE_AFTER",
@@ -127,6 +128,21 @@ def device_weight(
 def _dra_key(d: DeviceAllocation) -> tuple[str, str, str, str]:
     """A DRA device as the server's shares and MIG devices name it."""
     return d.resource, d.driver or "", d.pool or "", d.device_id
+
+
+T = TypeVar("T")
+
+
+def _by_dra_key(
+    per_pod: list[tuple[str, Mapping[DeviceShareKey, T]]],
+) -> dict[tuple[str, str, str, str], T]:
+    """What the server sent per pod about its DRA devices (by claim, driver, pool and
+    device), keyed as ``_dra_key`` names a device of the kubelet's answer."""
+    return {
+        (f"{namespace}/{claim}", driver, pool, device): value
+        for namespace, told in per_pod
+        for (claim, driver, pool, device), value in told.items()
+    }
 
 
 def _mig_share(parent: GpuSample | None, mig_uuid: str) -> float:
@@ -303,29 +319,23 @@ class AllocationJudge:
                 cid: (p.namespace, p.name, name) for p in pods for cid, name in p.containers.items()
             }
             self._uids = {(p.namespace, p.name): p.uid for p in pods}
-            self._shares = {
-                (f"{p.namespace}/{claim}", driver, pool, device): share
-                for p in pods
-                for (claim, driver, pool, device), share in p.device_shares.items()
-            }
-            self._migs = {
-                (f"{p.namespace}/{claim}", driver, pool, device): mig
-                for p in pods
-                for (claim, driver, pool, device), mig in p.device_migs.items()
-            }
+            self._shares = _by_dra_key([(p.namespace, p.device_shares) for p in pods])
+            self._migs = _by_dra_key([(p.namespace, p.device_migs) for p in pods])
             self._reweigh = bool(self._shares or self._migs)
             self._names_version = version
         # Each DRA device as the server's slices say: which MIG device it is, where one; the
         # same tuple until the answer or the names change (readers compare it by identity).
-        self._plan = [(key, c, self._published(c, d), holder) for key, c, d, holder in self._plan]
-        self._published_containers = (
-            tuple(
-                replace(c, devices=tuple(self._published(c, d) for d in c.devices))
-                for c in containers
+        self._plan = [(key, c, self._published(key, d), holder) for key, c, d, holder in self._plan]
+        if self._migs or self._open:
+            # The containers again, each with its devices as published in the plan.
+            devices: dict[int, list[DeviceAllocation]] = {}
+            for _, c, d, _ in self._plan:
+                devices.setdefault(id(c), []).append(d)
+            self._published_containers = tuple(
+                replace(c, devices=tuple(devices[id(c)])) if c.devices else c for c in containers
             )
-            if self._migs or self._open
-            else containers
-        )
+        else:
+            self._published_containers = containers
         self._ident = {}
 
     def _identify(self, ref: ContainerRef) -> int:
@@ -424,15 +434,15 @@ class AllocationJudge:
             return None
         return self._shares.get(_dra_key(d))
 
-    def _published(self, c: ContainerAllocations, d: DeviceAllocation) -> DeviceAllocation:
-        """``d``, a DRA device with the MIG device the server said it is (the kubelet's name
-        gives only its parent GPU), or else its open record says (names read back after a
-        restart keep no MIG devices); any other device as it is."""
+    def _published(self, key: AllocationKey, d: DeviceAllocation) -> DeviceAllocation:
+        """``d`` (allocated as ``key``), a DRA device with the MIG device the server said it
+        is (the kubelet's name gives only its parent GPU), or else its open record says
+        (names read back after a restart keep no MIG devices); any other device as it is."""
         if d.mechanism is not _DRA:
             return d
         mig = self._migs.get(_dra_key(d))
         if mig is None:
-            record = self._open.get((c.namespace, c.pod, c.container, d.resource, d.device_id))
+            record = self._open.get(key)
             mig = (record.mig_device_uuid or None) if record is not None else None
         return d if d.mig_device_uuid == mig else replace(d, mig_device_uuid=mig)
 
