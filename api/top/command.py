@@ -61,6 +61,10 @@ def filters_of(args: argparse.Namespace) -> model.Filters:
     )
 
 
+# The views of the pod list, each pod with its requests and the GPUs it holds idle.
+POD_VIEWS = ("pods", "namespaces")
+
+
 def fetch(
     transport: Transport,
     filters: model.Filters,
@@ -75,7 +79,7 @@ def fetch(
         "selector": filters.selector,
         # The pod list: what pods requested (top pods, namespaces), which match -l, and the
         # nodes -n's pods run on (whose down agents matter).
-        "withPods": view in ("pods", "namespaces") or filters.by_pod,
+        "withPods": view in POD_VIEWS or filters.by_pod,
     }
     body = transport.execute(SNAPSHOT, variables)
     try:
@@ -85,7 +89,7 @@ def fetch(
         if filters.node is None:
             raise
         raise no_match(view, filters) from None
-    if view in ("pods", "namespaces"):
+    if view in POD_VIEWS:
         snapshot.idle = model.idle_from_query(
             transport.execute(IDLE, {"node": filters.node, "namespace": filters.namespace})
         )
