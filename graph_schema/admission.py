@@ -12,15 +12,15 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from graphql import DocumentNode, GraphQLError, GraphQLSchema
+from graphql import DocumentNode, GraphQLError, GraphQLSchema, OperationDefinitionNode
 from strawberry.types import ExecutionContext
 
 from .context import GraphContext
 from .cost import ClusterSizes, CostError, SelectionTooWideError, estimate
-from .errors import GraphUserError
+from .errors import BadUserInputError, GraphUserError
 from .input_size import check_variable_items
 from .interfaces import Cluster
-from .internals import graphql_schema
+from .internals import graphql_schema, provided_operation_name
 from .limits import SchemaLimits
 from .views import ViewCache
 from .visibility import VisibleCluster
@@ -103,6 +103,13 @@ def admit_operation(ec: ExecutionContext, gauge: SizeGauge, limits: SchemaLimits
     refusal becomes the operation's errors, and strawberry then skips validation."""
     if ec.graphql_document is None or ec.pre_execution_errors is not None:
         return
+    if provided_operation_name(ec) is None and _operations(ec.graphql_document) > 1:
+        # strawberry would run the first: the spec's refusal, before anything runs.
+        refusal = BadUserInputError(
+            "Must provide operation name if query contains multiple operations."
+        )
+        ec.pre_execution_errors = [GraphQLError(str(refusal), original_error=refusal)]
+        return
     ctx = ec.context
     try:
         admit(
@@ -117,6 +124,10 @@ def admit_operation(ec: ExecutionContext, gauge: SizeGauge, limits: SchemaLimits
     except GraphUserError as exc:
         # graphql-core copies the error's extensions (code, estimate, limit) into the response.
         ec.pre_execution_errors = [GraphQLError(str(exc), original_error=exc)]
+
+
+def _operations(document: DocumentNode) -> int:
+    return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
 
 
 def admit(

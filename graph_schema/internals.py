@@ -63,6 +63,7 @@ __all__ = [
     "graphql_schema",
     "normalize_allowed_origins",
     "parse_content_type",
+    "provided_operation_name",
     "strawberry_schema_of",
     "to_camel_case",
 ]
@@ -134,6 +135,14 @@ def strawberry_schema_of(schema: GraphQLSchema) -> Any:
     """The strawberry schema that built a graphql-core schema, or None
     (``GraphQLSchema._strawberry_schema``, set by strawberry 0.341.2's ``Schema.__init__``)."""
     return getattr(schema, "_strawberry_schema", None)
+
+
+def provided_operation_name(ec: ExecutionContext) -> str | None:
+    """The operation name the request gave, or None: strawberry 0.341.2's
+    ``ExecutionContext.operation_name`` falls back to the document's first operation's
+    (``_provided_operation_name`` holds the request's)."""
+    name: str | None = ec._provided_operation_name
+    return name
 
 
 def answer_operation(ec: ExecutionContext, result: GraphQLExecutionResult) -> None:

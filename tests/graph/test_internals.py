@@ -21,6 +21,7 @@ import strawberry.schema.schema as strawberry_schema
 from graphql import ExecutionResult, GraphQLError, GraphQLSchema, parse, specified_rules
 from strawberry.asgi import GraphQL
 from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionContext
 
 import api
 import graph_schema
@@ -142,6 +143,18 @@ async def test_a_result_set_before_execution_skips_graphql_cores_executor() -> N
     answers = [r async for r in streamed]
     assert [a.data for a in answers] == [{"hello": "from the plan"}]  # type: ignore[union-attr]
     assert _Query.resolved == 0, f"execution_context.result is no longer honoured ({CHECKED})"
+
+
+def test_the_operation_name_a_request_gave_is_told_from_strawberrys_fallback() -> None:
+    schema = strawberry.Schema(query=_Query)
+    document = parse("query A { hello } query B { hello }")
+    given = ExecutionContext("", schema, (), provided_operation_name="B")
+    given.graphql_document = document
+    fallen_back = ExecutionContext("", schema, ())
+    fallen_back.graphql_document = document
+    assert (given.operation_name, fallen_back.operation_name) == ("B", "A"), CHECKED
+    assert internals.provided_operation_name(given) == "B"
+    assert internals.provided_operation_name(fallen_back) is None
 
 
 def test_the_parser_cache_hands_back_one_document_and_passes_the_token_limit() -> None:

@@ -192,3 +192,30 @@ async def test_the_legacy_graphql_ws_protocol_is_refused(cluster: GraphTestClust
     ):
         assert ws.subprotocol is None
         assert await closed_with(ws) == (4406, "Subprotocol not acceptable")
+
+
+TWO_OPERATIONS = "query Names { nodes { name } } query Ready { cacheStatus { ready } }"
+NAME_REQUIRED = "Must provide operation name if query contains multiple operations."
+
+
+async def test_several_operations_without_a_name_are_refused_not_the_first_run(
+    cluster: GraphTestCluster, tracebacks: Tracebacks
+) -> None:
+    # As the GraphQL spec says: a client that forgot operationName gets no answer to a
+    # question it may not have meant, over HTTP and over the WebSocket alike.
+    async with serving(cluster.settings()) as server:
+        posted = await server.client.post("/graphql", json={"query": TWO_OPERATIONS})
+        got = await server.client.get("/graphql", params={"query": TWO_OPERATIONS})
+        named = await server.client.post(
+            "/graphql", json={"query": TWO_OPERATIONS, "operationName": "Ready"}
+        )
+        async with GraphQLSocket.connect(server.ws_url) as socket:
+            streamed = await socket.query(TWO_OPERATIONS)
+    for response in (posted, got):
+        body = response.json()
+        assert body.get("data") is None, body
+        assert [e["message"] for e in body["errors"]] == [NAME_REQUIRED]
+        assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+    assert [e["message"] for e in streamed["errors"]] == [NAME_REQUIRED]
+    assert named.json() == {"data": {"cacheStatus": {"ready": True}}}
+    assert tracebacks.records == []
