@@ -380,7 +380,8 @@ def allocation_table(
     if kubelet is not None and kubelet.available:
         table = AllocationTable(AllocationSource.POD_RESOURCES, gpus=gpus)
     elif dra is not None and dra_served and dra.has_slices_on(node_name):
-        table = AllocationTable(AllocationSource.API_ONLY, gpus=gpus)
+        # Why the kubelet's devices are missing, though the claims' are known.
+        table = AllocationTable(AllocationSource.API_ONLY, _no_data(snapshot).reason, gpus=gpus)
     else:
         return _no_data(snapshot)
     merged: dict[tuple[object, ...], Allocation] = {}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import cast
 
 import strawberry
+from graphql import GraphQLError
 from strawberry.types import Info
 
 from .allocation_enums import (
@@ -139,8 +140,8 @@ class Node:
         return (await context_of(info).allocations(self.name)).source
 
     @strawberry.field(
-        description="Why the node has no allocation data, when its source is NONE; null on a "
-        "node the caller may not see."
+        description="Why the node has no kubelet allocation data, when its source is NONE or "
+        "API_ONLY; null on a node the caller may not see."
     )
     async def allocation_source_reason(self, info: Info) -> str | None:
         return (await context_of(info).allocations(self.name)).reason
@@ -403,13 +404,25 @@ class Pod:
         return pod_gpu_request(self.record, context_of(info).allocation_rules)
 
     @strawberry.field(
-        description="The GPU devices the kubelet (or its DRA claims) gave its containers."
+        description="The GPU devices the kubelet (or its DRA claims) gave its containers. "
+        "When the node's agent or its kubelet cannot say which devices a pod that requests "
+        "device-plugin GPUs was given, the list holds its DRA devices alone and an error "
+        "names the node and why."
     )
     async def gpu_allocations(self, info: Info) -> list[GpuAllocation]:
         if not self.node_name:
             return []
         ctx = context_of(info)
         table = await ctx.allocations(self.node_name)
+        if table.source is not AllocationSource.POD_RESOURCES and self.record.gpu_request:
+            # Not an empty list that looks like "given nothing": only the kubelet knows.
+            ctx.partial_errors.append(
+                GraphQLError(
+                    f"the device-plugin GPUs of pod {self.namespace}/{self.name} on node "
+                    f"{self.node_name!r} are unknown: {table.reason}",
+                    path=info.path.as_list(),
+                )
+            )
         mine = [a for a in table.for_pod(self.namespace, self.name) if a.is_gpu]
         shown, _ = ctx.cluster.split_owned(mine, _owner)
         ctx.charge(len(shown))

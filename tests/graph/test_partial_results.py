@@ -162,3 +162,34 @@ async def test_a_failed_root_field_is_the_answer_while_other_fields_fetch(
     assert [e.path for e in result.errors][-1] == ["gpuHistory"]
     assert "after is not a cursor" in result.errors[-1].message
     assert not any("Cancelled" in e.message for e in result.errors)
+
+
+async def test_a_pods_allocations_a_dead_agent_cannot_tell_are_an_error_not_an_empty_list(
+    three_nodes: SyntheticCluster,
+) -> None:
+    # The pods request nvidia.com/gpu: only the node's kubelet, through its agent, knows which
+    # devices they were given. "[]" alone would read as "given nothing".
+    sc = three_nodes
+    dead, old = sc.node_names[0], sc.node_names[1]
+    sc.snapshots.kill(dead, "connection refused")
+    result = await sc.execute(
+        "query($d: String!, $o: String!) { "
+        'd: pod(namespace: "ns-0", name: $d) { gpuRequest gpuAllocations { deviceId } } '
+        'o: pod(namespace: "ns-1", name: $o) { gpuAllocations { deviceId } } }',
+        d=f"w-{dead}-0-0",
+        o=f"w-{old}-0-0",
+    )
+    assert result.data == {
+        "d": {"gpuRequest": 1, "gpuAllocations": []},
+        "o": {"gpuAllocations": []},
+    }
+    assert result.errors is not None
+    assert sorted((e.path, e.message) for e in result.errors) == [
+        (["d", "gpuAllocations"],
+         f"the device-plugin GPUs of pod ns-0/w-{dead}-0-0 on node {dead!r} are unknown: "
+         "the node's agent did not answer"),
+        # An agent that sends no allocation data (these snapshots have none) says so too.
+        (["o", "gpuAllocations"],
+         f"the device-plugin GPUs of pod ns-1/w-{old}-0-0 on node {old!r} are unknown: "
+         "the node's agent sends no allocation data (an older agent)"),
+    ]  # fmt: skip
