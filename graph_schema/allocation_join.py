@@ -157,6 +157,11 @@ class Allocation:
         return self.namespace
 
 
+def owner(allocation: Allocation) -> str:
+    """Whose ``allocation`` is: the key the visibility seam's ``split_owned`` filters it by."""
+    return allocation.pod_namespace
+
+
 _ContainerKey = tuple[str, str, str | None]
 
 

@@ -16,15 +16,11 @@ import math
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from .allocation_join import IDLE_USES, Allocation, AllocationTable
+from .allocation_join import IDLE_USES, AllocationTable, owner
 from .errors import BadUserInputError, named_nodes
 from .types import GpuAllocation, ready_context
 
 __all__ = ["idle_gpu_allocations", "idle_order"]
-
-
-def _owner(allocation: Allocation) -> str | None:
-    return allocation.pod_namespace
 
 
 def idle_order(allocation: GpuAllocation) -> tuple[float, str, str, str, str, str]:
@@ -85,7 +81,7 @@ async def idle_gpu_allocations(
             and a.use.idle_seconds >= least
             and (namespace is None or a.namespace == namespace)
         ]
-        shown, _ = cluster.split_owned(idle, _owner)
+        shown, _ = cluster.split_owned(idle, owner)
         found.extend(GpuAllocation.of(a, name) for a in shown)
     found.sort(key=idle_order)
     ctx.charge(len(found))

@@ -23,7 +23,7 @@ from .allocation_enums import (
     AllocationUse,
     AllocationVerdict,
 )
-from .allocation_join import Allocation, LazyTable, pod_gpu_request, use_shown
+from .allocation_join import Allocation, LazyTable, owner, pod_gpu_request, use_shown
 from .errors import GraphUserError, require_ready
 from .occupancy import event_resolvers as event_fields
 from .occupancy import resolvers as occupancy
@@ -259,7 +259,7 @@ class Gpu:
         ctx = context_of(info)
         table = self.allocations_of_node
         records = table.get().for_gpu(self.uuid) if table is not None else []
-        shown, _ = ctx.cluster.split_owned(records, _owner)
+        shown, _ = ctx.cluster.split_owned(records, owner)
         ctx.charge(len(shown))
         return [GpuAllocation.of(a, self.node_name) for a in shown]
 
@@ -424,7 +424,7 @@ class Pod:
                 )
             )
         mine = [a for a in table.for_pod(self.namespace, self.name) if a.is_gpu]
-        shown, _ = ctx.cluster.split_owned(mine, _owner)
+        shown, _ = ctx.cluster.split_owned(mine, owner)
         ctx.charge(len(shown))
         return [GpuAllocation.of(a, self.node_name) for a in shown]
 
@@ -496,10 +496,6 @@ class Container:
         processes = [p for g in gpus for p in g.processes if p.container_id == cid]
         ctx.charge(len(processes))
         return processes
-
-
-def _owner(allocation: Allocation) -> str | None:
-    return allocation.pod_namespace
 
 
 @strawberry.type(description="One device the kubelet gave a container, on a GPU.")

@@ -2,7 +2,8 @@
 
 Every resolver, loader and endpoint reads the cluster through a
 ``VisibleCluster``, which hands out only what the caller's ``Scope`` admits:
-nodes, pods, and a node's GPUs with other tenants' processes withheld. This
+nodes, pods, and a node's GPUs (those running or given to the caller's pods, unless it
+may list nodes) with other tenants' processes withheld. This
 module is the only one that reads a ``Scope``'s rules; a layout test keeps it so.
 
 The raw cache stays available as ``raw`` for the joins (an agent's process
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from .allocation_join import owner
 from .interfaces import Cluster, StalenessSource
 from .records import NodeRecord, PodRecord, PodSizes
 from .scalars import Bytes
@@ -114,12 +116,17 @@ class VisibleCluster:
         """Whether command lines of processes in ``namespace`` (None: no pod) may be shown."""
         return self._scope.sees_cmdline(namespace)
 
-    def sees_gpu(self, shown_processes: int) -> bool:
-        """Whether a GPU is visible when the caller may see ``shown_processes`` of its processes.
+    def sees_gpu(self, gpu: Gpu, shown_processes: int) -> bool:
+        """Whether ``gpu`` is visible when the caller may see ``shown_processes`` of its processes.
 
-        With ``list nodes`` every GPU is; otherwise only GPUs running something of the caller's.
+        With ``list nodes`` every GPU is; otherwise those running something of the caller's,
+        and those given to one of its pods: a GPU its pod holds and leaves idle is its own.
         """
-        return shown_processes > 0 or self._scope.all_nodes
+        if shown_processes > 0 or self._scope.all_nodes:
+            return True
+        table = gpu.allocations_of_node
+        held = table.get().for_gpu(gpu.uuid) if table is not None else ()
+        return any(self.sees_owner(owner(a)) for a in held)
 
     def sees_cluster_sizes(self) -> bool:
         """Whether the caller may be told the whole cluster's sizes (it sees everything)."""
@@ -279,7 +286,7 @@ class VisibleCluster:
 
     def _gpu(self, gpu: Gpu) -> Gpu | None:
         shown, hidden = self.split_owned(gpu.processes, _process_namespace)
-        if not self.sees_gpu(len(shown)):
+        if not self.sees_gpu(gpu, len(shown)):
             return None
         processes: list[GpuProcess] = []
         copy = replace(gpu, processes=processes, hidden_process_count=len(hidden))

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from starlette.requests import Request
 from starlette.responses import Response
 
-from graph_schema.allocation_join import Allocation, use_shown
+from graph_schema.allocation_join import owner, use_shown
 from graph_schema.errors import NodeSampleError
 from graph_schema.interfaces import AgentUnavailableError, ClusterView, SnapshotSource
 from graph_schema.types import Gpu
@@ -55,7 +55,7 @@ def _allocations(gpu: Gpu, view: ClusterView) -> list[dict[str, object]]:
     """The GPU's allocations the caller may see, each with its holder's use."""
     table = gpu.allocations_of_node
     held = [a for a in table.get().for_gpu(gpu.uuid) if a.is_gpu] if table is not None else []
-    shown, _ = view.split_owned(held, _owner)
+    shown, _ = view.split_owned(held, owner)
     out: list[dict[str, object]] = []
     for a in shown:
         use, since, idle = use_shown(a)
@@ -75,16 +75,13 @@ def _allocations(gpu: Gpu, view: ClusterView) -> list[dict[str, object]]:
     return out
 
 
-def _owner(allocation: Allocation) -> str | None:
-    return allocation.pod_namespace
-
-
 def gpu_pods_response(gpus: Sequence[Gpu], view: ClusterView) -> dict[str, object]:
     """The original ``GetGpuPodsResponse`` JSON of a node's GPUs as the caller sees them.
 
     ``gpus`` come from ``ViewCache.visible_gpus``: joined, judged and filtered
     as GraphQL's are, so a caller without ``list nodes`` gets only the GPUs
-    running one of its pods; ``view`` (the same caller's) filters their allocations.
+    running or given to one of its pods; ``view`` (the same caller's) filters their
+    allocations.
     """
     gpu_pods: dict[str, dict[str, list[dict[str, object]]]] = {}
     gpu_infos: dict[str, dict[str, object]] = {}

@@ -310,8 +310,11 @@ async def test_a_tenant_sees_only_its_own_allocations_and_usage(
     run, server = timeline
     token = run.cluster.stub.reviews.token_of("research-user")
     data = await ask(server, ALLOCATIONS, token)
-    # Its GPU has no process of its own to show it by; others' allocations are never shown.
-    assert [g["allocations"] for n in data["nodes"] for g in n["gpus"]] in ([], [[]])
+    # Its GPU runs nothing of its own, but its pod was given it: the GPU it holds idle is
+    # shown, with its allocation alone; the GPUs of other tenants' pods are not.
+    shown = {g["uuid"]: g["allocations"] for n in data["nodes"] for g in n["gpus"]}
+    assert list(shown) == ["GPU-2"]
+    assert [(a["pod"]["name"], a["deviceId"]) for a in shown["GPU-2"]] == [("notebook", "GPU-2")]
     assert [a["pod"]["name"] for a in data["idleGpuAllocations"]] == ["notebook"]
     none = await ask(
         server,

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from graph_schema.context import GraphContext
 from graph_schema.scope import EVERYTHING, Scope
 from graph_schema.visibility import VisibleCluster
-from tests.support.graph import GiB, SmallWorld, gpu_uuid, node_record, pod_record, snapshot
+from node_resolver.models import (
+    AllocationMechanism,
+    ContainerAllocations,
+    DeviceAllocation,
+    NodeAllocations,
+)
+from tests.support.graph import (
+    GiB,
+    SmallWorld,
+    gpu_sample,
+    gpu_uuid,
+    node_record,
+    pod_record,
+    snapshot,
+)
 
 ML_ONLY = Scope(pod_namespaces=frozenset({"ml"}))
 SERVING_ONLY = Scope(pod_namespaces=frozenset({"serving"}))
@@ -117,6 +133,31 @@ async def test_a_nodes_gpus_hide_other_tenants_and_count_what_they_hide(world: S
     shared = world.schema.state.views.gpus("node-a", await ctx.snapshot("node-a"), world.cluster)
     assert [p.pid for p in shared[1].processes] == [103, 999]
     assert shared[1].hidden_process_count == 0
+
+
+async def test_a_gpu_a_callers_pod_holds_and_leaves_idle_is_its_own(world: SmallWorld) -> None:
+    # The idle allocation a tenant is told about: its pod was given the GPU and runs nothing
+    # on it. Hidden, the GPU would leave it a device ID it cannot look up.
+    world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
+    world.cluster.add_pod(pod_record("research", "notebook", "node-c"))
+    world.cluster.add_pod(pod_record("ml", "elsewhere", "node-c"))
+    held = gpu_uuid("node-c", 0)
+    given = DeviceAllocation(AllocationMechanism.DEVICE_PLUGIN, "nvidia.com/gpu", held, held)
+    kubelet = NodeAllocations(
+        available=True,
+        containers=(ContainerAllocations("research", "notebook", "main", (given,)),),
+    )
+    gpus = [gpu_sample("node-c", 0), gpu_sample("node-c", 1)]
+    world.agents.put(replace(snapshot("node-c", gpus), allocations=kubelet))
+    research = Scope(pod_namespaces=frozenset({"research"}))
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=research)
+    assert [g.uuid for g in await ctx.gpus("node-c")] == [held]
+    found = await ctx.gpu(held)
+    assert found is not None and found.processes == []
+    # ml sees the node (its pod runs there), but no GPU of it is ml's.
+    ml = GraphContext(world.cluster, world.agents, world.schema.state, scope=ML_ONLY)
+    assert ml.cluster.sees_node("node-c")
+    assert await ml.gpus("node-c") == [] and await ml.gpu(held) is None
 
 
 async def test_an_unrestricted_caller_gets_the_shared_gpu_objects(world: SmallWorld) -> None:
