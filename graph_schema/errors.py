@@ -73,6 +73,32 @@ class NodeNotFoundError(GraphUserError):
         super().__init__(f"no node named {node_name!r} among the nodes you may see")
 
 
+# The most of a client's own value an error message repeats.
+QUOTED_CHARACTERS = 100
+
+
+def quoted(value: str) -> str:
+    """``value`` quoted for an error message, cut short: echoed whole, a client's long input
+    would make its error as large as its request."""
+    if len(value) > QUOTED_CHARACTERS:
+        return repr(value[:QUOTED_CHARACTERS]) + f" (cut from {len(value)} characters)"
+    return repr(value)
+
+
+# A longer or empty filter names nothing, and is refused rather than answered empty (or
+# sent to every agent, which refuse an empty one, and whose message limit refuses a long
+# one, as if each agent had failed).
+NAME_LIMITS = {"namespace": 63, "podName": 253, "name": 253}
+
+
+def check_name(argument: str, value: str | None) -> None:
+    """BadUserInputError when the filter argument ``argument``'s ``value`` is empty or past
+    its limit."""
+    limit = NAME_LIMITS[argument]
+    if value is not None and not 0 < len(value) <= limit:
+        raise BadUserInputError(f"{argument} is 1 to {limit} characters, as in Kubernetes")
+
+
 def named_nodes(cluster: ClusterView, node_name: str | None) -> list[str]:
     """Every node the caller may see, or just ``node_name``: NodeNotFoundError where the
     caller may not see it or no node has it (both answer alike)."""
@@ -103,7 +129,7 @@ class GpuNotFoundError(GraphUserError):
     def __init__(self, uuid: str, unreachable: Sequence[str]) -> None:
         names = ", ".join(sorted(unreachable))
         super().__init__(
-            f"GPU {uuid!r} is not on any reachable node; agents unavailable on: {names}"
+            f"GPU {quoted(uuid)} is not on any reachable node; agents unavailable on: {names}"
         )
 
 

@@ -17,7 +17,7 @@ from graphql import GraphQLError
 from strawberry.types import Info
 
 from .allocation_join import IDLE_USES, AllocationTable, owner
-from .errors import BadUserInputError, named_nodes
+from .errors import BadUserInputError, check_name, named_nodes
 from .types import GpuAllocation, ready_context
 
 __all__ = ["idle_gpu_allocations", "idle_order"]
@@ -49,6 +49,7 @@ async def idle_gpu_allocations(
         math.isfinite(min_idle_seconds) and min_idle_seconds >= 0
     ):
         raise BadUserInputError("minIdleSeconds must be a finite number of seconds, 0 or more")
+    check_name("namespace", namespace)
     least = min_idle_seconds or 0.0
     cluster = ctx.cluster
     names = named_nodes(cluster, node_name)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .errors import GraphUserError
+from .errors import BadUserInputError, GraphUserError
 
 # Shortest and longest subscription tick.
 MIN_INTERVAL_SECONDS = 0.5
@@ -128,5 +128,5 @@ def clamp_interval(seconds: float | None) -> float:
     if seconds is None:
         return DEFAULT_INTERVAL_SECONDS
     if math.isnan(seconds):
-        raise GraphUserError("intervalSeconds must be a number")
+        raise BadUserInputError("intervalSeconds must be a number")
     return min(max(seconds, MIN_INTERVAL_SECONDS), MAX_INTERVAL_SECONDS)

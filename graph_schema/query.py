@@ -9,7 +9,7 @@ from graphql import GraphQLError
 from strawberry.types import Info
 
 from .cache_status import CacheStatus
-from .errors import named_nodes
+from .errors import check_name, named_nodes
 from .identity import Identity, identity_of
 from .idle_allocations import idle_gpu_allocations
 from .occupancy import event_resolvers as event_fields
@@ -87,8 +87,12 @@ class Query:
         label_selector: str | None = None,
     ) -> list[Pod]:
         ctx = ready_context(info)
+        check_name("namespace", namespace)
         selector = parse_label_selector(label_selector) if label_selector else None
         records = ctx.cluster.pods(namespace=namespace, node_name=node_name)
+        if not records and node_name is not None:
+            # No node of that name, as gpus says, rather than a node that runs nothing.
+            named_nodes(ctx.cluster, node_name)
         if selector is not None:
             records = [r for r in records if selector.matches(r.labels)]
         ctx.charge(len(records))
@@ -118,6 +122,7 @@ class Query:
         self, info: Info, namespace: str | None = None, node_name: str | None = None
     ) -> list[GpuProcess]:
         ctx = ready_context(info)
+        check_name("namespace", namespace)
         cluster = ctx.cluster
         names = named_nodes(ctx.cluster, node_name)
         if namespace is not None:

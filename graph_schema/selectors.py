@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import GraphUserError
+from .errors import BadUserInputError, quoted
 
 __all__ = ["LabelSelector", "LabelSelectorError", "Requirement", "parse_label_selector"]
 
@@ -18,11 +18,11 @@ _KEY_RE = re.compile(rf"(?:[a-z0-9](?:[a-z0-9.\-]{{0,251}}[a-z0-9])?/)?{_NAME}")
 _VALUE_RE = re.compile(rf"(?:{_NAME})?")
 
 
-class LabelSelectorError(GraphUserError):
+class LabelSelectorError(BadUserInputError):
     """A label selector that does not parse."""
 
     def __init__(self, selector: str, reason: str) -> None:
-        super().__init__(f"invalid labelSelector {selector!r}: {reason}")
+        super().__init__(f"invalid labelSelector {quoted(selector)}: {reason}")
 
 
 class Operator(enum.Enum):
@@ -101,13 +101,13 @@ def _split_clauses(selector: str) -> list[str]:
 
 def _check_key(selector: str, key: str) -> str:
     if not _KEY_RE.fullmatch(key):
-        raise LabelSelectorError(selector, f"invalid label key {key!r}")
+        raise LabelSelectorError(selector, f"invalid label key {quoted(key)}")
     return key
 
 
 def _check_value(selector: str, value: str) -> str:
     if not _VALUE_RE.fullmatch(value):
-        raise LabelSelectorError(selector, f"invalid label value {value!r}")
+        raise LabelSelectorError(selector, f"invalid label value {quoted(value)}")
     return value
 
 
@@ -119,7 +119,7 @@ def _parse_clause(selector: str, clause: str) -> Requirement:
         key = _check_key(selector, m["key"])
         raw = [v.strip() for v in m["values"].split(",")]
         if raw == [""]:
-            raise LabelSelectorError(selector, f"empty value set for {key!r}")
+            raise LabelSelectorError(selector, f"empty value set for {quoted(key)}")
         values = frozenset(_check_value(selector, v) for v in raw)
         op = Operator.IN if m["op"] == "in" else Operator.NOT_IN
         return Requirement(key, op, values)
@@ -132,7 +132,7 @@ def _parse_clause(selector: str, clause: str) -> Requirement:
         return Requirement(_check_key(selector, text[1:].strip()), Operator.DOES_NOT_EXIST)
     if _KEY_RE.fullmatch(text):
         return Requirement(text, Operator.EXISTS)
-    raise LabelSelectorError(selector, f"cannot parse requirement {text!r}")
+    raise LabelSelectorError(selector, f"cannot parse requirement {quoted(text)}")
 
 
 def parse_label_selector(selector: str) -> LabelSelector:

@@ -10,7 +10,7 @@ import strawberry
 from strawberry.types import Info
 
 from .context import GraphContext
-from .errors import named_nodes
+from .errors import check_name, named_nodes
 from .limits import clamp_interval
 from .occupancy.event_resolvers import EVENT_STREAM_DESCRIPTION, batch_of, event_stream
 from .occupancy.events import GpuEventObject
@@ -70,6 +70,9 @@ class Subscription:
         self, info: Info, namespace: str, name: str, interval_seconds: float | None = 2.0
     ) -> AsyncGenerator[Pod | None, None]:
         ctx = _live_context(info)
+        # An empty name is no pod's: refused, not followed with null for ever.
+        check_name("namespace", namespace)
+        check_name("name", name)
         interval = clamp_interval(interval_seconds)
         with ctx.state.subscriptions.hold(_identity(ctx)):
             while True:

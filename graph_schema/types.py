@@ -24,7 +24,7 @@ from .allocation_enums import (
     AllocationVerdict,
 )
 from .allocation_join import Allocation, LazyTable, owner, pod_gpu_request, use_shown
-from .errors import GraphUserError, require_ready
+from .errors import BadUserInputError, require_ready
 from .occupancy import event_resolvers as event_fields
 from .occupancy import resolvers as occupancy
 from .operation import Operation, remember_while
@@ -390,7 +390,7 @@ class Pod:
         elif namespace is not None and name is not None:
             record = cluster.pod(namespace, name)
         else:
-            raise GraphUserError("a Pod reference needs uid, or namespace and name")
+            raise BadUserInputError("a Pod reference needs uid, or namespace and name")
         return None if record is None else cls.from_record(record)
 
     @strawberry.field(

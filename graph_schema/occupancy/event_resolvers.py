@@ -23,7 +23,7 @@ from strawberry.types import Info
 
 from node_resolver.gpu_events.records import EventQuery
 
-from ..errors import named_nodes, require_ready
+from ..errors import check_name, named_nodes, require_ready
 from ..interfaces import AgentUnavailableError, ClusterView
 from ..operation import Operation
 from .event_fan_out import Follower, NodeEvent, event_page, event_source, node_events
@@ -34,7 +34,6 @@ from .fan_out import (
     MAX_FIRST,
     HistoryUnavailableError,
     agent_namespaces,
-    check_name,
     partial,
 )
 from .resolvers import (

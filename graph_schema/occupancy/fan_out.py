@@ -28,7 +28,7 @@ from node_resolver.history.records import (
     UsageRow,
 )
 
-from ..errors import BadUserInputError, GraphUserError
+from ..errors import GraphUserError
 from ..interfaces import AgentUnavailableError, HistorySource
 from .cursor import Order, Position, merged_order
 
@@ -38,7 +38,6 @@ __all__ = [
     "FAN_OUT",
     "HISTORY_LIST_LIMIT",
     "MAX_FIRST",
-    "NAME_LIMITS",
     "ConnectionPage",
     "Failures",
     "HistoryUnavailableError",
@@ -46,7 +45,6 @@ __all__ = [
     "Occupancy",
     "agent_namespaces",
     "bounded",
-    "check_name",
     "connection_page",
     "merged_page",
     "node_history",
@@ -86,20 +84,6 @@ def owner_of(occupancy: Occupancy) -> str | None:
 
 
 # Kubernetes' own limits: a namespace is a DNS-1123 label, a pod's name a DNS-1123 subdomain.
-# A longer or empty filter names nothing, and is refused rather than sent to every agent
-# (which refuse an empty one, and whose message limit refuses a long one, as if each agent
-# had failed).
-NAME_LIMITS = {"namespace": 63, "podName": 253}
-
-
-def check_name(argument: str, value: str | None) -> None:
-    """BadUserInputError when the filter argument ``argument``'s ``value`` is empty or past
-    its limit."""
-    limit = NAME_LIMITS[argument]
-    if value is not None and not 0 < len(value) <= limit:
-        raise BadUserInputError(f"{argument} is 1 to {limit} characters, as in Kubernetes")
-
-
 def agent_namespaces(namespaces: frozenset[str] | None) -> tuple[str, ...] | None:
     """The namespaces filter to send the agents for a caller who may see ``namespaces``' records.
 

@@ -24,7 +24,7 @@ from strawberry.types import Info
 
 from node_resolver.history.records import HistoryQuery, UsageGroup, UsageQuery, UsageRow
 
-from ..errors import GraphUserError, history_nodes, require_ready
+from ..errors import BadUserInputError, GraphUserError, check_name, history_nodes, require_ready
 from ..interfaces import AgentUnavailableError, HistorySource
 from ..operation import Operation
 from ..shared_futures import shielded
@@ -37,7 +37,6 @@ from .fan_out import (
     MergedPage,
     Occupancy,
     agent_namespaces,
-    check_name,
     connection_page,
     node_history,
     owner_of,
@@ -96,9 +95,9 @@ def window(since: datetime.datetime, until: datetime.datetime | None) -> Window:
     start = _unix(since)
     end = None if until is None else _unix(until)
     if end is not None and end <= start:
-        raise GraphUserError("until must be after since")
+        raise BadUserInputError("until must be after since")
     if not math.isfinite(start):
-        raise GraphUserError("since is out of range")
+        raise BadUserInputError("since is out of range")
     return Window(start, end)
 
 
@@ -106,7 +105,7 @@ def page_size(first: int | None) -> int:
     """A connection's page size: ``first``, or the default; GraphUserError out of range."""
     count = DEFAULT_FIRST if first is None else first
     if not 1 <= count <= MAX_FIRST:
-        raise GraphUserError(f"first must be between 1 and {MAX_FIRST}")
+        raise BadUserInputError(f"first must be between 1 and {MAX_FIRST}")
     return count
 
 

@@ -13,6 +13,7 @@ from tests.support.graph import (
     SmallWorld,
     gpu_sample,
     gpu_uuid,
+    node_record,
     process,
     snapshot,
     synthetic_cluster,
@@ -209,6 +210,7 @@ async def test_missing_things_are_null_not_errors(world: SmallWorld) -> None:
         'gpus(nodeName: "nope") { uuid }',
         'gpuProcesses(nodeName: "nope") { pid }',
         'gpuProcesses(namespace: "ml", nodeName: "nope") { pid }',
+        'pods(nodeName: "nope") { name }',
     ],
 )
 async def test_an_unknown_node_name_is_not_found_not_an_idle_node(
@@ -223,6 +225,35 @@ async def test_an_unknown_node_name_is_not_found_not_an_idle_node(
     assert error.message == "no node named 'nope' among the nodes you may see"
     assert error.extensions == {"code": "NOT_FOUND"}
     # Refused before any agent is asked.
+    assert world.agents.calls == {}
+
+
+async def test_a_known_node_running_no_pod_lists_none_without_an_error(
+    world: SmallWorld,
+) -> None:
+    world.cluster.add_node(node_record("node-c"))
+    assert await world.query('{ pods(nodeName: "node-c") { name } }') == {"pods": []}
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        'pods(namespace: "") { name }',
+        'gpuProcesses(namespace: "") { pid }',
+        'idleGpuAllocations(namespace: "") { deviceId }',
+        f'pods(namespace: "{"n" * 64}") {{ name }}',
+    ],
+)
+async def test_an_empty_or_overlong_namespace_is_refused_not_answered_empty(
+    world: SmallWorld, field: str
+) -> None:
+    # No namespace has such a name: [] would read as "nothing running there".
+    ctx = GraphContext(world.cluster, world.agents, world.schema.state)
+    result = await world.schema.execute(f"{{ {field} }}", context_value=ctx)
+    assert result.data is None and result.errors is not None
+    [error] = result.errors
+    assert error.message == "namespace is 1 to 63 characters, as in Kubernetes"
+    assert error.extensions == {"code": "BAD_USER_INPUT"}
     assert world.agents.calls == {}
 
 

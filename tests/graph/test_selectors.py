@@ -64,6 +64,16 @@ def test_malformed_selectors_name_the_problem(selector: str, reason: str) -> Non
     assert str(caught.value) == f"invalid labelSelector {selector!r}: {reason}"
 
 
+def test_a_malformed_selector_is_bad_input_and_quoted_cut_short() -> None:
+    # Echoed whole, a 100 kB selector would make its error as large as the request.
+    selector = "app=" + "x" * 100_000 + " y"
+    with pytest.raises(LabelSelectorError) as caught:
+        parse_label_selector(selector)
+    assert caught.value.extensions == {"code": "BAD_USER_INPUT"}
+    cut = repr(selector[:100]) + " (cut from 100006 characters)"
+    assert str(caught.value) == f"invalid labelSelector {cut}: cannot parse requirement {cut}"
+
+
 names = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
 label_sets = st.dictionaries(names, names, max_size=4)
 

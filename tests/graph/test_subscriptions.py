@@ -164,6 +164,28 @@ async def test_pod_gpu_usage(ticks: list[float]) -> None:
     await stream.aclose()
 
 
+@pytest.mark.parametrize(("ns", "name"), [("", "w"), ("ns-0", "")])
+async def test_pod_gpu_usage_of_an_empty_name_is_refused_not_null_for_ever(
+    ticks: list[float], ns: str, name: str
+) -> None:
+    sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
+    schema = build_schema()
+    stream = await subscribe(
+        schema,
+        GraphContext(sc.cluster, sc.snapshots, schema.state),
+        "subscription($ns: String!, $name: String!) { podGpuUsage(namespace: $ns, name: $name)"
+        " { name } }",
+        ns=ns,
+        name=name,
+    )
+    tick = await asyncio.wait_for(stream.__anext__(), timeout=5)
+    assert tick.errors is not None
+    assert [e.extensions for e in tick.errors] == [{"code": "BAD_USER_INPUT"}]
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(stream.__anext__(), timeout=5)
+    assert ticks == [] and schema.state.subscriptions.active == 0
+
+
 async def test_unsubscribe_frees_the_slot(ticks: list[float]) -> None:
     sc = synthetic_cluster(1, gpus_per_node=1, processes_per_gpu=1)
     schema = build_schema()

@@ -94,6 +94,7 @@ async def test_both_connections_refuse_a_page_size_out_of_range_alike(
     assert answers[0] == answers[1]
     assert answers[0]["data"] is None
     assert [e["message"] for e in answers[0]["errors"]] == ["first must be between 1 and 1000"]
+    assert answers[0]["errors"][0]["code"] == {"code": "BAD_USER_INPUT"}
     assert world.agents.calls == {}
 
 
