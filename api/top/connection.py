@@ -14,13 +14,11 @@ token in ``connection_init``'s payload.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import ssl
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -153,11 +151,11 @@ def _through_kubeconfig(
 ) -> Endpoint:
     """The Endpoint of the gpugraph Service through the kubeconfig's API server."""
     # The Kubernetes client is slow to import; only this path needs it.
-    from ..kube.config import KubeConfigError, load_kube_config
+    from ..kube.config import KubeConfigError, load_kube_config, logged_errors
 
     # The client logs a failed exec plugin or token refresh and goes on without
     # credentials; kubectl stops there, and so does gpugraph top.
-    with _logged_errors() as failures:
+    with logged_errors() as failures:
         try:
             config = load_kube_config(kubeconfig)
         except KubeConfigError as exc:
@@ -185,24 +183,6 @@ def _through_kubeconfig(
     api = Endpoint(host, headers, verify, cert, token, True, hint, deadline, max_answer_bytes)
     name, port = (service, SERVICE_PORT) if service else find_service(api, namespace)
     return replace(api, url=host + proxy_path(namespace, name, port))
-
-
-@contextlib.contextmanager
-def _logged_errors() -> Iterator[list[str]]:
-    """The messages of errors logged while inside (and kept off stderr)."""
-    failures: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            failures.append(record.getMessage())
-
-    root = logging.getLogger()
-    handler = Collect(logging.ERROR)
-    root.addHandler(handler)
-    try:
-        yield failures
-    finally:
-        root.removeHandler(handler)
 
 
 def find_service(api: Endpoint, namespace: str) -> tuple[str, str]:

@@ -1,4 +1,5 @@
-"""Where the Kubernetes API is: --kubeconfig, else in-cluster, else the default kubeconfig."""
+"""Where the Kubernetes API is: --kubeconfig, else $KUBECONFIG, else in-cluster, else the
+default kubeconfig."""
 
 from __future__ import annotations
 
@@ -34,12 +35,28 @@ def test_explicit_kubeconfig_wins_over_in_cluster(
     assert configuration.api_key["BearerToken"] == "Bearer flag-token"
 
 
-def test_in_cluster_when_no_flag(tmp_path: Path, service_account: dict[str, str]) -> None:
-    default = write_kubeconfig(str(tmp_path / "default"), "http://127.0.0.1:1")
-    env = {**IN_CLUSTER_ENV, "KUBECONFIG": default}
-    configuration = load_kube_config(None, environ=env, **service_account)
+def test_in_cluster_when_no_flag(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service_account: dict[str, str]
+) -> None:
+    # Before ~/.kube/config: a pod's service account is what a server in a pod means.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".kube").mkdir()
+    write_kubeconfig(str(tmp_path / ".kube" / "config"), "http://127.0.0.1:1")
+    configuration = load_kube_config(None, environ=IN_CLUSTER_ENV, **service_account)
     assert configuration.host == "https://10.96.0.1:443"
     assert configuration.api_key["BearerToken"].lower() == "bearer in-cluster-token"
+
+
+def test_kubeconfig_from_the_environment_wins_over_in_cluster_as_for_kubectl(
+    tmp_path: Path, service_account: dict[str, str]
+) -> None:
+    named = write_kubeconfig(str(tmp_path / "named"), "http://127.0.0.1:6444", token="env")
+    env = {**IN_CLUSTER_ENV, "KUBECONFIG": named}
+    configuration = load_kube_config(None, environ=env, **service_account)
+    assert configuration.host == "http://127.0.0.1:6444"
+    missing = {**IN_CLUSTER_ENV, "KUBECONFIG": str(tmp_path / "missing")}
+    with pytest.raises(KubeConfigError, match=r"^\$KUBECONFIG .*/missing: no such file$"):
+        load_kube_config(None, environ=missing, **service_account)
 
 
 def test_default_kubeconfig_when_not_in_cluster(
@@ -82,11 +99,52 @@ def test_missing_or_broken_explicit_kubeconfig(tmp_path: Path) -> None:
         load_kube_config(str(broken))
 
 
-def test_in_cluster_without_token_falls_through_to_default(tmp_path: Path) -> None:
-    default = write_kubeconfig(str(tmp_path / "default"), "http://127.0.0.1:9443")
-    env = {**IN_CLUSTER_ENV, "KUBECONFIG": default}
-    configuration = load_kube_config(None, environ=env, token_file=str(tmp_path / "missing"))
+def test_in_cluster_without_token_falls_through_to_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".kube").mkdir()
+    write_kubeconfig(str(tmp_path / ".kube" / "config"), "http://127.0.0.1:9443")
+    missing = str(tmp_path / "missing")
+    configuration = load_kube_config(None, environ=IN_CLUSTER_ENV, token_file=missing)
     assert configuration.host == "http://127.0.0.1:9443"
+
+
+@pytest.mark.parametrize("server", ["not a url", "ftp://x", "https://"])
+def test_a_server_that_is_no_http_url_is_an_error_not_retried_for_ever(
+    tmp_path: Path, server: str
+) -> None:
+    path = write_kubeconfig(str(tmp_path / "config"), server)
+    with pytest.raises(KubeConfigError) as error:
+        load_kube_config(path)
+    message = str(error.value)
+    assert message.startswith(f"--kubeconfig {path}: the cluster's server ")
+    assert message.endswith(" is not an http(s) URL")
+
+
+def test_a_user_whose_exec_plugin_fails_is_an_error_not_no_credentials(tmp_path: Path) -> None:
+    # The client logs the failure and goes on without a token; kubectl stops, and so does
+    # gpugraph (serve would otherwise run unauthenticated against the API server).
+    path = tmp_path / "config"
+    path.write_text(
+        '{"apiVersion": "v1", "kind": "Config", "current-context": "c",'
+        ' "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],'
+        ' "users": [{"name": "u", "user": {"exec": {"apiVersion":'
+        ' "client.authentication.k8s.io/v1", "command": "/no/plugin"}}}],'
+        ' "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}'
+    )
+    with pytest.raises(KubeConfigError) as error:
+        load_kube_config(str(path))
+    assert str(error.value).startswith(f"--kubeconfig {path}: the kubeconfig's user: ")
+    assert "/no/plugin" in str(error.value)
+
+
+def test_a_yaml_error_is_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.write_text("clusters:\n  - name: [\n")
+    with pytest.raises(KubeConfigError) as error:
+        load_kube_config(str(broken))
+    assert "\n" not in str(error.value) and str(error.value).startswith(f"--kubeconfig {broken}: ")
 
 
 def test_a_written_kubeconfig_reaches_the_stub_server(tmp_path: Path) -> None:
