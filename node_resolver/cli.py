@@ -58,14 +58,20 @@ def _listen(value: str) -> str:
     return join_host_port(*listen_address(value))
 
 
-def positive_seconds(value: str) -> float:
-    """argparse type for a positive number of seconds."""
+# The seconds between scans an agent takes: faster is a busy loop on NVML, slower than
+# an hour leaves the snapshots (and the occupancy log's clock) meaningless.
+SCAN_INTERVAL_SECONDS = (0.1, 3600.0)
+
+
+def scan_interval(value: str) -> float:
+    """argparse type for the seconds between scans, within ``SCAN_INTERVAL_SECONDS``."""
     try:
         seconds = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    least, most = SCAN_INTERVAL_SECONDS
+    if not least <= seconds <= most:
+        raise argparse.ArgumentTypeError(f"must be {least:g} to {most:g} seconds, got {value!r}")
     return seconds
 
 
@@ -155,7 +161,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval",
         default=1.0,
-        type=positive_seconds,
+        type=scan_interval,
         metavar="SECONDS",
         help="seconds between GPU scans (default: 1)",
     )

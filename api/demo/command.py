@@ -8,25 +8,25 @@ import sys
 from collections.abc import Callable
 
 from node_resolver.address import join_host_port, listen_address
-from node_resolver.cli import positive_seconds
+from node_resolver.cli import scan_interval
 
 from ..agents.pool import AgentPool
 from ..flags import LOG_LEVELS, add_defaulted
 from ..lifecycle.event_loop import run
 from .runner import DemoConfig, DemoError, run_demo_async
-from .scenario import MIN_GPUS, MIN_NODES, build_cluster
+from .scenario import MAX_GPUS, MAX_NODES, MIN_GPUS, MIN_NODES, build_cluster
 
 __all__ = ["add_demo_arguments", "run_demo"]
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
+def _between(minimum: int, maximum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} to {maximum}, got {value}")
         return value
 
     return parse
@@ -50,16 +50,17 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         d,
         "--nodes",
-        f"GPU nodes in the simulated cluster, at least {MIN_NODES}; the last one's agent is down",
-        type=_at_least(MIN_NODES),
+        f"GPU nodes in the simulated cluster, {MIN_NODES} to {MAX_NODES}; the last one's agent "
+        "is down",
+        type=_between(MIN_NODES, MAX_NODES),
         metavar="N",
     )
     add_defaulted(
         parser,
         d,
         "--gpus-per-node",
-        f"GPUs on each node, at least {MIN_GPUS}",
-        type=_at_least(MIN_GPUS),
+        f"GPUs on each node, {MIN_GPUS} to {MAX_GPUS}",
+        type=_between(MIN_GPUS, MAX_GPUS),
         metavar="G",
     )
     parser.add_argument(
@@ -75,7 +76,7 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         d,
         "--interval",
         "seconds between changes of the fake GPUs, and between the agents' scans",
-        type=positive_seconds,
+        type=scan_interval,
         metavar="SECONDS",
     )
     add_defaulted(

@@ -38,6 +38,8 @@ from .cluster.manifests import make_node, make_pod
 
 __all__ = [
     "GIB",
+    "MAX_GPUS",
+    "MAX_NODES",
     "MIN_GPUS",
     "MIN_NODES",
     "DemoCluster",
@@ -51,6 +53,10 @@ __all__ = [
 GIB = 1 << 30
 MIN_NODES = 3
 MIN_GPUS = 2
+# A demo on one machine: each node is a real agent with its fixture /proc tree, written
+# before the demo answers signals, so a size typed wrong would hold the terminal.
+MAX_NODES = 64
+MAX_GPUS = 16
 TRAINING_NAMESPACE = "ml-training"
 INFERENCE_NAMESPACE = "inference"
 RESEARCH_NAMESPACE = "research"
@@ -200,10 +206,12 @@ def build_cluster(
 
     ``allocation_nodes`` adds the MIG mixed, time-sliced and DRA nodes (two GPUs each).
     """
-    if nodes < MIN_NODES:
-        raise ValueError(f"the demo needs at least {MIN_NODES} nodes, got {nodes}")
-    if gpus_per_node < MIN_GPUS:
-        raise ValueError(f"the demo needs at least {MIN_GPUS} GPUs per node, got {gpus_per_node}")
+    if not MIN_NODES <= nodes <= MAX_NODES:
+        raise ValueError(f"the demo has {MIN_NODES} to {MAX_NODES} nodes, got {nodes}")
+    if not MIN_GPUS <= gpus_per_node <= MAX_GPUS:
+        raise ValueError(
+            f"the demo has {MIN_GPUS} to {MAX_GPUS} GPUs per node, got {gpus_per_node}"
+        )
     g = gpus_per_node
     b = _Builder()
     names = [f"gpu-node-{i}" for i in range(nodes)]

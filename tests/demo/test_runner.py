@@ -248,10 +248,18 @@ def run_demo(*args: str, tmpdir: Path | None = None) -> subprocess.CompletedProc
     )
 
 
-def test_bad_flags_are_refused_clearly() -> None:
-    result = run_demo("--nodes", "2")
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--nodes", "2", "must be 3 to 64, got 2"),
+        # A size typed wrong held the terminal for minutes, deaf to Ctrl-C, writing /proc trees.
+        ("--gpus-per-node", "100000", "must be 2 to 16, got 100000"),
+    ],
+)
+def test_bad_flags_are_refused_clearly(flag: str, value: str, says: str) -> None:
+    result = run_demo(flag, value)
     assert result.returncode == 2
-    assert "--nodes" in result.stderr and "at least 3" in result.stderr
+    assert flag in result.stderr and says in result.stderr
 
 
 def test_a_taken_listen_address_is_a_clear_error(tmp_path: Path) -> None:

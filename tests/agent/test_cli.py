@@ -1,0 +1,22 @@
+"""``gpugraph agent``'s flags: values no agent could run with are refused at the prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.cli import main
+
+
+@pytest.mark.parametrize("interval", ["inf", "nan", "0", "1e-9", "3601", "soon"])
+@pytest.mark.parametrize("command", ["agent", "demo"])
+def test_a_scan_interval_no_agent_could_keep_is_refused(
+    command: str, interval: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # inf killed the sampler thread (a time_t overflow) while the agent went on serving;
+    # 1e-9 made it a busy loop on NVML.
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--interval", interval])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--interval" in err
+    assert "must be 0.1 to 3600 seconds" in err or "expected seconds" in err
