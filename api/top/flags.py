@@ -50,14 +50,21 @@ def interval(text: str) -> float:
 
 
 def positive(text: str) -> float:
-    """A number above zero (``--request-timeout`` seconds, ``--max-answer`` MiB)."""
+    """A number above zero (``--request-timeout`` seconds, ``--max-answer`` MiB), at most
+    ``MAX_POSITIVE``: larger ones overflow where they become bytes or deadlines."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text} is not a number above zero")
+    if value > MAX_POSITIVE:
+        raise argparse.ArgumentTypeError(f"{text} is more than {MAX_POSITIVE:g}")
     return value
+
+
+# A day of seconds, or 84 GiB of answer: more than either flag ever needs.
+MAX_POSITIVE = 86_400.0
 
 
 def add_top_arguments(parser: argparse.ArgumentParser) -> None:

@@ -343,6 +343,18 @@ def test_an_interval_below_the_servers_shortest_tick_is_refused(
     assert err.startswith("usage: gpugraph top ") and "argument --interval:" in err
 
 
+@pytest.mark.parametrize("flag", ["--max-answer", "--request-timeout"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e308"])
+def test_a_size_or_deadline_that_would_overflow_is_refused_at_the_prompt(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    # 1e308 MiB overflowed into a traceback where it became bytes.
+    with pytest.raises(SystemExit) as exited:
+        main(["top", "--server", "http://127.0.0.1:1", flag, value])
+    assert exited.value.code == 2
+    assert f"argument {flag}:" in capsys.readouterr().err
+
+
 def test_the_shortest_interval_is_the_servers() -> None:
     from api.top.flags import MIN_INTERVAL, interval
     from graph_schema.limits import MIN_INTERVAL_SECONDS
