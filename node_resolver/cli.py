@@ -75,6 +75,14 @@ def scan_interval(value: str) -> float:
     return seconds
 
 
+def proc_root(value: str) -> str:
+    """argparse type for the host's /proc: a directory. A path that is none (a mount
+    missing from the DaemonSet) would resolve no PID, scan after scan, without a word."""
+    if not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is not a directory")
+    return value
+
+
 def duration_seconds(value: str) -> float:
     """argparse type for a duration such as 30d or 12h, in seconds."""
     try:
@@ -129,6 +137,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--proc-root",
         default="/proc",
+        type=proc_root,
         metavar="DIR",
         help="the host's /proc; use /host/proc when it is mounted there (default: /proc)",
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from api.cli import main
@@ -20,3 +22,15 @@ def test_a_scan_interval_no_agent_could_keep_is_refused(
     err = capsys.readouterr().err
     assert "--interval" in err
     assert "must be 0.1 to 3600 seconds" in err or "expected seconds" in err
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_a_proc_root_that_is_no_directory_is_refused(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A /host/proc mount missing from the DaemonSet resolved no PID, without a word.
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit) as exited:
+        main(["agent", "--node-name", "n", "--proc-root", str(tmp_path / where)])
+    assert exited.value.code == 2
+    assert f"argument --proc-root: {tmp_path / where} is not a directory" in capsys.readouterr().err
