@@ -124,11 +124,16 @@ class AuthMiddleware:
         if not _routed(scope):
             await self.app(scope, receive, send)  # the router's 404
             return
-        token = bearer_token(headers.get("authorization"))
-        if scope["type"] == "websocket" and not token:
-            await self.app(scope, receive, send)  # the token may come in connection_init
-            return
-        response = await self._check(path, token, scope)
+        given = set(headers.getlist("authorization"))
+        if len(given) > 1:
+            # Which one a proxy or the client meant is not ours to guess: neither is taken.
+            response: Response | None = unauthorized("two different Authorization headers")
+        else:
+            token = bearer_token(given.pop() if given else None)
+            if scope["type"] == "websocket" and not token:
+                await self.app(scope, receive, send)  # the token may come in connection_init
+                return
+            response = await self._check(path, token, scope)
         if response is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "websocket":

@@ -99,6 +99,10 @@ def quiet_cut_off_executions() -> None:
 quiet_cut_off_executions()
 
 
+# GraphQL over HTTP's GET parameters.
+_GET_PARAMETERS = ("query", "variables", "operationName", "extensions")
+
+
 class QueryMetrics:
     """The schema's report of each query (its time, and what went wrong) to the server's metrics."""
 
@@ -188,6 +192,12 @@ class GraphQLApp(OfflineGraphiQL, GraphQL[Any, None]):
             raise HTTPException(
                 415, f"a GraphQL request is JSON, sent as Content-Type: application/json ({given})"
             )
+        if request.method == "GET":
+            params = request.query_params
+            repeated = [n for n in _GET_PARAMETERS if len(params.getlist(n)) > 1]
+            if repeated:
+                # Which one the client meant is not ours to guess (strawberry takes the last).
+                raise HTTPException(400, f"the query parameter {repeated[0]} is given twice")
         return await super().parse_http_body(request)
 
     def encode_json(self, data: object) -> str:

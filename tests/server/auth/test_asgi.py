@@ -55,3 +55,21 @@ async def test_a_path_the_server_lacks_is_the_same_404_with_any_token_or_none(
             assert refused.headers["www-authenticate"].startswith("Bearer")
         wrong_method = await client.delete("/metrics")
         assert wrong_method.status_code == 401
+
+
+async def test_two_different_authorization_headers_are_refused_not_the_first_taken(
+    cluster: GraphTestCluster,
+) -> None:
+    # A proxy that adds its own header beside the client's: which one is meant is unknown.
+    admin = f"Bearer {cluster.stub.reviews.token_of('admin')}"
+    query = {"query": "{ nodes { name } }"}
+    async with serving(cluster.settings(auth_mode="kubernetes")) as server:
+        client = server.client
+        both = [("Authorization", admin), ("Authorization", "Bearer not-a-token")]
+        for headers in (both, both[::-1]):
+            refused = await client.post("/graphql", json=query, headers=headers)
+            assert refused.status_code == 401, refused.text
+            assert refused.json() == {"error": "two different Authorization headers"}
+        # The same header twice is one token.
+        twice = [("Authorization", admin), ("Authorization", admin)]
+        assert (await client.post("/graphql", json=query, headers=twice)).status_code == 200

@@ -219,3 +219,18 @@ async def test_several_operations_without_a_name_are_refused_not_the_first_run(
     assert [e["message"] for e in streamed["errors"]] == [NAME_REQUIRED]
     assert named.json() == {"data": {"cacheStatus": {"ready": True}}}
     assert tracebacks.records == []
+
+
+@pytest.mark.parametrize("name", ["query", "operationName", "variables"])
+async def test_a_get_parameter_given_twice_is_a_400_not_the_last_one_run(
+    cluster: GraphTestCluster, tracebacks: Tracebacks, name: str
+) -> None:
+    values = {"query": "{ nodes { name } }", "operationName": "A", "variables": "{}"}
+    params = [*values.items(), (name, values[name])]
+    async with serving(cluster.settings()) as server:
+        response = await server.client.get("/graphql", params=params)
+    assert response.status_code == 400, response.text
+    assert response.json() == {
+        "errors": [{"message": f"the query parameter {name} is given twice"}]
+    }
+    assert tracebacks.records == []
