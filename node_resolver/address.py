@@ -15,16 +15,17 @@ METRICS_PORT = 9402
 
 def split_host_port(listen: str) -> tuple[str, int]:
     """Split "HOST:PORT" (IPv6 as "[::1]:PORT"; ":PORT" is every IPv4 address); else ValueError."""
+    given = listen
     if listen.startswith(":"):
         listen = "0.0.0.0" + listen
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected HOST:PORT, got {listen!r}")
+        raise ValueError(f"expected HOST:PORT, got {given!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
         raise ValueError(
-            f"write an IPv6 address in brackets, e.g. [::]:{AGENT_PORT}, got {listen!r}"
+            f"write an IPv6 address in brackets, e.g. [::]:{AGENT_PORT}, got {given!r}"
         )
     return host, int(port)
 

@@ -28,8 +28,10 @@ def test_split_host_port(text: str, expected: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize("text", ["nope", "host:", ":", "host:65536", "host:-1", "::1:80", "h:x"])
 def test_what_is_not_host_port_is_a_clear_error(text: str) -> None:
-    with pytest.raises(ValueError, match=r"HOST:PORT|brackets"):
+    with pytest.raises(ValueError, match=r"HOST:PORT|brackets") as refused:
         split_host_port(text)
+    # What was typed, not what ":PORT" is read as.
+    assert str(refused.value).endswith(f"got {text!r}")
     with pytest.raises(argparse.ArgumentTypeError):
         listen_address(text)
 
