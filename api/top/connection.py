@@ -90,19 +90,21 @@ class Endpoint:
         return context
 
 
-def graphql_url(server: str) -> str:
-    """``server``'s GraphQL endpoint: the URL itself if it ends in /graphql."""
+def graphql_url(server: str, given_as: str = "--server") -> str:
+    """``server``'s GraphQL endpoint: the URL itself if it ends in /graphql; errors name the
+    flag or variable it was ``given_as``."""
+    said = f"{given_as} {server!r}"
     if not server.startswith(("http://", "https://")):
-        raise TopError(f"--server {server!r}: not an http:// or https:// URL")
+        raise TopError(f"{said}: not an http:// or https:// URL")
     try:
         parts = urllib.parse.urlsplit(server)
         parts.port  # noqa: B018 (urlsplit checks the port only when it is read)
     except ValueError as exc:
-        raise TopError(f"--server {server!r}: {exc}") from None
+        raise TopError(f"{said}: {exc}") from None
     if not parts.hostname:
-        raise TopError(f"--server {server!r}: names no host")
+        raise TopError(f"{said}: names no host")
     if parts.query or parts.fragment:
-        raise TopError(f"--server {server!r}: a server URL takes no query or fragment")
+        raise TopError(f"{said}: a server URL takes no query or fragment")
     path = parts.path.rstrip("/")
     path = path if path.endswith("/graphql") else f"{path}/graphql"
     return urllib.parse.urlunsplit(parts._replace(path=path))
@@ -131,10 +133,11 @@ def resolve(
 ) -> Endpoint:
     """The Endpoint from flags, then environment, then kubeconfig."""
     env = os.environ if environ is None else environ
+    given_as = "--server" if server else "$GPUGRAPH_SERVER"
     server = server or env.get("GPUGRAPH_SERVER") or None
     token = token or env.get("GPUGRAPH_TOKEN") or None
     if server:
-        url = graphql_url(server)
+        url = graphql_url(server, given_as)
         return Endpoint(
             url, bearer(token), token=token, deadline=deadline, max_answer_bytes=max_answer_bytes
         )

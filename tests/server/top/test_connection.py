@@ -320,8 +320,11 @@ def test_json_of_another_shape_is_one_line_in_the_since_views_too(body: bytes) -
     ],
 )
 def test_a_server_url_that_cannot_be_asked_is_one_line(server: str, says: str) -> None:
-    assert says in failing_top("--server", server)
-    assert says in failing_top(env={"GPUGRAPH_SERVER": server})
+    flag = failing_top("--server", server)
+    assert says in flag and f"--server {server!r}" in flag
+    # Named as it was given: no --server was passed.
+    variable = failing_top(env={"GPUGRAPH_SERVER": server})
+    assert says in variable and f"$GPUGRAPH_SERVER {server!r}" in variable
 
 
 def test_a_tls_failure_says_what_tls_said() -> None:
