@@ -110,6 +110,17 @@ def graphql_url(server: str, given_as: str = "--server") -> str:
     return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
+def _checked_token(token: str | None) -> str | None:
+    """The token as given, less the line break a pasted one brings; TopError if it cannot
+    go in a header (it would read as a connection failure)."""
+    if token is None:
+        return None
+    token = token.strip()
+    if not token or not token.isprintable() or " " in token:
+        raise TopError("the token holds spaces or control characters: no header can carry it")
+    return token
+
+
 def proxy_path(namespace: str, service: str, port: str) -> str:
     """The API server's service-proxy path to the Service's GraphQL endpoint."""
     return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/graphql"
@@ -135,7 +146,7 @@ def resolve(
     env = os.environ if environ is None else environ
     given_as = "--server" if server else "$GPUGRAPH_SERVER"
     server = server or env.get("GPUGRAPH_SERVER") or None
-    token = token or env.get("GPUGRAPH_TOKEN") or None
+    token = _checked_token(token or env.get("GPUGRAPH_TOKEN") or None)
     if server:
         url = graphql_url(server, given_as)
         return Endpoint(

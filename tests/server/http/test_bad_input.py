@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 
+import httpx
 import pytest
 import websockets
 from websockets.typing import Subprotocol
@@ -226,7 +227,7 @@ async def test_a_get_parameter_given_twice_is_a_400_not_the_last_one_run(
     cluster: GraphTestCluster, tracebacks: Tracebacks, name: str
 ) -> None:
     values = {"query": "{ nodes { name } }", "operationName": "A", "variables": "{}"}
-    params = [*values.items(), (name, values[name])]
+    params = httpx.QueryParams([*values.items(), (name, values[name])])
     async with serving(cluster.settings()) as server:
         response = await server.client.get("/graphql", params=params)
     assert response.status_code == 400, response.text

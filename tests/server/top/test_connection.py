@@ -327,6 +327,24 @@ def test_a_server_url_that_cannot_be_asked_is_one_line(server: str, says: str) -
     assert says in variable and f"$GPUGRAPH_SERVER {server!r}" in variable
 
 
+@pytest.mark.parametrize("token", ["two\nlines", "a b", "\t"])
+def test_a_token_no_header_can_carry_is_one_line_not_a_connection_failure(token: str) -> None:
+    line = failing_top("--server", "http://127.0.0.1:1", "--token", token)
+    assert line.endswith("the token holds spaces or control characters: no header can carry it")
+
+
+def test_a_pasted_tokens_line_break_is_dropped() -> None:
+    endpoint = resolve(
+        server="http://127.0.0.1:1",
+        token=None,
+        kubeconfig=None,
+        namespace="gpugraph",
+        service=None,
+        environ={"GPUGRAPH_TOKEN": "t0ken\n"},
+    )
+    assert endpoint.token == "t0ken" and endpoint.headers == {"Authorization": "Bearer t0ken"}
+
+
 def test_a_tls_failure_says_what_tls_said() -> None:
     # https:// to a plain HTTP server: the handshake fails. Its errno (1) is no reason.
     with answering(b"{}") as url:
