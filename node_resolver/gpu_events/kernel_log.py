@@ -161,7 +161,11 @@ class KernelLogReader:
                 self._stop.wait(REOPEN_SECONDS)
                 continue
             try:
-                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISDIR(mode):
+                    # Opened, but reading it says only "Invalid argument".
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+                if stat.S_ISCHR(mode):
                     self._follow_records(fd)
                 else:
                     self._follow_lines(fd)

@@ -102,11 +102,15 @@ def test_the_reader_follows_a_growing_file_from_its_end(tmp_path: Path) -> None:
         reader.stop()
 
 
-def test_an_unreadable_log_is_a_status_not_a_crash(tmp_path: Path) -> None:
-    reader = KernelLogReader(str(tmp_path / "missing"), lambda line: None, poll_seconds=0.01)
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [("missing", "FileNotFoundError"), (".", "IsADirectoryError: Is a directory")],
+)
+def test_an_unreadable_log_is_a_status_not_a_crash(tmp_path: Path, name: str, says: str) -> None:
+    reader = KernelLogReader(str(tmp_path / name), lambda line: None, poll_seconds=0.01)
     reader.start()
     try:
-        eventually(lambda: reader.status.startswith("FileNotFoundError"), what="the status")
+        eventually(lambda: reader.status.startswith(says), what="the status")
     finally:
         reader.stop()
 
