@@ -2,8 +2,9 @@
 
 With a token configured, every call must carry ``authorization: Bearer
 <token>`` metadata (the scheme in any case, as RFC 6750 allows) or it is
-refused with UNAUTHENTICATED. The standard health service stays open so
-kubelet probes and load balancers need no secret.
+refused with UNAUTHENTICATED. The standard health service's Check stays open
+so kubelet probes and load balancers need no secret; its Watch, a stream that
+holds a connection for as long as the caller likes, needs the token.
 
 ``TokenFile`` follows a token file as it changes, so a rotated Kubernetes
 Secret takes effect without a restart.
@@ -24,7 +25,8 @@ from grpc import aio
 
 log = logging.getLogger(__name__)
 
-HEALTH_SERVICE_PREFIX = "/grpc.health.v1.Health/"
+# Open without a token: a single answer, so it cannot hold a connection.
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 # How often, at most, TokenFile looks at the file for a change.
 TOKEN_CHECK_SECONDS = 5.0
 
@@ -95,7 +97,7 @@ class TokenFile:
 
 
 class BearerTokenInterceptor(aio.ServerInterceptor):
-    """Refuses every call but health checks unless it carries the right bearer token."""
+    """Refuses every call but a health Check unless it carries the right bearer token."""
 
     def __init__(self, token: str | Callable[[], str]) -> None:
         if not token:
@@ -123,7 +125,7 @@ class BearerTokenInterceptor(aio.ServerInterceptor):
         """Pass health checks and authorized calls through; answer the rest UNAUTHENTICATED."""
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if handler is None or method.startswith(HEALTH_SERVICE_PREFIX):
+        if handler is None or method == HEALTH_CHECK:
             return handler
         if self.authorized(handler_call_details.invocation_metadata):
             return handler

@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_STREAMS_PER_CONNECTION = 64
 MAX_CONNECTIONS = 64
+# A connection counts against MAX_CONNECTIONS while its HTTP/2 handshake is
+# pending; gRPC's own limit (120 s) let 64 silent sockets lock everyone out.
+HANDSHAKE_TIMEOUT_SECONDS = 5
 # Options of the whole server, so every method on it, present or future, is
 # bounded alike; no method can opt out.
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
@@ -74,6 +77,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     # agent, Prometheus and probes a few more.
     ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
     ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS),
+    ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_SECONDS * 1000),
     # An idle connection is closed (GOAWAY; a client reconnects when it needs to).
     ("grpc.max_connection_idle_ms", 5 * 60 * 1000),
 )

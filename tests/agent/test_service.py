@@ -235,6 +235,25 @@ def test_health_stays_open_with_a_token(secured: AgentThread) -> None:
     assert health_check(secured.address) == health_pb2.HealthCheckResponse.SERVING
 
 
+def test_a_health_watch_needs_the_token(secured: AgentThread) -> None:
+    # A Watch holds its connection for as long as its caller likes; tokenless
+    # ones could take every connection the agent allows, kubelet's probes included.
+    with grpc.insecure_channel(secured.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            next(stub.Watch(health_pb2.HealthCheckRequest(), timeout=10))
+        watch = stub.Watch(
+            health_pb2.HealthCheckRequest(),
+            metadata=(("authorization", f"Bearer {TOKEN}"),),
+            timeout=10,
+        )
+        watched = next(watch).status
+        watch.cancel()
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert watched == health_pb2.HealthCheckResponse.SERVING
+    assert health_check(secured.address) == health_pb2.HealthCheckResponse.SERVING
+
+
 def test_reflection_needs_the_token_when_one_is_set(secured: AgentThread) -> None:
     with grpc.insecure_channel(secured.address) as channel, pytest.raises(grpc.RpcError) as caught:
         ProtoReflectionDescriptorDatabase(channel).get_services()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,15 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from node_resolver.fake_nvml import FakeGpuSource, write_fake_nvml
-from node_resolver.generated import agent_pb2
+from node_resolver.generated import agent_pb2, agent_pb2_grpc
 from node_resolver.log_limits import AGENT_LOGGERS, TracebackRateLimit, limit_tracebacks
 from node_resolver.models import NodeSample
-from node_resolver.service import MAX_REQUEST_BYTES, MAX_STREAMS_PER_CONNECTION
+from node_resolver.service import (
+    HANDSHAKE_TIMEOUT_SECONDS,
+    MAX_CONNECTIONS,
+    MAX_REQUEST_BYTES,
+    MAX_STREAMS_PER_CONNECTION,
+)
 from tests.support.agents import (
     AgentProcess,
     AgentThread,
@@ -201,10 +207,10 @@ def secured(tmp_path: Path) -> Iterator[AgentThread]:
         yield running
 
 
-def test_health_watch_streams_the_status_without_a_token(secured: AgentThread) -> None:
+def test_health_watch_streams_the_status(secured: AgentThread) -> None:
     with grpc.insecure_channel(secured.address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        replies = stub.Watch(health_pb2.HealthCheckRequest(), timeout=10)
+        replies = stub.Watch(health_pb2.HealthCheckRequest(), metadata=AUTHORIZED, timeout=10)
         first = next(replies)
         replies.cancel()
     assert first.status == health_pb2.HealthCheckResponse.SERVING
@@ -218,7 +224,9 @@ def test_a_health_watch_flood_logs_no_traceback(
     channels = [grpc.insecure_channel(secured.address, options=own) for _ in range(3)]
     with caplog.at_level(logging.DEBUG):
         watches = [
-            health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=10)
+            health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(), metadata=AUTHORIZED, timeout=10
+            )
             for channel in channels
             for _ in range(MAX_STREAMS_PER_CONNECTION)
         ]
@@ -229,6 +237,42 @@ def test_a_health_watch_flood_logs_no_traceback(
             channel.close()
     assert statuses == {health_pb2.HealthCheckResponse.SERVING}
     assert not [r for r in caplog.records if r.exc_info], "no traceback for a health watch"
+
+
+# -- connections that never finish their handshake -------------------------------
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Read ``sock`` until the agent closes it; False if it is still open at its timeout."""
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_silent_connections_are_dropped_and_stop_locking_callers_out(
+    secured: AgentThread,
+) -> None:
+    host, port = secured.address.rsplit(":", 1)
+    # Enough sockets that send nothing to take every connection the agent allows.
+    silent = [socket.create_connection((host, int(port))) for _ in range(MAX_CONNECTIONS)]
+    try:
+        for sock in silent:
+            # Well past the handshake timeout, well short of gRPC's default 120 s.
+            sock.settimeout(HANDSHAKE_TIMEOUT_SECONDS * 4)
+        assert all(closed_by_peer(sock) for sock in silent), "a silent socket stayed open"
+    finally:
+        for sock in silent:
+            sock.close()
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    with grpc.insecure_channel(secured.address, options=own) as channel:
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        snapshot = stub.GetSnapshot(agent_pb2.GetSnapshotRequest(), metadata=AUTHORIZED, timeout=10)
+    assert snapshot.gpus
 
 
 class FailingSource:
