@@ -31,7 +31,7 @@ from .gpu_event_codec import event_query_from_proto, event_to_proto
 from .gpu_event_codec import page_token as event_page_token
 from .gpu_events.node_events import OFF as EVENTS_OFF
 from .gpu_events.node_events import NodeGpuEvents
-from .history.log import OFF, HistoryLog
+from .history.log import OFF, OK, HistoryLog
 from .history.store import READERS
 from .history_codec import (
     BadHistoryRequestError,
@@ -192,8 +192,8 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
                 try:
                     async with self._reads:
                         events, log_id, last = await asyncio.to_thread(history.gpu_events, query)
-                except (sqlite3.Error, OSError):
-                    page.status = history.status
+                except (sqlite3.Error, OSError) as exc:
+                    page.status = await _read_failed(context, history, exc)
                     return page
                 remaining = deadline - time.monotonic()
                 if events or remaining <= 0 or landed is None:
@@ -234,8 +234,8 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         try:
             async with self._reads:
                 records = await asyncio.to_thread(history.history, query)
-        except (sqlite3.Error, OSError):
-            return history_page_to_proto(node_name, history.status)
+        except (sqlite3.Error, OSError) as exc:
+            return history_page_to_proto(node_name, await _read_failed(context, history, exc))
         return history_page_to_proto(node_name, history.status, records, limit=query.limit)
 
     async def GetUsage(
@@ -254,8 +254,8 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         try:
             async with self._usage_reads, self._reads:
                 rows = await asyncio.to_thread(history.usage, query)
-        except (sqlite3.Error, OSError):
-            return usage_reply_to_proto(node_name, history.status)
+        except (sqlite3.Error, OSError) as exc:
+            return usage_reply_to_proto(node_name, await _read_failed(context, history, exc))
         return usage_reply_to_proto(node_name, history.status, rows)
 
     async def PutPodNames(
@@ -330,6 +330,23 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         reply.age_seconds = max(0.0, self._clock() - snapshot.sampled_at)
         self.calls_served += 1
         return reply
+
+
+async def _read_failed(
+    context: aio.ServicerContext[Any, Any], history: HistoryLog, exc: BaseException
+) -> str:
+    """The log's status to answer a failed read with where it says what is wrong; else
+    abort the call with UNAVAILABLE naming the read error ``exc``."""
+    status = history.status
+    if status == OK:
+        # The status tells only of opening and writing the log: "ok" with nothing read
+        # would look like an empty log, and a follower of its events would start again
+        # from its first event and count every one twice.
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"cannot read the occupancy log: {type(exc).__name__}: {exc}",
+        )
+    return status
 
 
 class AgentServer:

@@ -95,6 +95,38 @@ def test_bad_history_requests_are_invalid_arguments(
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize(
+    ("method", "request_", "store_call"),
+    [
+        ("GetHistory", agent_pb2.GetHistoryRequest(), "history"),
+        ("GetUsage", agent_pb2.GetUsageRequest(), "usage"),
+        ("GetGpuEvents", agent_pb2.GetGpuEventsRequest(after_sequence=0), "gpu_events"),
+    ],
+)
+def test_a_failed_read_is_an_error_not_an_empty_answer(
+    agent: tuple[AgentThread, HistoryLog],
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    request_: object,
+    store_call: str,
+) -> None:
+    running, history = agent
+    eventually(lambda: history.tracker.open_count == 30)
+
+    def corrupt(query: object) -> object:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(history.store, store_call, corrupt)
+    with pytest.raises(grpc.RpcError) as caught:
+        call(running, method, request_)
+    # An "ok" page with nothing in it would read as an empty log: a follower of the
+    # events would start again from the first and count each twice.
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "database disk image is malformed" in (caught.value.details() or "")
+    monkeypatch.undo()
+    assert call(running, method, request_).status == "ok"  # type: ignore[attr-defined]
+
+
 def test_pages_over_grpc_and_pod_names_for_another_node_are_refused(
     agent: tuple[AgentThread, HistoryLog],
 ) -> None:
