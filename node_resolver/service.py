@@ -16,7 +16,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
@@ -49,6 +49,9 @@ from .request_guard import MalformedRequestGuard
 from .sampler import Sampler
 
 log = logging.getLogger(__name__)
+
+Q = TypeVar("Q")
+T = TypeVar("T")
 
 # The largest request any method takes: requests are small (the biggest, a
 # batch of pod names, is sent in pieces of 16 KiB), and gRPC buffers a whole
@@ -194,7 +197,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
                 landed = self._landed
                 try:
                     async with self._reads:
-                        events, log_id, last = await asyncio.to_thread(history.gpu_events, query)
+                        events, log_id, last = await _read_to_its_end(history.gpu_events, query)
                 except (sqlite3.Error, OSError) as exc:
                     page.status = await _read_failed(context, history, exc)
                     return page
@@ -239,7 +242,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             return history_page_to_proto(node_name, OFF)
         try:
             async with self._reads:
-                records = await asyncio.to_thread(history.history, query)
+                records = await _read_to_its_end(history.history, query)
         except (sqlite3.Error, OSError) as exc:
             return history_page_to_proto(node_name, await _read_failed(context, history, exc))
         return history_page_to_proto(node_name, history.status, records, limit=query.limit)
@@ -259,7 +262,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
             return usage_reply_to_proto(node_name, OFF)
         try:
             async with self._usage_reads, self._reads:
-                rows = await asyncio.to_thread(history.usage, query)
+                rows = await _read_to_its_end(history.usage, query)
         except (sqlite3.Error, OSError) as exc:
             return usage_reply_to_proto(node_name, await _read_failed(context, history, exc))
         return usage_reply_to_proto(node_name, history.status, rows)
@@ -336,6 +339,19 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
         reply.age_seconds = max(0.0, self._clock() - snapshot.sampled_at)
         self.calls_served += 1
         return reply
+
+
+async def _read_to_its_end(read: Callable[[Q], T], query: Q) -> T:
+    """``read(query)`` in a worker thread; a cancelled caller still waits for it to end."""
+    work = asyncio.ensure_future(asyncio.to_thread(read, query))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        # A thread cannot be stopped: its caller keeps the reader slot it holds until
+        # the read ends, or calls cancelled by their deadline would let more reads run
+        # at once than the log has readers.
+        await asyncio.wait([work])
+        raise
 
 
 def _within_page_bytes(events: list[GpuEvent]) -> list[agent_pb2.GpuEvent]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +28,11 @@ from node_resolver.history_codec import (
     pod_names_to_proto,
 )
 from node_resolver.pod_names import PodName, PodNames
+from node_resolver.sampler import Sampler
+from node_resolver.service import NodeAgentServicer
 from tests.support.agents import (
     AgentThread,
+    AllAliveResolver,
     gpu_json,
     nvml_json,
     start_agent_process,
@@ -36,7 +40,7 @@ from tests.support.agents import (
 )
 from tests.support.pod_names import long_named_pods
 from tests.support.polling import eventually
-from tests.support.sqlite_connections import SqliteConnections
+from tests.support.sqlite_connections import STALL_LIMIT_SECONDS, SqliteConnections
 
 TOKEN = "history-token"
 
@@ -273,6 +277,84 @@ def test_a_page_is_answered_while_usage_sums_hold_every_reader_they_may(
             assert all(s.result(timeout=30).status == "ok" for s in sums)  # type: ignore[attr-defined]
     finally:
         stall.release()
+
+
+class BlockedRead:
+    """A store read that waits until ``release`` is set, counting the reads that began."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self._began = threading.Condition()
+        self.began = 0
+
+    def __call__(self, query: object) -> list[Any]:
+        with self._began:
+            self.began += 1
+            self._began.notify_all()
+        # Bounded, so that a failing test cannot hang the run.
+        assert self.release.wait(STALL_LIMIT_SECONDS)
+        return []
+
+    def wait_began(self, count: int) -> bool:
+        """Wait until ``count`` reads began; False if they never do."""
+        with self._began:
+            return self._began.wait_for(lambda: self.began >= count, 30)
+
+
+async def settled() -> None:
+    """Let every task that can run do so (a cancelled task ends one step after it)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(
+    ("method", "request_", "store_call", "readers"),
+    [
+        ("GetHistory", agent_pb2.GetHistoryRequest(), "history", READERS),
+        # Usage sums may take every reader but one.
+        ("GetUsage", agent_pb2.GetUsageRequest(), "usage", READERS - 1),
+        ("GetGpuEvents", agent_pb2.GetGpuEventsRequest(), "gpu_events", READERS),
+    ],
+)
+async def test_a_cancelled_read_keeps_its_reader_until_its_thread_ends(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    request_: object,
+    store_call: str,
+    readers: int,
+) -> None:
+    nvml = tmp_path / "nvml.json"
+    write_fake_nvml(nvml, nvml_json([gpu_json(0)]))
+    settings = HistorySettings(tmp_path / "history", retention_seconds=86400.0)
+    history = HistoryLog(settings, boot_id="b", pod_names=PodNames())
+    sampler = Sampler(FakeGpuSource(nvml), AllAliveResolver(), node_name="node-a")
+    servicer = NodeAgentServicer(sampler, history=history)
+    blocked = BlockedRead()
+    monkeypatch.setattr(history.store, store_call, blocked)
+    context: Any = None  # a read that succeeds never touches it
+    try:
+        calls = [
+            asyncio.ensure_future(getattr(servicer, method)(request_, context))
+            for _ in range(readers)
+        ]
+        assert await asyncio.to_thread(blocked.wait_began, readers)
+        # As gRPC cancels a call past its deadline: the thread reading for it goes on.
+        for call in calls:
+            call.cancel()
+        probe = asyncio.ensure_future(getattr(servicer, method)(request_, context))
+        await settled()
+        assert not any(call.done() for call in calls), "a cancelled call let its reader go"
+        assert blocked.began == readers, "a read began beyond the log's readers"
+        blocked.release.set()
+        await asyncio.wait_for(probe, 30)
+        for call in calls:
+            with pytest.raises(asyncio.CancelledError):
+                await call
+        assert blocked.began == readers + 1
+    finally:
+        blocked.release.set()
+        history.stop()
 
 
 def test_pushed_names_keep_the_log_within_its_bound_and_its_records(tmp_path: Path) -> None:
