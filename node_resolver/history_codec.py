@@ -135,7 +135,8 @@ def history_query_from_proto(request: agent_pb2.GetHistoryRequest) -> HistoryQue
 
 def usage_query_from_proto(request: agent_pb2.GetUsageRequest, *, now: float) -> UsageQuery:
     """The query a GetUsage request asks; ``now`` stands in for a missing until."""
-    until = request.until if request.HasField("until") else None
+    # Filled before the range is checked: a since past now is no range either.
+    until = request.until if request.HasField("until") else now
     _range(request.since, until)
     groups = set()
     for value in request.group_by:
@@ -145,7 +146,7 @@ def usage_query_from_proto(request: agent_pb2.GetUsageRequest, *, now: float) ->
         groups.add(group)
     return UsageQuery(
         since=request.since,
-        until=until if until is not None else now,
+        until=until,
         group_by=frozenset(groups),
         namespaces=filter_values("namespaces", list(request.namespaces)),
     )

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from node_resolver.generated import agent_pb2
 from node_resolver.history.records import (
     HistoryQuery,
     OccupancyRecord,
@@ -14,6 +15,7 @@ from node_resolver.history.records import (
     UsageRow,
 )
 from node_resolver.history_codec import (
+    BadHistoryRequestError,
     history_page_from_proto,
     history_page_to_proto,
     history_query_from_proto,
@@ -63,6 +65,14 @@ def test_a_request_carries_its_query_and_starts_after_a_token_or_its_own_positio
     token = page_token(written(occupancy("GPU-a", 1, 0, 1), 9))
     resumed = history_query_from_proto(history_request_to_proto(query, token))
     assert resumed.after is not None and resumed.after[1] == 9
+
+
+def test_usage_since_a_future_time_without_until_is_refused() -> None:
+    # An empty answer would read as no use at all.
+    with pytest.raises(BadHistoryRequestError, match="until must be after since"):
+        usage_query_from_proto(agent_pb2.GetUsageRequest(since=200.0), now=100.0)
+    query = usage_query_from_proto(agent_pb2.GetUsageRequest(since=50.0), now=100.0)
+    assert (query.since, query.until) == (50.0, 100.0)
 
 
 @pytest.mark.parametrize(
