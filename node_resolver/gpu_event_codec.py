@@ -21,6 +21,7 @@ from .gpu_events.records import (
 from .history_codec import (
     DEFAULT_PAGE,
     INT64,
+    MAX_FILTER_VALUES,
     MAX_PAGE,
     BadHistoryRequestError,
     after_token,
@@ -71,6 +72,9 @@ def event_query_from_proto(request: agent_pb2.GetGpuEventsRequest) -> tuple[Even
         raise BadHistoryRequestError("until must be after since")
     if not math.isfinite(request.wait_seconds) or request.wait_seconds < 0:
         raise BadHistoryRequestError("wait_seconds must be a finite number of seconds, 0 or more")
+    # Capped as the other filters are: each value is a term of the log's query.
+    if len(request.kinds) > MAX_FILTER_VALUES:
+        raise BadHistoryRequestError(f"at most {MAX_FILTER_VALUES} kinds per request")
     kinds = []
     for value in request.kinds:
         kind = kind_from_proto(value)

@@ -37,6 +37,10 @@ from node_resolver.history_codec import BadHistoryRequestError, after_token
         ),
         (agent_pb2.GetGpuEventsRequest(after_sequence=3, wait_seconds=-1), "wait_seconds"),
         (agent_pb2.GetGpuEventsRequest(namespaces=["ns"] * 257), "at most 256 namespaces"),
+        (
+            agent_pb2.GetGpuEventsRequest(kinds=[agent_pb2.GPU_EVENT_KIND_XID] * 257),
+            "at most 256 kinds",
+        ),
         # Past SQLite's INTEGER: failed binding, an UNKNOWN with a traceback.
         (agent_pb2.GetGpuEventsRequest(after_sequence=2**63), "after_sequence is past any"),
         (agent_pb2.GetGpuEventsRequest(page_token=after_token((1.0, 2**63))), "page_token"),
