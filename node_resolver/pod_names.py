@@ -110,7 +110,8 @@ class PodNames:
 
     def put(self, pods: Iterable[PodName]) -> int:
         """Store ``pods`` (an upsert); returns how many were new or changed."""
-        changed = 0
+        # By UID: a pod named twice in one batch is still one pod (the last name wins).
+        changed: set[str] = set()
         with self._lock:
             for pod in pods:
                 old = self._by_uid.get(pod.uid)
@@ -122,11 +123,11 @@ class PodNames:
                 self._by_uid.move_to_end(pod.uid)
                 self._bytes += pod_bytes(pod)
                 self._changed[pod.uid] = pod
-                changed += 1
+                changed.add(pod.uid)
             if changed:
                 self.version += 1
             self._evict()
-        return changed
+        return len(changed)
 
     def load(self, pods: Iterable[PodName]) -> None:
         """Fill from storage at start (``pods`` oldest first), without marking anything changed.

@@ -97,3 +97,12 @@ def test_device_shares_and_migs_count_in_what_names_hold_and_a_new_one_is_a_chan
     assert pod_bytes(on_mig) > pod_bytes(shared) + len("".join(key)) + len("MIG-1")
     version = names.version
     assert names.put([on_mig]) == 1 and names.version > version
+
+
+def test_a_pod_named_twice_in_one_put_counts_once_and_keeps_the_last_name() -> None:
+    names = PodNames()
+    first = PodName(uid="uid-1", namespace="ml", name="train", containers={})
+    renamed = replace(first, name="train-2")
+    assert names.put([first, renamed]) == 1
+    assert names.get("uid-1") == renamed
+    assert names.put([renamed, renamed]) == 0
