@@ -35,7 +35,7 @@ def test_hardening_md_gives_the_cost_the_demo_estimates_for_its_chain(demo: Live
 
 def test_auth_md_names_the_gpus_the_research_token_sees(auth_demo: LiveDemo) -> None:
     text = " ".join((ROOT / "docs" / "auth.md").read_text().split())
-    claim = re.search(r"\*\*research\*\* .*?their processes run on \((.*?)\);", text)
+    claim = re.search(r"\*\*research\*\* .*?their pods were given \((.*?)\);", text)
     assert claim is not None
     named = set(re.findall(r"GPU (\d+) of `([\w-]+)`", claim[1]))
     query = "{ gpus { index node { name } hiddenProcessCount pods { namespace } } }"
