@@ -84,7 +84,10 @@ class EventCounts:
             for event in page.events:
                 followed.counters.add(event)
                 followed.after = max(followed.after, event.id)
-            if len(page.events) < _PAGE:
+            # A page the agent cut short by its size limit says how far its log goes on.
+            if not page.events or (
+                len(page.events) < _PAGE and followed.after >= page.last_sequence
+            ):
                 return
 
     async def _since_start(self, node: str, followed: _Followed) -> None:
