@@ -83,7 +83,6 @@ def owner_of(occupancy: Occupancy) -> str | None:
     return occupancy.record.pod_namespace or None
 
 
-# Kubernetes' own limits: a namespace is a DNS-1123 label, a pod's name a DNS-1123 subdomain.
 def agent_namespaces(namespaces: frozenset[str] | None) -> tuple[str, ...] | None:
     """The namespaces filter to send the agents for a caller who may see ``namespaces``' records.
 
@@ -252,6 +251,10 @@ async def merged_page(
     answers = await bounded([functools.partial(read, n) for n in nodes])
     merged: list[E] = []
     more = False
+    # The last entry a node sent of a page it has more of: past it, that node's entries
+    # are not known, so the merged page stops there (an agent cuts a page at its size
+    # limit, shorter than asked; the next page resumes each node after the cursor).
+    known_to: Order | None = None
     failures = Failures(what, named)
     for node, answer in zip(nodes, answers, strict=True):
         if isinstance(answer, AgentUnavailableError | HistoryUnavailableError):
@@ -262,9 +265,16 @@ async def merged_page(
         broken = unusable(node, answer.status)
         if broken is not None:
             failures.add(node, broken)
-        merged += entries(node, answer)
-        more = more or bool(answer.next_page_token)
+        sent = entries(node, answer)
+        merged += sent
+        if answer.next_page_token:
+            more = True
+            if sent:
+                last = max(order(e) for e in sent)
+                known_to = last if known_to is None else min(known_to, last)
     merged.sort(key=order)
+    if known_to is not None:
+        merged = [e for e in merged if order(e) <= known_to]
     taken = merged[:first]
     has_next = more or len(merged) > first
     end = Position(*order(taken[-1])).encode() if taken else None
