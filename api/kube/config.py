@@ -45,14 +45,18 @@ def load_kube_config(
     """
     configuration = Configuration()
     env = os.environ if environ is None else environ
-    named = any(env.get("KUBECONFIG", "").split(os.pathsep))
-    from_env = default_kubeconfig_path(env) if named else None
-    for path, shown in ((kubeconfig, "--kubeconfig"), (from_env, "$KUBECONFIG")):
-        if path:
-            if not os.path.isfile(path):
-                raise KubeConfigError(f"{shown} {path}: no such file")
-            _load(path, configuration, f"{shown} {path}")
-            return configuration
+    if kubeconfig:
+        if not os.path.isfile(kubeconfig):
+            raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
+        _load(kubeconfig, configuration, f"--kubeconfig {kubeconfig}")
+        return configuration
+    # As kubectl: the first file $KUBECONFIG lists that exists (images set it to files
+    # they may not have), else on.
+    listed = [os.path.expanduser(p) for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    found = next((p for p in listed if os.path.isfile(p)), None)
+    if found is not None:
+        _load(found, configuration, f"$KUBECONFIG {found}")
+        return configuration
     try:
         InClusterConfigLoader(
             token_filename=token_file, cert_filename=cert_file, environ=env

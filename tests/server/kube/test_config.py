@@ -3,6 +3,7 @@ default kubeconfig."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,13 @@ def test_kubeconfig_from_the_environment_wins_over_in_cluster_as_for_kubectl(
     env = {**IN_CLUSTER_ENV, "KUBECONFIG": named}
     configuration = load_kube_config(None, environ=env, **service_account)
     assert configuration.host == "http://127.0.0.1:6444"
+    # A file it lists that does not exist is passed over, as kubectl does.
+    listed = os.pathsep.join([str(tmp_path / "missing"), named])
+    configuration = load_kube_config(None, environ={**IN_CLUSTER_ENV, "KUBECONFIG": listed})
+    assert configuration.host == "http://127.0.0.1:6444"
     missing = {**IN_CLUSTER_ENV, "KUBECONFIG": str(tmp_path / "missing")}
-    with pytest.raises(KubeConfigError, match=r"^\$KUBECONFIG .*/missing: no such file$"):
-        load_kube_config(None, environ=missing, **service_account)
+    configuration = load_kube_config(None, environ=missing, **service_account)
+    assert configuration.host == "https://10.96.0.1:443"
 
 
 def test_default_kubeconfig_when_not_in_cluster(
