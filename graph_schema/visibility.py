@@ -126,7 +126,7 @@ class VisibleCluster:
             return True
         table = gpu.allocations_of_node
         held = table.get().for_gpu(gpu.uuid) if table is not None else ()
-        return any(self.sees_owner(owner(a)) for a in held)
+        return any(a.is_gpu and self.sees_owner(owner(a)) for a in held)
 
     def sees_cluster_sizes(self) -> bool:
         """Whether the caller may be told the whole cluster's sizes (it sees everything)."""

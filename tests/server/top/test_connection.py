@@ -135,8 +135,8 @@ def test_tokens_go_as_bearer_and_a_namespace_token_sees_its_namespace(
 def test_a_tenant_sees_its_own_idle_allocation_flagged_as_the_admin_does(
     auth_demo: AuthDemo, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # notebook-bob holds a GPU it runs nothing on: research does not see that GPU, and is
-    # told its pod is IDLE all the same.
+    # notebook-bob holds a GPU it runs nothing on: research is told its pod is IDLE as the
+    # admin is (and sees the GPU, its pod's own).
     def flags(token: str, view: str, key: str, name: str) -> list[str]:
         document = top_json(capsys, view, "-n", "research", "--server", auth_demo.url,
                             "--token", token)  # fmt: skip
