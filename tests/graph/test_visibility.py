@@ -22,6 +22,7 @@ from tests.support.graph import (
     gpu_uuid,
     node_record,
     pod_record,
+    process,
     snapshot,
 )
 
@@ -158,6 +159,45 @@ async def test_a_gpu_a_callers_pod_holds_and_leaves_idle_is_its_own(world: Small
     ml = GraphContext(world.cluster, world.agents, world.schema.state, scope=ML_ONLY)
     assert ml.cluster.sees_node("node-c")
     assert await ml.gpus("node-c") == [] and await ml.gpu(held) is None
+
+
+async def test_a_gpu_one_tenant_holds_idle_and_another_runs_on_shows_each_only_its_own(
+    world: SmallWorld,
+) -> None:
+    # A time-sliced GPU: research was given it and runs nothing, ml runs on it.
+    world.cluster.add_node(node_record("node-c", ip="10.0.0.3"))
+    world.cluster.add_pod(pod_record("research", "notebook", "node-c"))
+    ml_pod = pod_record("ml", "runner", "node-c", container_ids=["c-ml"])
+    world.cluster.add_pod(ml_pod)
+    held = gpu_uuid("node-c", 0)
+    given = DeviceAllocation(AllocationMechanism.DEVICE_PLUGIN, "nvidia.com/gpu", held, held)
+    kubelet = NodeAllocations(
+        available=True,
+        containers=(ContainerAllocations("research", "notebook", "main", (given,)),),
+    )
+    running = process(700, 3 * GiB, container_id="c-ml", pod_uid=ml_pod.uid)
+    world.agents.put(
+        replace(snapshot("node-c", [gpu_sample("node-c", 0, [running])]), allocations=kubelet)
+    )
+    research = Scope(pod_namespaces=frozenset({"research"}))
+    query = (
+        '{ gpus(nodeName: "node-c") { processes { pid } hiddenProcessCount hiddenMemoryBytes '
+        "allocations { pod { namespace name } } } }"
+    )
+    seen = {}
+    for name, scope in (("research", research), ("ml", ML_ONLY)):
+        ctx = GraphContext(world.cluster, world.agents, world.schema.state, scope=scope)
+        result = await world.schema.execute(query, context_value=ctx)
+        assert result.errors is None and result.data is not None
+        seen[name] = result.data["gpus"]
+    assert seen["research"] == [
+        {"processes": [], "hiddenProcessCount": 1, "hiddenMemoryBytes": 3 * GiB,
+         "allocations": [{"pod": {"namespace": "research", "name": "notebook"}}]},
+    ]  # fmt: skip
+    assert seen["ml"] == [
+        {"processes": [{"pid": 700}], "hiddenProcessCount": 0, "hiddenMemoryBytes": 0,
+         "allocations": []},
+    ]  # fmt: skip
 
 
 async def test_an_unrestricted_caller_gets_the_shared_gpu_objects(world: SmallWorld) -> None:
