@@ -489,7 +489,8 @@ async def big_unauthenticated_messages(address: str, count: int, connections: in
 
 
 async def health_watch_flood(address: str, count: int) -> str:
-    """``count`` health Watch streams (no token needed), each until its first answer."""
+    """``count`` health Watch streams without a token, each until its first answer: a
+    flood of refusals since Watch needs the token (only Check, the kubelet's, is open)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     per_connection = 64
@@ -620,7 +621,10 @@ async def agent_attacks(
                 "100 unauthenticated 4 MiB messages, 1 connection",
                 lambda: big_unauthenticated_messages(agent.address, 100, 1),
             ),
-            (f"{watches} health watches", lambda: health_watch_flood(agent.address, watches)),
+            (
+                f"{watches} health watches without a token",
+                lambda: health_watch_flood(agent.address, watches),
+            ),
         ]
         outcomes = [
             await run_probed(name, attack, probe, pid, "agent", statuses) for name, attack in plan
