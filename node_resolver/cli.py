@@ -75,14 +75,6 @@ def scan_interval(value: str) -> float:
     return seconds
 
 
-def proc_root(value: str) -> str:
-    """argparse type for the host's /proc: a directory. A path that is none (a mount
-    missing from the DaemonSet) would resolve no PID, scan after scan, without a word."""
-    if not os.path.isdir(value):
-        raise argparse.ArgumentTypeError(f"{value} is not a directory")
-    return value
-
-
 def duration_seconds(value: str) -> float:
     """argparse type for a duration such as 30d or 12h, in seconds."""
     try:
@@ -137,7 +129,6 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--proc-root",
         default="/proc",
-        type=proc_root,
         metavar="DIR",
         help="the host's /proc; use /host/proc when it is mounted there (default: /proc)",
     )
@@ -269,6 +260,10 @@ def run_agent(args: argparse.Namespace) -> int:
     )
     if not args.node_name:
         log.error("no node name: pass --node-name or set NODE_NAME")
+        return 2
+    if not os.path.isdir(args.proc_root):
+        # A /host/proc mount missing from the DaemonSet: no PID would ever resolve.
+        log.error("--proc-root %s is not a directory", args.proc_root)
         return 2
     token: Callable[[], str] | None = None
     if args.token_file:
